@@ -1,0 +1,535 @@
+"""The coverage toolkit: proving that ``torch.empty`` is safe, by poisoning.
+
+A fresh allocation often *is* all zeros and a CUDA-graph buffer holds the previous step's bytes, so a
+kernel that forgets to write something can pass every test by luck. The cure is to fill the memory
+with something no correct kernel would produce (poison), run, and look at what is still poison:
+
+* :func:`poison_` fills the **whole underlying storage** of a tensor, bytes outside its view included.
+* :func:`poisoned_allocations` makes ``torch.empty`` & co. return poisoned memory, so launchers that
+  allocate their own outputs can be checked unchanged.
+* :func:`coverage` runs a producer twice (two different poisons) and returns, per output, a
+  :class:`Coverage`: which storage elements were written, which lie inside the view, and a report
+  that names the unwritten index ranges. :func:`assert_fully_written` turns that into an assertion.
+* :func:`consumer_differential` runs producer + consumer on storage poisoned two ways: if the
+  consumer's result differs, it read bytes that nobody wrote.
+* :func:`find_redundant_zero_fills` runs any callable with each zero fill (``torch.zeros``,
+  ``zeros_like``, ``new_zeros``, ``Tensor.zero_``, ``fill_(0)``) replaced by poison, one call site at
+  a time, and says per ``file:line`` whether that zero fill changed any output.
+
+Two poisons, not one: a written byte can equal one poison by chance, never both (a deterministic
+producer writes the same value in both runs).
+"""
+from __future__ import annotations
+
+import math
+import sys
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten, tree_map
+
+__all__ = [
+    "POISONS", "poisons_for", "poison_", "storage_bytes", "storage_view", "poisoned_allocations",
+    "Coverage", "coverage", "assert_fully_written", "ConsumerCheck", "consumer_differential",
+    "assert_consumer_reads_only_written", "ZeroFillSite", "ZeroFillReport", "find_redundant_zero_fills",
+]
+
+# Poison patterns. "nan" fills floating-point elements with NaN (float8_e4m3fn: 0x7F); "a5" and "7f"
+# fill every byte with 0xA5 / 0x7F (an int32 becomes 0xA5A5A5A5 / 0x7F7F7F7F).
+POISONS = ("nan", "a5", "7f")
+
+
+def poisons_for(dtype: torch.dtype) -> tuple[str, str]:
+    """The two poisons used for ``dtype``: NaN and 0xA5 bytes for floats, 0xA5 and 0x7F for integers."""
+    return ("nan", "a5") if dtype.is_floating_point else ("a5", "7f")
+
+
+def storage_bytes(t: torch.Tensor) -> torch.Tensor:
+    """A flat uint8 tensor over the whole storage of ``t`` (every byte, whatever the view covers)."""
+    s = t.untyped_storage()
+    return torch.empty(0, dtype=torch.uint8, device=t.device).set_(s, 0, (s.nbytes(),), (1,))
+
+
+def storage_view(t: torch.Tensor) -> torch.Tensor:
+    """The whole storage of ``t`` as a tensor of ``t``'s dtype, in its natural shape.
+
+    The natural shape is the shape of the allocation the view came from (``t._base``) when that base
+    is contiguous and spans the storage, else a flat vector of all storage elements.
+    """
+    item = t.element_size()
+    n = t.untyped_storage().nbytes() // item
+    shape: tuple[int, ...] = (n,)
+    base = t._base if t._base is not None else t
+    if base.is_contiguous() and base.storage_offset() == 0 and base.numel() == n and base.dim() > 0:
+        shape = tuple(base.shape)
+    flat = torch.empty(0, dtype=t.dtype, device=t.device).set_(t.untyped_storage(), 0, (n,), (1,))
+    return flat.view(shape)
+
+
+def poison_(t: torch.Tensor, pattern: str = "nan") -> torch.Tensor:
+    """Fill the WHOLE storage under ``t`` with ``pattern`` (see :data:`POISONS`); returns ``t``."""
+    if pattern not in POISONS:
+        raise ValueError(f"pattern must be one of {POISONS}, got {pattern!r}")
+    if pattern == "nan":
+        if not t.dtype.is_floating_point:
+            raise TypeError(f"the 'nan' poison needs a floating-point tensor, got {t.dtype}; use 'a5' or '7f'")
+        if t.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+            storage_bytes(t).fill_(0x7F)  # NaN in e4m3fn; in e5m2 0x7F is NaN too
+        else:
+            storage_view(t).view(-1).fill_(float("nan"))
+    else:
+        storage_bytes(t).fill_(0xA5 if pattern == "a5" else 0x7F)
+    return t
+
+
+_EMPTY_OPS = {
+    torch.ops.aten.empty.memory_format,
+    torch.ops.aten.empty_strided.default,
+    torch.ops.aten.empty_like.default,
+    torch.ops.aten.new_empty.default,
+    torch.ops.aten.new_empty_strided.default,
+}
+
+
+class poisoned_allocations(TorchDispatchMode):
+    """Inside this context every ``torch.empty``/``empty_like``/``new_empty``/``empty_strided``
+    returns memory filled with ``pattern``, so a launcher that allocates its outputs with ``empty``
+    can be checked exactly as it ships. (``zeros`` is left alone: it is a write, not garbage.)"""
+
+    def __init__(self, pattern: str = "nan"):
+        super().__init__()
+        if pattern not in POISONS:
+            raise ValueError(f"pattern must be one of {POISONS}, got {pattern!r}")
+        self.pattern = pattern
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func in _EMPTY_OPS and isinstance(out, torch.Tensor) and out.untyped_storage().nbytes():
+            pattern = self.pattern
+            if pattern == "nan" and not out.dtype.is_floating_point:
+                pattern = "a5"
+            poison_(out, pattern)
+            self.count += 1
+        return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Coverage of a producer
+# --------------------------------------------------------------------------------------------------
+
+def _ranges(idx: Iterable[int]) -> list[tuple[int, int]]:
+    """Sorted integers -> inclusive runs [(start, end), ...]."""
+    runs: list[tuple[int, int]] = []
+    for i in idx:
+        if runs and i == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], i)
+        else:
+            runs.append((i, i))
+    return runs
+
+
+def _fmt_runs(runs: list[tuple[int, int]], limit: int = 6) -> str:
+    parts = [f"{a}" if a == b else f"{a}..{b}" for a, b in runs[:limit]]
+    if len(runs) > limit:
+        parts.append(f"... ({len(runs) - limit} more runs)")
+    return ", ".join(parts)
+
+
+@dataclass
+class Coverage:
+    """Which elements of a tensor's whole storage a producer wrote.
+
+    ``written`` and ``in_view`` are bool tensors (on the CPU) in the storage's natural shape (see
+    :func:`storage_view`): ``written`` marks elements the producer wrote (all their bytes), ``in_view``
+    the elements the returned view covers. Everything else in the storage is outside the view.
+    """
+
+    name: str
+    dtype: torch.dtype
+    view_shape: tuple[int, ...]
+    view_stride: tuple[int, ...]
+    written: torch.Tensor
+    in_view: torch.Tensor
+    partially_written: torch.Tensor = field(repr=False)
+
+    @property
+    def storage_shape(self) -> tuple[int, ...]:
+        return tuple(self.written.shape)
+
+    @property
+    def unwritten_in_view(self) -> torch.Tensor:
+        return self.in_view & ~self.written
+
+    @property
+    def unwritten_outside_view(self) -> torch.Tensor:
+        return ~self.in_view & ~self.written
+
+    @property
+    def view_fully_written(self) -> bool:
+        return not bool(self.unwritten_in_view.any())
+
+    @property
+    def storage_fully_written(self) -> bool:
+        return bool(self.written.all())
+
+    def unwritten_ranges(self, where: str = "storage") -> str:
+        """Human-readable unwritten ranges; ``where`` is 'storage', 'view' or 'outside'."""
+        mask = {"storage": ~self.written, "view": self.unwritten_in_view,
+                "outside": self.unwritten_outside_view}[where]
+        if not mask.any():
+            return "none"
+        if mask.dim() == 2:
+            rows = mask.any(dim=1).nonzero().flatten().tolist()
+            parts = []
+            for a, b in _ranges(rows)[:6]:
+                cols = mask[a:b + 1].any(dim=0).nonzero().flatten().tolist()
+                parts.append(f"rows {a}..{b} cols {_fmt_runs(_ranges(cols), 3)}")
+            extra = len(_ranges(rows)) - 6
+            return "; ".join(parts) + (f"; ... ({extra} more row runs)" if extra > 0 else "")
+        flat = mask.flatten().nonzero().flatten().tolist()
+        return "flat elements " + _fmt_runs(_ranges(flat))
+
+    def report(self) -> str:
+        n, nv = self.written.numel(), int(self.in_view.sum())
+        lines = [
+            f"{self.name}: view {list(self.view_shape)} stride {list(self.view_stride)} "
+            f"over storage {list(self.storage_shape)} {str(self.dtype).replace('torch.', '')}",
+            f"  written: {int(self.written.sum())}/{n} storage elements; view elements written: "
+            f"{int((self.written & self.in_view).sum())}/{nv}",
+            f"  unwritten inside the view : {self.unwritten_ranges('view')}",
+            f"  unwritten outside the view: {self.unwritten_ranges('outside')}",
+        ]
+        if self.partially_written.any():
+            lines.append(f"  partially written elements: {int(self.partially_written.sum())}")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.report()
+
+    _repr_pretty_ = lambda self, p, cycle: p.text(self.report())  # noqa: E731  (Jupyter display)
+
+
+def _tensors(tree) -> list[torch.Tensor]:
+    leaves, _ = tree_flatten(tree)
+    return [x for x in leaves if isinstance(x, torch.Tensor)]
+
+
+@dataclass
+class _Snap:
+    """A copy of one output's whole storage (as bytes, on the CPU) plus how the view sits in it."""
+
+    data: torch.Tensor
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    offset: int
+    natural_shape: tuple[int, ...]
+
+    @classmethod
+    def of(cls, t: torch.Tensor) -> "_Snap":
+        return cls(storage_bytes(t).cpu().clone(), t.dtype, tuple(t.shape), tuple(t.stride()),
+                   t.storage_offset(), tuple(storage_view(t).shape))
+
+
+def _poison_bytes(snap: _Snap, pattern: str) -> torch.Tensor:
+    """The bytes ``snap``'s storage would hold if nothing had been written after poisoning."""
+    ref = torch.empty(snap.data.numel() // _itemsize(snap.dtype), dtype=snap.dtype)
+    return storage_bytes(poison_(ref, pattern))
+
+
+def _itemsize(dtype: torch.dtype) -> int:
+    return torch.empty(0, dtype=dtype).element_size()
+
+
+def _coverage_from_runs(name: str, a: _Snap, b: _Snap, pa: str, pb: str) -> Coverage:
+    """Element-level coverage from the same output's storage after the two poisoned runs."""
+    item = _itemsize(a.dtype)
+    byte_written = (a.data != _poison_bytes(a, pa)) | (b.data != _poison_bytes(b, pb))
+    per_elem = byte_written.view(-1, item)
+    shape = a.natural_shape
+    written = per_elem.all(dim=1).view(shape)
+    partial = (per_elem.any(dim=1) & ~per_elem.all(dim=1)).view(shape)
+    n = per_elem.shape[0]
+    in_view = torch.zeros(n, dtype=torch.bool)
+    if math.prod(a.shape):
+        idx = torch.arange(n).as_strided(a.shape, a.stride, a.offset)
+        in_view[idx.reshape(-1)] = True
+    return Coverage(name, a.dtype, a.shape, a.stride, written, in_view.view(shape), partial)
+
+
+def _clone_args(tree):
+    return tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x, tree)
+
+
+def coverage(fn: Callable, *args, out=None, names: list[str] | None = None, **kwargs) -> list[Coverage]:
+    """Run ``fn(*args, **kwargs)`` twice on poisoned memory and report what it wrote.
+
+    * ``out=None``: ``fn`` allocates its outputs (with ``torch.empty`` or friends); they are poisoned
+      through :class:`poisoned_allocations` and the returned tensors are inspected.
+    * ``out=tensor or tuple``: ``fn`` writes into those caller-owned buffers (pass them in ``args``
+      too); their whole storages are poisoned before each run.
+
+    Returns one :class:`Coverage` per output tensor, in order.
+    """
+    runs, patterns = [], []
+    for k in (0, 1):
+        if out is not None:
+            outs = _tensors(out)
+            pats = [poisons_for(t.dtype)[k] for t in outs]
+            for t, p in zip(outs, pats):
+                poison_(t, p)
+            fn(*args, **kwargs)
+        else:
+            alloc = "nan" if k == 0 else "7f"
+            with poisoned_allocations(alloc):
+                outs = _tensors(fn(*args, **kwargs))
+            pats = [alloc if (alloc != "nan" or t.dtype.is_floating_point) else "a5" for t in outs]
+        runs.append([_Snap.of(t) for t in outs])
+        patterns.append(pats)
+    if len(runs[0]) != len(runs[1]):
+        raise RuntimeError("the producer returned a different number of tensors in the two runs")
+    names = list(names or [])
+    return [
+        _coverage_from_runs(names[i] if i < len(names) else f"output[{i}]", a, b, pa, pb)
+        for i, (a, b, pa, pb) in enumerate(zip(runs[0], runs[1], patterns[0], patterns[1]))
+    ]
+
+
+def assert_fully_written(fn: Callable, *args, scope: str = "storage", out=None,
+                         names: list[str] | None = None, why: str = "", **kwargs) -> list[Coverage]:
+    """Assert that ``fn`` writes every element of its outputs.
+
+    ``scope='storage'`` demands the whole storage (padding included: needed when a consumer reads
+    whole tiles); ``scope='view'`` only the elements each returned view covers (enough when nothing
+    reads outside the view, e.g. TMA-aligned rows beyond M).
+    """
+    if scope not in ("storage", "view"):
+        raise ValueError(f"scope must be 'storage' or 'view', got {scope!r}")
+    covs = coverage(fn, *args, out=out, names=names, **kwargs)
+    bad = [c for c in covs if not (c.storage_fully_written if scope == "storage" else c.view_fully_written)]
+    if bad:
+        msg = [f"{len(bad)} output(s) not fully written ({scope} scope): memory from torch.empty would "
+               "leak garbage into whoever reads it." + (f" {why}" if why else "")]
+        msg += [c.report() for c in bad]
+        raise AssertionError("\n".join(msg))
+    return covs
+
+
+# --------------------------------------------------------------------------------------------------
+# Consumers
+# --------------------------------------------------------------------------------------------------
+
+@dataclass
+class ConsumerCheck:
+    """Result of running a consumer on a producer's outputs poisoned two different ways."""
+
+    identical: bool
+    n_differ: int
+    n_total: int
+    max_abs_diff: float
+
+    def report(self) -> str:
+        if self.identical:
+            return (f"consumer result identical under both poisons ({self.n_total} elements): it reads "
+                    "only bytes the producer wrote")
+        return (f"consumer result DIFFERS between the two poisons in {self.n_differ}/{self.n_total} "
+                f"elements (max |diff| {self.max_abs_diff:g}): it reads bytes nobody wrote")
+
+    __str__ = report
+    _repr_pretty_ = lambda self, p, cycle: p.text(self.report())  # noqa: E731
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    if a.dtype.is_floating_point:
+        af, bf = a.float(), b.float()
+        return (af == bf) | (torch.isnan(af) & torch.isnan(bf))
+    return a == b
+
+
+def consumer_differential(producer: Callable, consumer: Callable, *args, **kwargs) -> ConsumerCheck:
+    """Run ``consumer(*producer(*args, **kwargs))`` with the producer's ``empty`` allocations poisoned
+    two ways. A consumer that only reads written bytes gives bit-identical results."""
+    res = []
+    for pattern in ("nan", "7f"):
+        with poisoned_allocations(pattern):
+            produced = producer(*args, **kwargs)
+        produced = produced if isinstance(produced, tuple) else (produced,)
+        res.append(_tensors(consumer(*produced)))
+    n_diff, n_tot, max_diff = 0, 0, 0.0
+    for ra, rb in zip(*res):
+        same = _same(ra, rb)
+        n_diff += int((~same).sum())
+        n_tot += same.numel()
+        if (~same).any():
+            d = (ra.double() - rb.double()).abs()
+            d = d[~same]
+            max_diff = max(max_diff, float(d.nan_to_num(nan=math.inf).max()))
+    return ConsumerCheck(n_diff == 0, n_diff, n_tot, max_diff)
+
+
+def assert_consumer_reads_only_written(producer: Callable, consumer: Callable, *args, why: str = "", **kwargs) -> ConsumerCheck:
+    chk = consumer_differential(producer, consumer, *args, **kwargs)
+    if not chk.identical:
+        raise AssertionError(chk.report() + (f". {why}" if why else ""))
+    return chk
+
+
+# --------------------------------------------------------------------------------------------------
+# The redundant zero-fill detector
+# --------------------------------------------------------------------------------------------------
+
+_THIS_FILE = __file__
+
+
+def _call_site() -> str:
+    """file:line of the innermost frame outside torch and this module."""
+    for fr in reversed(traceback.extract_stack()[:-1]):
+        f = fr.filename
+        if f == _THIS_FILE or "/torch/" in f or f.endswith("contextlib.py") or "/torch\\" in f:
+            continue
+        short = f if len(f) < 60 else "..." + f[-57:]
+        return f"{short}:{fr.lineno}"
+    return "<unknown>"
+
+
+def _is_zero(v) -> bool:
+    return isinstance(v, (int, float, bool)) and not isinstance(v, complex) and v == 0
+
+
+class _ZeroFillMode(TorchFunctionMode):
+    """Records zero fills by call site; poisons those at ``poison_sites`` with ``pattern``."""
+
+    def __init__(self, poison_sites=(), pattern="nan"):
+        super().__init__()
+        self.poison_sites = set(poison_sites)
+        self.pattern = pattern
+        self.sites: dict[str, dict[str, Any]] = {}
+
+    def _kind(self, func, args, kwargs) -> str | None:
+        name = getattr(func, "__name__", "")
+        if func in (torch.zeros, torch.zeros_like):
+            return f"torch.{name}"
+        if name == "new_zeros":
+            return "Tensor.new_zeros"
+        if name == "zero_":
+            return "Tensor.zero_"
+        if name == "fill_" and len(args) >= 2 and _is_zero(args[1]):
+            return "Tensor.fill_(0)"
+        if func in (torch.full, torch.full_like) and len(args) >= 2 and _is_zero(args[1]):
+            return f"torch.{name}(.., 0)"
+        return None
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        kind = self._kind(func, args, kwargs)
+        if kind is not None and isinstance(out, torch.Tensor):
+            site = _call_site()
+            rec = self.sites.setdefault(site, {"op": kind, "calls": 0})
+            rec["calls"] += 1
+            if site in self.poison_sites:
+                pattern = self.pattern if out.dtype.is_floating_point else ("a5" if self.pattern == "nan" else "7f")
+                if out.dtype == torch.bool:
+                    out.fill_(True)
+                else:
+                    target = out if out.is_contiguous() else None
+                    if target is not None and target._base is None:
+                        poison_(target, pattern)
+                    else:  # a zero_() on a view: poison exactly the elements it zeroed
+                        tmp = poison_(torch.empty_like(out, memory_format=torch.contiguous_format), pattern)
+                        out.copy_(tmp)
+        return out
+
+
+@dataclass
+class ZeroFillSite:
+    site: str
+    op: str
+    calls: int
+    redundant: bool
+    detail: str
+
+
+@dataclass
+class ZeroFillReport:
+    sites: list[ZeroFillSite]
+
+    @property
+    def redundant(self) -> list[str]:
+        return [s.site for s in self.sites if s.redundant]
+
+    @property
+    def necessary(self) -> list[str]:
+        return [s.site for s in self.sites if not s.redundant]
+
+    def verdict(self, needle: str) -> str:
+        """'redundant' or 'necessary' for the one site whose file:line contains ``needle``."""
+        hits = [s for s in self.sites if needle in s.site]
+        if len(hits) != 1:
+            raise KeyError(f"{needle!r} matches {len(hits)} zero-fill sites: {[s.site for s in self.sites]}")
+        return "redundant" if hits[0].redundant else "necessary"
+
+    def report(self) -> str:
+        if not self.sites:
+            return "no zero fills ran"
+        w = max(len(s.site) for s in self.sites)
+        lines = [f"{'call site':<{w}}  {'op':<16} {'calls':>5}  verdict"]
+        for s in self.sites:
+            v = "REDUNDANT (use empty)" if s.redundant else "necessary"
+            lines.append(f"{s.site:<{w}}  {s.op:<16} {s.calls:>5}  {v}: {s.detail}")
+        return "\n".join(lines)
+
+    __str__ = report
+    _repr_pretty_ = lambda self, p, cycle: p.text(self.report())  # noqa: E731
+
+
+def _outputs_equal(a, b) -> tuple[bool, int]:
+    ta, tb = _tensors(a), _tensors(b)
+    if len(ta) != len(tb):
+        return False, -1
+    n = 0
+    for x, y in zip(ta, tb):
+        if x.shape != y.shape or x.dtype != y.dtype:
+            return False, -1
+        n += int((~_same(x, y)).sum())
+    return n == 0, n
+
+
+def find_redundant_zero_fills(fn: Callable, *args, **kwargs) -> ZeroFillReport:
+    """Find the zero fills in ``fn`` that change nothing.
+
+    ``fn(*args, **kwargs)`` runs once to record every zero fill by call site (``file:line``), then
+    once per site and poison (NaN and 0x7F bytes for floats; 0xA5 / 0x7F bytes for integers) with
+    only that site's fills replaced by poison. Outputs are ``fn``'s return value plus every tensor
+    argument (so fills of caller-owned buffers count). A site whose poisoning leaves all outputs
+    bit-identical is redundant: ``empty`` would do. ``fn`` must be deterministic (checked).
+    """
+    def run(mode):
+        a, kw = _clone_args(args), _clone_args(kwargs)
+        with mode:
+            r = fn(*a, **kw)
+        return (r, a, kw)
+
+    rec = _ZeroFillMode()
+    ref = run(rec)
+    same, _ = _outputs_equal(ref, run(_ZeroFillMode()))
+    if not same:
+        raise RuntimeError("fn is not deterministic: two plain runs gave different outputs, so a "
+                           "difference under poison would prove nothing")
+    sites = []
+    for site, info in rec.sites.items():
+        diffs = []
+        for pattern in ("nan", "7f"):
+            same, n = _outputs_equal(ref, run(_ZeroFillMode([site], pattern)))
+            if not same:
+                diffs.append(f"{pattern}: {n if n >= 0 else 'shape/dtype'} output elements changed")
+        redundant = not diffs
+        detail = ("outputs bit-identical with this fill poisoned (NaN and 0x7F)" if redundant
+                  else "; ".join(diffs) + " when poisoned")
+        sites.append(ZeroFillSite(site, info["op"], info["calls"], redundant, detail))
+    return ZeroFillReport(sites)

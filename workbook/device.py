@@ -1,0 +1,123 @@
+"""Where the workbook's kernels run, decided once.
+
+``DEVICE`` is ``cuda`` when PyTorch sees a GPU and ``cpu`` otherwise. On a machine without a GPU the
+Triton kernels run in Triton's interpreter, which needs ``TRITON_INTERPRET=1`` in the environment
+*before* any ``@triton.jit`` function is defined. This module sets it, so import ``workbook`` (or
+``workbook.device``) before anything that defines Triton kernels.
+
+Set ``WORKBOOK_DEVICE=cpu`` to force the interpreter on a GPU machine (handy to see what a workshop
+participant without a GPU sees).
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+
+__all__ = [
+    "DEVICE", "ON_GPU", "INTERPRETED", "TritonImportOrderError",
+    "describe", "require_launchable", "check_tensor",
+]
+
+
+class TritonImportOrderError(RuntimeError):
+    """Triton kernels were defined for a GPU on a machine that has none."""
+
+
+_IMPORT_ORDER_HELP = (
+    "No GPU here, so the workbook's Triton kernels must run in Triton's interpreter, which is switched "
+    "on by TRITON_INTERPRET=1 *before* the kernels are defined. {what} Fix: restart the Python kernel "
+    "and run `import workbook` before anything else that imports triton or torch.compile, or start "
+    "Python/Jupyter with TRITON_INTERPRET=1 in the environment."
+)
+
+
+def _choose() -> tuple[torch.device, bool]:
+    forced = os.environ.get("WORKBOOK_DEVICE", "").strip().lower()
+    if forced not in ("", "cpu", "cuda"):
+        raise ValueError(f"WORKBOOK_DEVICE must be 'cpu' or 'cuda', got {forced!r}")
+    if forced == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("WORKBOOK_DEVICE=cuda but torch.cuda.is_available() is False")
+    on_gpu = torch.cuda.is_available() and forced != "cpu"
+    if not on_gpu:
+        already = "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1"
+        os.environ["TRITON_INTERPRET"] = "1"
+        if already:
+            # Triton >= 3.4 reads the variable lazily (triton.knobs), so kernels defined from now on
+            # are interpreted; older Tritons read it once at import and cannot be switched.
+            knobs = getattr(sys.modules["triton"], "knobs", None)
+            if knobs is None or not knobs.runtime.interpret:
+                raise TritonImportOrderError(_IMPORT_ORDER_HELP.format(
+                    what="triton was imported before TRITON_INTERPRET=1 was set, and this Triton "
+                         "version cannot switch to the interpreter afterwards."))
+    return torch.device("cuda" if on_gpu else "cpu"), on_gpu
+
+
+DEVICE, ON_GPU = _choose()
+INTERPRETED = not ON_GPU
+
+
+def require_launchable(kernel) -> None:
+    """Raise a clear error if ``kernel`` cannot be launched on ``DEVICE``.
+
+    On a CPU-only machine a ``@triton.jit`` function defined before ``TRITON_INTERPRET=1`` was set is
+    a compiled-for-GPU ``JITFunction`` and would fail deep inside Triton; say why instead.
+    """
+    if ON_GPU:
+        return
+    from triton.runtime.interpreter import InterpretedFunction
+
+    fn = getattr(kernel, "fn", kernel)  # autotuned / heuristics wrappers hold the jit function
+    while not isinstance(fn, InterpretedFunction) and hasattr(fn, "fn"):
+        fn = fn.fn
+    if not isinstance(fn, InterpretedFunction):
+        name = getattr(fn, "__name__", repr(kernel))
+        raise TritonImportOrderError(_IMPORT_ORDER_HELP.format(
+            what=f"The kernel {name!r} was defined before TRITON_INTERPRET=1 was set (triton was "
+                 "imported first), so it was compiled for a GPU."))
+
+
+def check_tensor(name: str, t, *, dtypes=None, ndim=None, device=None, contiguous=True) -> None:
+    """Validate a public argument; raise TypeError/ValueError naming the argument and the rule."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if dtypes is not None:
+        dtypes = tuple(dtypes)
+        if t.dtype not in dtypes:
+            allowed = ", ".join(str(d).replace("torch.", "") for d in dtypes)
+            raise TypeError(f"{name} must have dtype in ({allowed}), got {str(t.dtype).replace('torch.', '')}")
+    if ndim is not None and t.dim() != ndim:
+        raise ValueError(f"{name} must be {ndim}-D, got shape {tuple(t.shape)}")
+    if device is not None and t.device != torch.device(device):
+        raise ValueError(f"{name} is on {t.device} but must be on {device} (the kernels' DEVICE or the other inputs' device)")
+    if contiguous and not t.is_contiguous():
+        raise ValueError(f"{name} must be contiguous (stride {tuple(t.stride())} for shape {tuple(t.shape)}); call .contiguous() first")
+
+
+def describe() -> dict:
+    """Versions and the device, as recorded next to every measured result."""
+    import platform
+
+    info = {
+        "device": str(DEVICE),
+        "interpreted": INTERPRETED,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+    }
+    try:
+        import triton
+
+        info["triton"] = triton.__version__
+    except ImportError:  # pragma: no cover - triton is a requirement
+        info["triton"] = None
+    if ON_GPU:
+        info["gpu"] = torch.cuda.get_device_name(DEVICE)
+        info["cuda"] = torch.version.cuda
+        props = torch.cuda.get_device_properties(DEVICE)
+        info["sm_count"] = props.multi_processor_count
+        info["gpu_memory_GiB"] = round(props.total_memory / 2**30, 1)
+    else:
+        info["gpu"] = None
+        info["cpu"] = platform.processor() or platform.machine()
+    return info
