@@ -29,7 +29,7 @@ def _cmd_check(_args) -> int:
 
 def _cmd_bench(args) -> int:
     for topic in args.topics:
-        module = importlib.import_module(f"workbook.{topic}")
+        module = importlib.import_module("workbook.bench" if topic == "alloc" else f"workbook.{topic}")
         if not hasattr(module, "benchmark"):
             raise SystemExit(f"workbook.{topic} has no benchmark()")
         t0 = time.time()

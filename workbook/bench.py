@@ -26,7 +26,7 @@ from .device import DEVICE, ON_GPU, describe
 __all__ = [
     "DATA_DIR", "require_gpu", "time_us", "copy_ceiling_GBps", "save_record", "load_record",
     "validate_record", "recorded_label", "zeros_vs_empty_sweep", "graph_decode_step",
-    "profile_zeros_vs_empty", "SWEEP_SIZES",
+    "profile_zeros_vs_empty", "stale_bytes_demo", "benchmark", "SWEEP_SIZES",
 ]
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -119,3 +119,148 @@ def recorded_label(rec: dict) -> str:
     where = m.get("gpu") or f"CPU ({m.get('cpu', '?')})"
     return (f"recorded {rec['recorded']} on {where}, torch {m['torch']}, Triton {m['triton']}"
             + (f", CUDA {m['cuda']}" if m.get("cuda") else ""))
+
+
+# --------------------------------------------------------------------------------------------------
+# zeros vs empty (notebook 01)
+# --------------------------------------------------------------------------------------------------
+
+SWEEP_SIZES = [4 << 10 << (2 * i) for i in range(10)]  # 4 KiB, 16 KiB, ..., 1 GiB
+
+
+def zeros_vs_empty_sweep(sizes=SWEEP_SIZES) -> list[dict]:
+    """Per size: ``torch.zeros`` vs ``torch.empty`` alone (host + launch + memset), each followed by a
+    full overwrite (``copy_`` from a source, the allocate-then-overwrite pattern), and the bandwidth of
+    the fill kernel itself (``zero_`` on an existing buffer, bytes written / time)."""
+    require_gpu("zeros_vs_empty_sweep")
+    rows = []
+    for nbytes in sizes:
+        n = nbytes // 4
+        src = torch.randn(n, device=DEVICE)
+        buf = torch.empty(n, device=DEVICE)
+
+        def zeros_copy():
+            torch.zeros(n, device=DEVICE).copy_(src)
+
+        def empty_copy():
+            torch.empty(n, device=DEVICE).copy_(src)
+
+        row = {
+            "bytes": nbytes,
+            "zeros_us": time_us(lambda: torch.zeros(n, device=DEVICE)),
+            "empty_us": time_us(lambda: torch.empty(n, device=DEVICE)),
+            "zeros_overwrite_us": time_us(zeros_copy),
+            "empty_overwrite_us": time_us(empty_copy),
+            "fill_us": time_us(buf.zero_),
+        }
+        row["fill_GBps"] = nbytes / (row["fill_us"] * 1e-6) / 1e9
+        row["overwrite_ratio"] = row["zeros_overwrite_us"] / row["empty_overwrite_us"]
+        rows.append(row)
+        del src, buf
+        torch.cuda.empty_cache()
+    return rows
+
+
+def graph_decode_step(n_buffers: int = 50, nbytes: int = 16 << 10) -> dict:
+    """A decode-like step: ``n_buffers`` small outputs, each allocated and then written once by a
+    kernel, captured in a CUDA graph. The graph with ``zeros`` carries one memset node per buffer."""
+    require_gpu("graph_decode_step")
+    n = nbytes // 4
+    srcs = [torch.randn(n, device=DEVICE) for _ in range(n_buffers)]
+    out = {}
+    for alloc in ("zeros", "empty"):
+        make = getattr(torch, alloc)
+
+        def step():
+            return [make(n, device=DEVICE).copy_(s) for s in srcs]
+
+        step()  # warm the caching allocator outside capture
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            step()
+        g.replay()
+        torch.cuda.synchronize()
+        out[f"{alloc}_us"] = time_us(g.replay)
+    out.update(n_buffers=n_buffers, buffer_bytes=nbytes, ratio=out["zeros_us"] / out["empty_us"])
+    return out
+
+
+def stale_bytes_demo(n: int = 8) -> dict:
+    """Why a buffer from ``empty`` inside a CUDA graph is not 'fresh': replay the same graph twice;
+    an element the kernel skips keeps the previous replay's value."""
+    require_gpu("stale_bytes_demo")
+    step_in = torch.zeros(1, device=DEVICE)
+    holder = {}
+
+    def step():
+        buf = torch.empty(n, device=DEVICE)
+        buf[: n - 1] = step_in + torch.arange(n - 1, device=DEVICE)  # forgets the last element
+        holder["buf"] = buf
+        return buf
+
+    step()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        step()
+    seen = []
+    for value in (100.0, 200.0):
+        step_in.fill_(value)
+        g.replay()
+        torch.cuda.synchronize()
+        seen.append(holder["buf"].tolist())
+        holder["buf"][n - 1] = value  # something else wrote there between steps
+    return {"replays": seen}
+
+
+def profile_zeros_vs_empty(nbytes: int = 64 << 20) -> dict:
+    """``torch.profiler`` over one zeros+overwrite and one empty+overwrite: which device kernels each
+    launches. On a CPU-only machine it profiles the CPU ops instead (and says so)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    n = nbytes // 4
+    src = torch.randn(n, device=DEVICE)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if ON_GPU else [])
+    res = {"device": str(DEVICE), "bytes": nbytes}
+    for alloc in ("zeros", "empty"):
+        make = getattr(torch, alloc)
+        for _ in range(3):
+            make(n, device=DEVICE).copy_(src)
+        if ON_GPU:
+            torch.cuda.synchronize()
+        with profile(activities=activities) as prof:
+            make(n, device=DEVICE).copy_(src)
+            if ON_GPU:
+                torch.cuda.synchronize()
+        events = []
+        for e in prof.key_averages():
+            dev_us = getattr(e, "device_time_total", getattr(e, "cuda_time_total", 0.0))
+            if ON_GPU and dev_us <= 0:
+                continue
+            if ON_GPU and not _is_kernel(e):
+                continue
+            if not ON_GPU and not e.key.startswith("aten::"):
+                continue
+            events.append({"name": e.key[:110], "count": e.count,
+                           "time_us": round(dev_us if ON_GPU else e.cpu_time_total, 2)})
+        res[alloc] = events
+    return res
+
+
+def _is_kernel(e) -> bool:
+    dt = getattr(e, "device_type", None)
+    return dt is not None and "CUDA" in str(dt) and not e.key.startswith(("aten::", "cuda"))
+
+
+def benchmark() -> tuple[dict, dict]:
+    """Everything notebook 01 shows, measured on this GPU (``python -m workbook bench alloc``)."""
+    require_gpu("benchmark")
+    ceiling = copy_ceiling_GBps()
+    results = {
+        "sweep": zeros_vs_empty_sweep(),
+        "graph": graph_decode_step(),
+        "profile": profile_zeros_vs_empty(),
+        "stale_bytes": stale_bytes_demo(),
+    }
+    return results, {"copy_GBps": ceiling}
