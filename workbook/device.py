@@ -68,8 +68,10 @@ def require_launchable(kernel) -> None:
         return
     from triton.runtime.interpreter import InterpretedFunction
 
-    fn = getattr(kernel, "fn", kernel)  # autotuned / heuristics wrappers hold the jit function
-    while not isinstance(fn, InterpretedFunction) and hasattr(fn, "fn"):
+    from triton.runtime.autotuner import Autotuner, Heuristics
+
+    fn = kernel
+    while isinstance(fn, (Autotuner, Heuristics)):  # wrappers hold the jit function in .fn
         fn = fn.fn
     if not isinstance(fn, InterpretedFunction):
         name = getattr(fn, "__name__", repr(kernel))

@@ -46,3 +46,82 @@ def coverage_map(cov: Coverage, ax=None, title: str | None = None, tile: tuple[i
                        Patch(color=COVERAGE_COLORS[2], label="unwritten, INSIDE view")],
               loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     return ax
+
+
+def _label(rec: dict, live: bool) -> str:
+    from .bench import recorded_label
+
+    return ("measured live: " if live else "") + recorded_label(rec)
+
+
+def _human(nbytes: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if nbytes < 1024 or unit == "GiB":
+            return f"{nbytes:g} {unit}"
+        nbytes /= 1024
+    return f"{nbytes:g}"
+
+
+def sweep_plot(rec: dict, live: bool = False):
+    """Left: time per call of zeros/empty alone and followed by a full overwrite. Right: the cost of
+    zeros in the allocate-then-overwrite pattern, as zeros+overwrite / empty+overwrite."""
+    rows = rec["results"]["sweep"]
+    x = np.array([r["bytes"] for r in rows])
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.2))
+    for key, style, lab in (("zeros_us", "o-", "torch.zeros"), ("empty_us", "s-", "torch.empty"),
+                            ("zeros_overwrite_us", "o--", "zeros + overwrite"),
+                            ("empty_overwrite_us", "s--", "empty + overwrite")):
+        a.loglog(x, [r[key] for r in rows], style, label=lab)
+    a.set_xlabel("buffer size")
+    a.set_ylabel("median time per call [us]")
+    a.set_xticks(x[::2], [_human(v) for v in x[::2]])
+    a.legend(fontsize=8)
+    a.grid(True, which="both", alpha=0.3)
+    ratio = [r["overwrite_ratio"] for r in rows]
+    b.semilogx(x, ratio, "o-", color="#D1495B")
+    for xi, ri in zip(x, ratio):
+        b.annotate(f"{ri:.2f}x", (xi, ri), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=7)
+    b.axhline(1.0, color="k", lw=0.8)
+    b.set_xticks(x[::2], [_human(v) for v in x[::2]])
+    b.set_ylim(0.9, max(ratio) * 1.15)
+    b.set_xlabel("buffer size")
+    b.set_ylabel("(zeros + overwrite) / (empty + overwrite)")
+    b.grid(True, which="both", alpha=0.3)
+    fig.suptitle(_label(rec, live), fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def bandwidth_plot(rec: dict, live: bool = False):
+    """Bandwidth of the zero fill against the measured device-to-device copy ceiling."""
+    rows = rec["results"]["sweep"]
+    x = np.array([r["bytes"] for r in rows])
+    copy = rec["ceilings"]["copy_GBps"]
+    fig, ax = plt.subplots(figsize=(7.5, 4))
+    ax.semilogx(x, [r["fill_GBps"] / 1e3 for r in rows], "o-", label="zero_() kernel: bytes written / time")
+    ax.semilogx(x, [r["bytes"] / (r["zeros_us"] * 1e-6) / 1e12 for r in rows], "s--",
+                label="torch.zeros(): bytes / (host + launch + fill)")
+    ax.axhline(copy / 1e3, color="k", ls=":", label=f"copy ceiling {copy / 1e3:.2f} TB/s (read + write)")
+    ax.set_xticks(x[::2], [_human(v) for v in x[::2]])
+    ax.set_xlabel("buffer size")
+    ax.set_ylabel("TB/s")
+    ax.legend(fontsize=8)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.set_title(_label(rec, live), fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def graph_plot(rec: dict, live: bool = False):
+    """One CUDA-graph replay of a decode-like step, zeros vs empty."""
+    g = rec["results"]["graph"]
+    fig, ax = plt.subplots(figsize=(6, 2.6))
+    vals = [g["zeros_us"], g["empty_us"]]
+    ax.barh(["zeros", "empty"], vals, color=["#D1495B", "#4C9F70"])
+    for i, v in enumerate(vals):
+        ax.text(v, i, f" {v:.1f} us", va="center", fontsize=9)
+    ax.set_xlim(0, max(vals) * 1.25)
+    ax.set_xlabel(f"graph replay, {g['n_buffers']} buffers of {_human(g['buffer_bytes'])} [us]")
+    ax.set_title(_label(rec, live), fontsize=9)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,224 @@
+"""The coverage toolkit must catch what it claims to catch, and pass what is correct."""
+import pytest
+import torch
+
+from workbook.coverage import (
+    assert_consumer_reads_only_written, assert_fully_written, consumer_differential, coverage,
+    find_redundant_zero_fills, poison_, poisoned_allocations, poisons_for, storage_bytes, storage_view,
+)
+from workbook.device import DEVICE
+
+
+# --- producers ------------------------------------------------------------------------------------
+
+def producer_ok(x):
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)  # every row written below
+    out.copy_(x * 2)
+    return out
+
+
+def producer_skips_last_row(x):
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    out[:-1] = x[:-1] * 2  # the off-by-one: row M-1 never written
+    return out
+
+
+def padded_producer(x, write_padding):
+    """Writes a [M, N] view of a [round_up(M, 8), N] int32 allocation (a padded tile)."""
+    M, N = x.shape
+    Mp = (M + 7) // 8 * 8
+    storage = torch.empty(Mp, N, dtype=torch.int32, device=x.device)
+    storage[:M] = (x * 100).to(torch.int32)
+    if write_padding:
+        storage[M:] = 0
+    return storage[:M]
+
+
+def mn_major_producer(x):
+    """The packed-scale layout of notebook 03: storage [G, round_up(M, 4)], result = .T[:M, :]."""
+    M, G = x.shape
+    storage = torch.empty(G, (M + 3) // 4 * 4, dtype=torch.int32, device=x.device)
+    view = storage.T[:M, :]
+    view.copy_((x * 10).to(torch.int32))
+    return view
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32, torch.uint8])
+def test_poison_fills_whole_storage_two_ways(dtype):
+    base = torch.empty(6, 5, dtype=dtype, device=DEVICE)
+    view = base[1:3, ::2]
+    seen = []
+    for pattern in poisons_for(dtype):
+        poison_(view, pattern)
+        seen.append(storage_bytes(view).clone())
+        if pattern == "nan":
+            assert torch.isnan(storage_view(view).float()).all()
+        else:
+            assert (storage_bytes(view) == (0xA5 if pattern == "a5" else 0x7F)).all()
+    assert not torch.equal(seen[0], seen[1]), "the two poisons must differ in every byte"
+    assert (seen[0] != seen[1]).all()
+
+
+def test_poisoned_allocations_poison_empty_but_not_zeros():
+    with poisoned_allocations("nan"):
+        e = torch.empty(4, 3, device=DEVICE)
+        z = torch.zeros(4, 3, device=DEVICE)
+        i = torch.empty(5, dtype=torch.int32, device=DEVICE)
+        s = torch.empty_strided((3, 2), (1, 3), device=DEVICE)
+    assert torch.isnan(e).all() and torch.isnan(s).all()
+    assert (z == 0).all()
+    assert (i == int.from_bytes(b"\xa5" * 4, "little", signed=True)).all()
+
+
+def test_correct_producer_passes():
+    x = torch.randn(37, 9, device=DEVICE)
+    (cov,) = assert_fully_written(producer_ok, x)
+    assert cov.storage_fully_written and cov.view_fully_written
+
+
+def test_catches_producer_that_skips_its_last_row():
+    x = torch.randn(37, 9, device=DEVICE)
+    (cov,) = coverage(producer_skips_last_row, x)
+    assert not cov.view_fully_written
+    assert cov.unwritten_in_view.nonzero()[:, 0].unique().tolist() == [36]
+    with pytest.raises(AssertionError, match=r"rows 36\.\.36 cols 0\.\.8"):
+        assert_fully_written(producer_skips_last_row, x, scope="view")
+
+
+def test_catches_unwritten_padding_outside_the_view():
+    x = torch.randn(13, 4, device=DEVICE)
+    (cov,) = coverage(padded_producer, x, False)
+    assert cov.view_fully_written, "the view itself is complete"
+    assert not cov.storage_fully_written
+    assert cov.storage_shape == (16, 4)
+    assert cov.unwritten_outside_view.sum() == 3 * 4
+    assert cov.unwritten_ranges("outside") == "rows 13..15 cols 0..3"
+    assert_fully_written(padded_producer, x, False, scope="view")  # view scope is satisfied ...
+    with pytest.raises(AssertionError, match="outside the view: rows 13..15"):
+        assert_fully_written(padded_producer, x, False, scope="storage")  # ... storage scope is not
+    assert_fully_written(padded_producer, x, True, scope="storage")
+
+
+def test_mn_major_view_over_larger_storage():
+    x = torch.randn(5, 3, device=DEVICE)
+    (cov,) = coverage(mn_major_producer, x)
+    assert cov.storage_shape == (3, 8) and cov.view_shape == (5, 3) and cov.view_stride == (1, 8)
+    assert cov.view_fully_written
+    assert cov.unwritten_ranges("outside") == "rows 0..2 cols 5..7"
+    assert int(cov.in_view.sum()) == 15
+
+
+def test_caller_owned_buffer():
+    buf = torch.empty(10, 3, device=DEVICE)
+
+    def fill_rows(b, n):
+        b[:n] = 1.5
+
+    (cov,) = coverage(fill_rows, buf, 10, out=buf)
+    assert cov.storage_fully_written
+    (cov,) = coverage(fill_rows, buf, 7, out=buf)
+    assert cov.unwritten_ranges("view") == "rows 7..9 cols 0..2"
+
+
+def test_value_equal_to_one_poison_still_counts_as_written():
+    """A producer that happens to write 0xA5A5A5A5 is not mistaken for an unwritten one."""
+    def writes_a5(x):
+        out = torch.empty(4, dtype=torch.int32, device=x.device)
+        out.fill_(int.from_bytes(b"\xa5" * 4, "little", signed=True))
+        return out
+
+    (cov,) = coverage(writes_a5, torch.zeros(1, device=DEVICE))
+    assert cov.storage_fully_written
+
+
+def consumer_view_only(v):
+    return v.double().sum(dim=1)
+
+
+def consumer_reads_whole_storage(v):
+    return storage_view(v).double().sum(dim=0)
+
+
+def test_consumer_differential():
+    x = torch.randn(13, 4, device=DEVICE)
+    ok = consumer_differential(padded_producer, consumer_view_only, x, False)
+    assert ok.identical
+    bad = consumer_differential(padded_producer, consumer_reads_whole_storage, x, False)
+    assert not bad.identical and bad.n_differ == 4
+    with pytest.raises(AssertionError, match="reads bytes nobody wrote"):
+        assert_consumer_reads_only_written(padded_producer, consumer_reads_whole_storage, x, False)
+    # once the producer writes its padding, even the whole-storage reader is well defined
+    assert_consumer_reads_only_written(padded_producer, consumer_reads_whole_storage, x, True)
+
+
+# --- the redundant zero-fill detector --------------------------------------------------------------
+
+def gdn_like_output(z):
+    z_out = torch.empty_like(z)
+    z_out.zero_()          # redundant: overwritten right below
+    z_out[:] = z
+    return z_out
+
+
+def accumulate(x):
+    acc = torch.zeros(x.shape[0], device=x.device)  # necessary: the loop adds into it
+    for j in range(x.shape[1]):
+        acc += x[:, j]
+    out = torch.zeros_like(x)                         # redundant: fully overwritten
+    out.copy_(x.cumsum(1))
+    return acc, out
+
+
+def partial_write(x, n):
+    out = x.new_zeros(x.shape)                        # necessary: rows n.. are read as zeros
+    out[:n] = x[:n]
+    return out
+
+
+def into_callers_buffer(x, buf):
+    buf.fill_(0)                                      # necessary: only the diagonal is written after
+    buf.diagonal().copy_(x)
+
+
+def test_zero_fill_detector_verdicts():
+    x = torch.randn(6, 5, device=DEVICE)
+    r = find_redundant_zero_fills(gdn_like_output, x)
+    assert [s.op for s in r.sites] == ["Tensor.zero_"] and r.sites[0].redundant
+    r = find_redundant_zero_fills(accumulate, x)
+    kinds = {s.op: s.redundant for s in r.sites}
+    assert kinds == {"torch.zeros": False, "torch.zeros_like": True}, r.report()
+    assert all(s.site.startswith("...") or "test_coverage.py:" in s.site for s in r.sites)
+    r = find_redundant_zero_fills(partial_write, x, 4)
+    assert [(s.op, s.redundant) for s in r.sites] == [("Tensor.new_zeros", False)]
+    r = find_redundant_zero_fills(partial_write, x, 6)
+    assert [(s.op, s.redundant) for s in r.sites] == [("Tensor.new_zeros", True)]
+    r = find_redundant_zero_fills(into_callers_buffer, x[:, 0], torch.randn(6, 6, device=DEVICE))
+    assert [(s.op, s.redundant) for s in r.sites] == [("Tensor.fill_(0)", False)]
+
+
+def test_zero_fill_detector_names_lines():
+    import inspect
+
+    x = torch.randn(6, 5, device=DEVICE)
+    r = find_redundant_zero_fills(accumulate, x)
+    src, first = inspect.getsourcelines(accumulate)
+    line_acc = first + next(i for i, s in enumerate(src) if "acc = torch.zeros" in s)
+    line_out = first + next(i for i, s in enumerate(src) if "out = torch.zeros_like" in s)
+    assert r.verdict(f"test_coverage.py:{line_acc}") == "necessary"
+    assert r.verdict(f"test_coverage.py:{line_out}") == "redundant"
+    assert "REDUNDANT" in r.report() and "necessary" in r.report()
+
+
+def test_zero_fill_detector_refuses_nondeterminism():
+    def noisy(x):
+        return torch.zeros_like(x) + torch.rand_like(x)
+
+    with pytest.raises(RuntimeError, match="not deterministic"):
+        find_redundant_zero_fills(noisy, torch.randn(3, device=DEVICE))
+
+
+def test_bad_pattern_names_the_rule():
+    with pytest.raises(ValueError, match="pattern must be one of"):
+        poison_(torch.empty(2), "zeros")
+    with pytest.raises(TypeError, match="floating-point"):
+        poison_(torch.empty(2, dtype=torch.int32), "nan")

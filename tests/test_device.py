@@ -1,0 +1,82 @@
+"""Where kernels run: one DEVICE, the interpreter fallback, and the import-order message."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import workbook
+from workbook.device import DEVICE, INTERPRETED, ON_GPU, check_tensor, describe
+
+
+def _python(code: str, **env) -> subprocess.CompletedProcess:
+    e = dict(os.environ)
+    e.pop("TRITON_INTERPRET", None)
+    e.update(env)
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          env=e, timeout=300)
+
+
+def test_one_device_chosen_once():
+    assert workbook.DEVICE is DEVICE
+    assert DEVICE.type == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert INTERPRETED == (not ON_GPU)
+    if INTERPRETED:
+        assert os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def test_cpu_fallback_runs_a_triton_kernel_in_the_interpreter():
+    r = _python("""
+        import workbook, torch, triton, triton.language as tl
+        @triton.jit
+        def add_one(p_x, n: tl.constexpr):
+            o = tl.arange(0, n)
+            tl.store(p_x + o, tl.load(p_x + o) + 1)
+        workbook.device.require_launchable(add_one)
+        x = torch.arange(8, dtype=torch.float32, device=workbook.DEVICE)
+        add_one[(1,)](x, 8)
+        print(workbook.DEVICE, workbook.INTERPRETED, x.tolist())
+    """, WORKBOOK_DEVICE="cpu")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split()[0:2] == ["cpu", "True"]
+    assert "[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]" in r.stdout
+
+
+def test_kernel_defined_before_workbook_gets_a_clear_message():
+    r = _python("""
+        import triton, triton.language as tl
+        @triton.jit
+        def k(p_x):
+            pass
+        import workbook
+        workbook.device.require_launchable(k)
+    """, WORKBOOK_DEVICE="cpu")
+    assert r.returncode != 0
+    assert "TritonImportOrderError" in r.stderr
+    assert "TRITON_INTERPRET=1" in r.stderr and "import workbook" in r.stderr
+
+
+def test_bad_device_override_is_named():
+    r = _python("import workbook", WORKBOOK_DEVICE="tpu")
+    assert r.returncode != 0 and "WORKBOOK_DEVICE must be 'cpu' or 'cuda'" in r.stderr
+
+
+def test_check_tensor_names_argument_and_rule():
+    x = torch.randn(4, 6)
+    with pytest.raises(TypeError, match=r"x must have dtype in \(float16, bfloat16\), got float32"):
+        check_tensor("x", x, dtypes=(torch.float16, torch.bfloat16))
+    with pytest.raises(ValueError, match=r"x must be 3-D, got shape \(4, 6\)"):
+        check_tensor("x", x, ndim=3)
+    with pytest.raises(ValueError, match="x must be contiguous"):
+        check_tensor("x", x.T)
+    with pytest.raises(ValueError, match="x is on cpu but must be on cuda"):
+        check_tensor("x", x, device="cuda")
+    with pytest.raises(TypeError, match="x must be a torch.Tensor"):
+        check_tensor("x", [1, 2])
+
+
+def test_describe_has_versions():
+    d = describe()
+    assert d["torch"] == torch.__version__ and d["triton"] and d["device"] == str(DEVICE)
