@@ -12,11 +12,17 @@ from workbook.device import DEVICE, INTERPRETED, ON_GPU, check_tensor, describe
 
 
 def _python(code: str, **env) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh interpreter (from a file: compiled @triton.jit needs one)."""
+    import tempfile
+
     e = dict(os.environ)
     e.pop("TRITON_INTERPRET", None)
     e.update(env)
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          env=e, timeout=300)
+    with tempfile.TemporaryDirectory() as d:
+        script = os.path.join(d, "script.py")
+        with open(script, "w") as f:
+            f.write(textwrap.dedent(code))
+        return subprocess.run([sys.executable, script], capture_output=True, text=True, env=e, timeout=300)
 
 
 def test_one_device_chosen_once():
