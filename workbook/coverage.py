@@ -392,6 +392,8 @@ def _call_site() -> str:
         f = fr.filename
         if f == _THIS_FILE or "/torch/" in f or f.endswith("contextlib.py") or "/torch\\" in f:
             continue
+        if "ipykernel_" in f or f.startswith("<ipython-input"):
+            return f"<notebook cell>:{fr.lineno}"  # cell file names change from run to run
         short = f if len(f) < 60 else "..." + f[-57:]
         return f"{short}:{fr.lineno}"
     return "<unknown>"
