@@ -1,0 +1,618 @@
+"""Gated DeltaNet (Yang, Kautz, Hatamizadeh, ICLR 2025) as Qwen3-Next uses it: references, launchers,
+a linear-attention block that returns its output, the redundant ``zero_()`` lesson, the benchmark.
+
+Per value head the state ``h`` is a ``[K, V]`` matrix. Per token ``t``::
+
+    h <- exp(g_t) h                  (decay, g_t <= 0)
+    u  = beta_t (v_t - h^T k_t)      (delta rule: write only what h does not already predict)
+    h <- h + k_t u^T
+    o_t = h^T (scale q_t)            (scale defaults to K^-0.5)
+
+The public functions take the arguments of flash-linear-attention's functions of the same names:
+q, k ``[B, T, H, K]``; v ``[B, T, HV, V]``; g, beta ``[B, T, HV]``; states ``[N, HV, K, V]``;
+``cu_seqlens`` (with B == 1) for variable-length batches. Value heads may outnumber key heads
+(HV a multiple of H, value head ``hv`` reads key head ``hv // (HV // H)``: Qwen3-Next has 16 and 32).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from .device import DEVICE, ON_GPU, check_tensor, require_launchable
+from .kernels import gdn as kern
+
+__all__ = [
+    "l2norm", "naive_recurrent_gated_delta_rule", "chunk_gated_delta_rule_ref",
+    "fused_recurrent_gated_delta_rule", "chunk_gated_delta_rule", "gated_rmsnorm", "gated_rmsnorm_ref",
+    "GDNBlockParams", "make_block_params", "qwen3_next_linear_attention", "z_handoff_zero_then_copy",
+    "make_inputs", "benchmark", "plot_state", "plot_benchmark", "CHUNK", "CONFIG",
+]
+
+CHUNK = 64
+_FLOATS = (torch.float32, torch.bfloat16, torch.float16)
+# Launch configuration (value-block widths and warps). ``benchmark()`` sweeps alternatives on the GPU.
+CONFIG = {"rec_bv": 32, "rec_warps": 4, "prep_warps": 4, "state_bv": None, "state_warps": 4,
+          "out_bv": 64, "out_warps": 4}
+
+
+def l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """x * rsqrt(sum(x^2) + eps) along the last dim, in fp32."""
+    x = x.float()
+    return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + eps)
+
+
+# --------------------------------------------------------------------------------------------------
+# Input checks (shared by references and kernels)
+# --------------------------------------------------------------------------------------------------
+
+def _check(q, k, v, g, beta, scale, initial_state, cu_seqlens, *, device=None, inplace=False):
+    """Validate the public arguments; return (B, T, H, HV, K, V, N, seq bounds as a python list)."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        check_tensor(name, t, dtypes=_FLOATS, ndim=4, device=device)
+    dev = q.device
+    for name, t in (("k", k), ("v", v)):
+        if t.device != dev:
+            raise ValueError(f"{name} is on {t.device} but q is on {dev}: all inputs must share one device")
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        raise TypeError(f"q, k, v must share one dtype, got q {q.dtype}, k {k.dtype}, v {v.dtype}")
+    if k.shape != q.shape:
+        raise ValueError(f"k must have q's shape [B, T, H, K] = {list(q.shape)}, got {list(k.shape)}")
+    B, T, H, K = q.shape
+    if v.shape[:2] != q.shape[:2]:
+        raise ValueError(f"v must be [B, T, HV, V] with q's B, T = {B}, {T}, got {list(v.shape)}")
+    HV, V = v.shape[2], v.shape[3]
+    if H == 0 or HV % H != 0:
+        raise ValueError(f"value heads HV={HV} must be a positive multiple of the key heads H={H} "
+                         "(value head hv reads key head hv // (HV // H))")
+    if not 1 <= K <= 256:
+        raise ValueError(f"key head dim K={K} must be in [1, 256] (the whole key dim is one block)")
+    if not 1 <= V <= 512:
+        raise ValueError(f"value head dim V={V} must be in [1, 512]")
+    for name, t in (("g", g), ("beta", beta)):
+        check_tensor(name, t, dtypes=_FLOATS, ndim=3, device=dev)
+        if tuple(t.shape) != (B, T, HV):
+            raise ValueError(f"{name} must be [B, T, HV] = {[B, T, HV]} (one value per token and value "
+                             f"head), got {list(t.shape)}")
+    if scale is not None and not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
+        raise ValueError(f"scale must be None (K^-0.5) or a positive finite number, got {scale!r}")
+    bounds = None
+    if cu_seqlens is not None:
+        check_tensor("cu_seqlens", cu_seqlens, dtypes=(torch.int32, torch.int64), ndim=1, device=dev)
+        if B != 1:
+            raise ValueError(f"with cu_seqlens the batch size must be 1 (sequences laid end to end), got B={B}")
+        if cu_seqlens.numel() < 2:
+            raise ValueError("cu_seqlens must hold at least 2 offsets [0, ..., T]")
+        bounds = cu_seqlens.tolist()
+        if bounds[0] != 0 or bounds[-1] != T:
+            raise ValueError(f"cu_seqlens must start at 0 and end at T={T}, got {bounds[0]} .. {bounds[-1]}")
+        if any(b < a for a, b in zip(bounds, bounds[1:])):
+            raise ValueError(f"cu_seqlens must be non-decreasing, got {bounds}")
+        N = len(bounds) - 1
+    else:
+        N = B
+        bounds = [i * T for i in range(B + 1)]
+    if initial_state is not None:
+        check_tensor("initial_state", initial_state, dtypes=_FLOATS, ndim=4, device=dev)
+        if tuple(initial_state.shape) != (N, HV, K, V):
+            raise ValueError(f"initial_state must be [N, HV, K, V] = {[N, HV, K, V]} (N = number of "
+                             f"sequences), got {list(initial_state.shape)}")
+    if inplace and initial_state is None:
+        raise ValueError("inplace_final_state=True needs an initial_state to update in place")
+    return B, T, H, HV, K, V, N, bounds
+
+
+# --------------------------------------------------------------------------------------------------
+# References (pure torch, fp32)
+# --------------------------------------------------------------------------------------------------
+
+def naive_recurrent_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None,
+                                     output_final_state=False, cu_seqlens=None,
+                                     use_qk_l2norm_in_kernel=False, dtype=torch.float32):
+    """The recurrence token by token in ``dtype`` (fp32 by default): the reference for everything.
+    Returns (o [B, T, HV, V] in ``dtype``, final state [N, HV, K, V] or None)."""
+    B, T, H, HV, K, V, N, bounds = _check(q, k, v, g, beta, scale, initial_state, cu_seqlens)
+    scale = K ** -0.5 if scale is None else scale
+    rep = HV // H
+    qf, kf = q.reshape(B * T, H, K).to(dtype), k.reshape(B * T, H, K).to(dtype)
+    if use_qk_l2norm_in_kernel:
+        qf, kf = l2norm(qf).to(dtype), l2norm(kf).to(dtype)
+    qf, kf = qf.repeat_interleave(rep, dim=1), kf.repeat_interleave(rep, dim=1)
+    vf, gf, bf = v.reshape(B * T, HV, V).to(dtype), g.reshape(B * T, HV).to(dtype), beta.reshape(B * T, HV).to(dtype)
+    o = torch.empty(B * T, HV, V, dtype=dtype, device=q.device)  # rows filled by the loop below
+    finals = []
+    for n in range(N):
+        h = (initial_state[n].to(dtype).clone() if initial_state is not None
+             else torch.zeros(HV, K, V, dtype=dtype, device=q.device))
+        for t in range(bounds[n], bounds[n + 1]):
+            h = h * gf[t].exp()[:, None, None]
+            u = bf[t][:, None] * (vf[t] - torch.einsum("hkv,hk->hv", h, kf[t]))
+            h = h + kf[t][:, :, None] * u[:, None, :]
+            o[t] = torch.einsum("hkv,hk->hv", h, qf[t] * scale)
+        finals.append(h)
+    return o.view(B, T, HV, V), (torch.stack(finals) if output_final_state else None)
+
+
+def chunk_gated_delta_rule_ref(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
+                               cu_seqlens=None, use_qk_l2norm_in_kernel=False, chunk_size=CHUNK,
+                               dtype=torch.float32):
+    """The chunked form in pure torch (SPECS section 4): per chunk of ``chunk_size`` tokens,
+    A = (I + strict_lower(diag(beta)(K K^T * Gamma)))^-1, W = A diag(beta exp(G)) K, U = A diag(beta) V,
+    V' = U - W h, O = (Q exp(G)) h + (Q K^T * Gamma)_causal V', h <- exp(G_C) h + (K exp(G_C - G))^T V'."""
+    B, T, H, HV, K, V, N, bounds = _check(q, k, v, g, beta, scale, initial_state, cu_seqlens)
+    scale = K ** -0.5 if scale is None else scale
+    rep = HV // H
+    qf, kf = q.reshape(B * T, H, K).to(dtype), k.reshape(B * T, H, K).to(dtype)
+    if use_qk_l2norm_in_kernel:
+        qf, kf = l2norm(qf).to(dtype), l2norm(kf).to(dtype)
+    # head-major: [HV, T_all, D]
+    qf = qf.repeat_interleave(rep, dim=1).transpose(0, 1) * scale
+    kf = kf.repeat_interleave(rep, dim=1).transpose(0, 1)
+    vf = v.reshape(B * T, HV, V).to(dtype).transpose(0, 1)
+    gf = g.reshape(B * T, HV).to(dtype).transpose(0, 1)
+    bf = beta.reshape(B * T, HV).to(dtype).transpose(0, 1)
+    o = torch.empty(HV, B * T, V, dtype=dtype, device=q.device)  # every chunk writes its rows below
+    finals = []
+    for n in range(N):
+        h = (initial_state[n].to(dtype).clone() if initial_state is not None
+             else torch.zeros(HV, K, V, dtype=dtype, device=q.device))
+        for s in range(bounds[n], bounds[n + 1], chunk_size):
+            e = min(s + chunk_size, bounds[n + 1])
+            C = e - s
+            Q, Kc, Vc, b = qf[:, s:e], kf[:, s:e], vf[:, s:e], bf[:, s:e]
+            G = gf[:, s:e].cumsum(-1)                                        # [HV, C]
+            diff = G[:, :, None] - G[:, None, :]
+            low = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()
+            gamma = torch.where(low, diff, torch.zeros((), dtype=dtype, device=q.device)).exp() * low
+            L = (b[:, :, None] * (Kc @ Kc.transpose(1, 2)) * gamma).tril(-1)
+            eye = torch.eye(C, dtype=dtype, device=q.device).expand(HV, C, C)
+            A = torch.linalg.solve_triangular(eye + L, eye, upper=False, unitriangular=True)
+            W = A @ ((b * G.exp())[:, :, None] * Kc)
+            U = A @ (b[:, :, None] * Vc)
+            Vn = U - W @ h
+            o[:, s:e] = (Q * G.exp()[:, :, None]) @ h + ((Q @ Kc.transpose(1, 2)) * gamma) @ Vn
+            Gl = G[:, -1:]
+            h = h * Gl.exp()[:, :, None] + (Kc * (Gl - G).exp()[:, :, None]).transpose(1, 2) @ Vn
+        finals.append(h)
+    return (o.transpose(0, 1).reshape(B, T, HV, V),
+            torch.stack(finals) if output_final_state else None)
+
+
+# --------------------------------------------------------------------------------------------------
+# Launchers
+# --------------------------------------------------------------------------------------------------
+
+def _pow2(n: int, lo: int = 16) -> int:
+    return max(lo, 1 << (max(n, 1) - 1).bit_length())
+
+
+def _final_state_buffer(initial_state, inplace, N, HV, K, V, dev):
+    if inplace:
+        # In place: the program that owns state slice (n, hv, :, v-block) reads it first and writes it
+        # last; no other program touches it, so aliasing h0 and ht is race-free.
+        return initial_state
+    # empty: each (n, hv, v-block) program stores its whole [K, BV] slice (K rows, BV columns,
+    # masked only at the true K / V edges), and the programs tile [N, HV, K, V] exactly.
+    return torch.empty(N, HV, K, V, dtype=torch.float32, device=dev)
+
+
+def fused_recurrent_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None,
+                                     output_final_state=False, use_qk_l2norm_in_kernel=False,
+                                     cu_seqlens=None, inplace_final_state=False, _config=None):
+    """Recurrent Gated DeltaNet in one Triton kernel (decode and short sequences).
+
+    Returns ``(o [B, T, HV, V] in v's dtype, final_state [N, HV, K, V] fp32 or None)``. With
+    ``inplace_final_state=True`` the final state is written into ``initial_state`` (its dtype) and
+    that tensor is returned.
+    """
+    B, T, H, HV, K, V, N, _ = _check(q, k, v, g, beta, scale, initial_state, cu_seqlens,
+                                     device=DEVICE, inplace=inplace_final_state)
+    cfg = {**CONFIG, **(_config or {})}
+    scale = K ** -0.5 if scale is None else float(scale)
+    # empty: o[b, t, hv, :] is written by the programs of head hv of the sequence holding t, one
+    # value block each, at its step t; every token belongs to exactly one sequence (checked above).
+    o = torch.empty_like(v)
+    store = output_final_state or inplace_final_state
+    ht = _final_state_buffer(initial_state, inplace_final_state, N, HV, K, V, q.device) if store else None
+    BK = _pow2(K)
+    BV = min(cfg["rec_bv"], _pow2(V))
+    require_launchable(kern.fused_recurrent_gdn_fwd_kernel)
+    kern.fused_recurrent_gdn_fwd_kernel[(triton_cdiv(V, BV), N * HV)](
+        q, k, v, g, beta, o,
+        initial_state if initial_state is not None else o,   # dummy pointer when unused
+        ht if ht is not None else o,
+        cu_seqlens if cu_seqlens is not None else o,
+        scale, T, H=H, HV=HV, K=K, V=V, BK=BK, BV=BV,
+        USE_H0=initial_state is not None, STORE_HT=store, IS_VARLEN=cu_seqlens is not None,
+        USE_QK_L2NORM=bool(use_qk_l2norm_in_kernel), num_warps=cfg["rec_warps"])
+    return o, ht
+
+
+def triton_cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _chunk_tables(bounds, dev):
+    """chunk_indices [NT_all, 2] = (sequence, chunk within it) and chunk_offsets [N + 1]."""
+    counts = [triton_cdiv(b - a, CHUNK) for a, b in zip(bounds, bounds[1:])]
+    idx = [(n, i) for n, c in enumerate(counts) for i in range(c)]
+    offsets = [0]
+    for c in counts:
+        offsets.append(offsets[-1] + c)
+    ci = torch.tensor(idx if idx else [[0, 0]], dtype=torch.int32, device=dev)
+    return ci, torch.tensor(offsets, dtype=torch.int32, device=dev), offsets[-1]
+
+
+def _state_bv(cfg, N, HV, V):
+    if cfg["state_bv"]:
+        return min(cfg["state_bv"], _pow2(V))
+    # the state pass is sequential over chunks; widen the grid until it fills the SMs
+    for bv in (64, 32):
+        if N * HV * triton_cdiv(V, bv) >= 256:
+            return min(bv, _pow2(V))
+    return min(16, _pow2(V))
+
+
+def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
+                           use_qk_l2norm_in_kernel=False, cu_seqlens=None, inplace_final_state=False,
+                           _config=None, _return_intermediates=False):
+    """Chunked Gated DeltaNet (prefill), chunks of 64 tokens, three Triton kernels:
+    prepare (G, w, u; parallel over chunks) -> state pass (sequential over chunks) -> output
+    (parallel over chunks). Same arguments and returns as :func:`fused_recurrent_gated_delta_rule`."""
+    B, T, H, HV, K, V, N, bounds = _check(q, k, v, g, beta, scale, initial_state, cu_seqlens,
+                                          device=DEVICE, inplace=inplace_final_state)
+    cfg = {**CONFIG, **(_config or {})}
+    scale = K ** -0.5 if scale is None else float(scale)
+    dev, dt = q.device, q.dtype
+    varlen = cu_seqlens is not None
+    if varlen:
+        chunk_indices, chunk_offsets, NT = _chunk_tables(bounds, dev)
+    else:
+        chunk_indices = chunk_offsets = None
+        NT = B * triton_cdiv(T, CHUNK)
+    BK, BVf = _pow2(K), _pow2(V)
+    TA = B * T
+    # Intermediates. All `empty`: chunk c of sequence n covers rows [bos + 64c, min(bos + 64c + 64, eos))
+    # and the chunks of all sequences tile [0, T_all) (cu_seqlens checked: 0 .. T, non-decreasing), so
+    # each per-row buffer below is written row by row by its chunk's program before anyone reads it.
+    G = torch.empty(TA, HV, dtype=torch.float32, device=dev)   # kernel 1, program (chunk, hv)
+    w = torch.empty(TA, HV, K, dtype=dt, device=dev)           # kernel 1, all K columns
+    u = torch.empty(TA, HV, V, dtype=dt, device=dev)           # kernel 1, all V columns
+    v_new = torch.empty(TA, HV, V, dtype=dt, device=dev)       # kernel 2, program (v-block, n, hv)
+    # h[c, hv] = state at the start of chunk c: kernel 2 stores it for every chunk of every sequence
+    # (chunk_offsets numbers them 0 .. NT-1 without gaps), all K rows, its V block.
+    h = torch.empty(max(NT, 1), HV, K, V, dtype=dt, device=dev)
+    # o: kernel 3 program (v-block, chunk, hv) writes the chunk's rows x its V block.
+    o = torch.empty_like(v)
+    store = output_final_state or inplace_final_state
+    ht = _final_state_buffer(initial_state, inplace_final_state, N, HV, K, V, dev) if store else None
+    dummy = G
+    cu = cu_seqlens if varlen else dummy
+    for kfn in (kern.chunk_gdn_prepare_kernel, kern.chunk_gdn_state_kernel, kern.chunk_gdn_output_kernel):
+        require_launchable(kfn)
+    l2 = bool(use_qk_l2norm_in_kernel)
+    if NT:
+        kern.chunk_gdn_prepare_kernel[(NT, HV)](
+            k, v, g, beta, G, w, u, cu, chunk_indices if varlen else dummy, T,
+            H=H, HV=HV, K=K, V=V, BT=CHUNK, BK=BK, BV=BVf, USE_QK_L2NORM=l2, IS_VARLEN=varlen,
+            num_warps=cfg["prep_warps"])
+    BV2 = _state_bv(cfg, N, HV, V)
+    kern.chunk_gdn_state_kernel[(triton_cdiv(V, BV2), N * HV)](
+        k, w, u, G, h, v_new,
+        initial_state if initial_state is not None else dummy, ht if ht is not None else dummy,
+        cu, chunk_offsets if varlen else dummy, T,
+        H=H, HV=HV, K=K, V=V, BT=CHUNK, BK=BK, BV=BV2, USE_H0=initial_state is not None,
+        STORE_HT=store, USE_QK_L2NORM=l2, IS_VARLEN=varlen, num_warps=cfg["state_warps"])
+    BV3 = min(cfg["out_bv"], BVf)
+    if NT:
+        kern.chunk_gdn_output_kernel[(triton_cdiv(V, BV3), NT, HV)](
+            q, k, v_new, h, G, o, cu, chunk_indices if varlen else dummy, scale, T,
+            H=H, HV=HV, K=K, V=V, BT=CHUNK, BK=BK, BV=BV3, USE_QK_L2NORM=l2, IS_VARLEN=varlen,
+            num_warps=cfg["out_warps"])
+    if _return_intermediates:
+        return o, ht, {"G": G, "w": w, "u": u, "v_new": v_new, "h": h}
+    return o, ht
+
+
+# --------------------------------------------------------------------------------------------------
+# Gated RMSNorm
+# --------------------------------------------------------------------------------------------------
+
+def _check_norm(x, z, weight, eps, device=None):
+    check_tensor("x", x, dtypes=_FLOATS, device=device)
+    check_tensor("z", z, dtypes=_FLOATS, device=x.device)
+    check_tensor("weight", weight, dtypes=_FLOATS, ndim=1, device=x.device)
+    if x.dim() < 1 or x.shape[-1] == 0:
+        raise ValueError(f"x must have a non-empty last (head) dim, got shape {list(x.shape)}")
+    if z.shape != x.shape:
+        raise ValueError(f"z must have x's shape {list(x.shape)}, got {list(z.shape)}")
+    if z.dtype != x.dtype:
+        raise TypeError(f"z must have x's dtype {x.dtype}, got {z.dtype}")
+    if weight.shape[0] != x.shape[-1]:
+        raise ValueError(f"weight must be [D] with D = x.shape[-1] = {x.shape[-1]}, got {list(weight.shape)}")
+    if not (isinstance(eps, (int, float)) and eps > 0):
+        raise ValueError(f"eps must be a positive number, got {eps!r}")
+
+
+def gated_rmsnorm_ref(x, z, weight, eps=1e-6):
+    """weight * x * rsqrt(mean(x^2) + eps) * silu(z) over the last dim, fp32 inside, x's dtype out."""
+    _check_norm(x, z, weight, eps)
+    xf = x.float()
+    y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * weight.float() * F.silu(z.float())
+    return y.to(x.dtype)
+
+
+def gated_rmsnorm(x, z, weight, eps=1e-6, _block_rows=None):
+    """Gated RMSNorm (Qwen3-Next ``RMSNormGated``) per head: normalises the last dim of x."""
+    _check_norm(x, z, weight, eps, device=DEVICE)
+    D = x.shape[-1]
+    M = x.numel() // D
+    # empty: program i writes rows [i*BM, (i+1)*BM) x all D columns; the grid covers all M rows.
+    y = torch.empty_like(x)
+    BD = _pow2(D, 1)
+    BM = _block_rows or max(1, min(16, 4096 // BD))
+    require_launchable(kern.gated_rmsnorm_kernel)
+    if M:
+        kern.gated_rmsnorm_kernel[(triton_cdiv(M, BM),)](x, z, weight, y, M, float(eps), D=D, BD=BD, BM=BM,
+                                                         num_warps=4)
+    return y
+
+
+# --------------------------------------------------------------------------------------------------
+# A Qwen3-Next-style linear-attention block
+# --------------------------------------------------------------------------------------------------
+
+@dataclass
+class GDNBlockParams:
+    """Weights of one linear-attention (Gated DeltaNet) block. Shapes: in_proj_qkvz
+    [2*Hk*Dk + 2*Hv*Dv, hidden], in_proj_ba [2*Hv, hidden], conv_weight [2*Hk*Dk + Hv*Dv, conv_k],
+    A_log, dt_bias [Hv], norm_weight [Dv], out_proj [hidden, Hv*Dv]."""
+    in_proj_qkvz: torch.Tensor
+    in_proj_ba: torch.Tensor
+    conv_weight: torch.Tensor
+    A_log: torch.Tensor
+    dt_bias: torch.Tensor
+    norm_weight: torch.Tensor
+    out_proj: torch.Tensor
+    num_k_heads: int
+    num_v_heads: int
+    head_k_dim: int
+    head_v_dim: int
+
+
+def make_block_params(hidden=64, num_k_heads=2, num_v_heads=4, head_k_dim=16, head_v_dim=16, conv_k=4,
+                      dtype=torch.float32, device=None, seed=0) -> GDNBlockParams:
+    """Random weights of a small block (Qwen3-Next: hidden 2048, 16 key heads, 32 value heads, 128, 4)."""
+    gen = torch.Generator().manual_seed(seed)
+    dev = device or DEVICE
+    nk, nv = num_k_heads * head_k_dim, num_v_heads * head_v_dim
+    r = lambda *s, std=1.0: (torch.randn(*s, generator=gen) * std).to(dtype=dtype, device=dev)  # noqa: E731
+    return GDNBlockParams(
+        in_proj_qkvz=r(2 * nk + 2 * nv, hidden, std=hidden ** -0.5),
+        in_proj_ba=r(2 * num_v_heads, hidden, std=hidden ** -0.5),
+        conv_weight=r(2 * nk + nv, conv_k, std=0.5),
+        A_log=(torch.rand(num_v_heads, generator=gen) * 2 - 1).to(device=dev),
+        dt_bias=(torch.rand(num_v_heads, generator=gen)).to(device=dev),
+        norm_weight=(1 + 0.1 * torch.randn(head_v_dim, generator=gen)).to(dtype=dtype, device=dev),
+        out_proj=r(hidden, nv, std=nv ** -0.5),
+        num_k_heads=num_k_heads, num_v_heads=num_v_heads, head_k_dim=head_k_dim, head_v_dim=head_v_dim)
+
+
+def z_handoff_zero_then_copy(z: torch.Tensor) -> torch.Tensor:
+    """The pattern removed from a GDN path: a fresh buffer zero-filled, then overwritten whole."""
+    z_out = torch.empty(z.shape, dtype=z.dtype, device=z.device)
+    z_out.zero_()   # redundant: the next line writes every element of z_out
+    z_out[:] = z
+    return z_out
+
+
+def qwen3_next_linear_attention(hidden: torch.Tensor, p: GDNBlockParams, *, kernel: str = "chunk",
+                                legacy_z_zero_fill: bool = False) -> torch.Tensor:
+    """One Qwen3-Next-style linear-attention block on ``hidden [B, T, hidden]``; RETURNS its output
+    ``[B, T, hidden]`` (no caller-owned output buffer, so a compiler can fuse what follows).
+
+    projections -> causal depthwise conv1d (kernel conv_k) + SiLU over concat(q, k, v) -> gates
+    g = -exp(A_log) softplus(a + dt_bias), beta = sigmoid(b) -> Gated DeltaNet with q, k L2-normalised
+    in the kernel -> gated RMSNorm per head with z -> out projection. ``kernel`` is 'chunk',
+    'recurrent' or 'reference' (fp32 naive recurrence). The projection layout here is plain
+    concatenation (the real checkpoint interleaves per key-head group).
+    """
+    if kernel not in ("chunk", "recurrent", "reference"):
+        raise ValueError(f"kernel must be 'chunk', 'recurrent' or 'reference', got {kernel!r}")
+    check_tensor("hidden", hidden, dtypes=_FLOATS, ndim=3, device=p.out_proj.device)
+    B, T, D = hidden.shape
+    if D != p.in_proj_qkvz.shape[1]:
+        raise ValueError(f"hidden's last dim {D} must match the block's hidden size {p.in_proj_qkvz.shape[1]}")
+    Hk, Hv, Dk, Dv = p.num_k_heads, p.num_v_heads, p.head_k_dim, p.head_v_dim
+    nk, nv = Hk * Dk, Hv * Dv
+    qkvz = hidden @ p.in_proj_qkvz.T
+    ba = hidden @ p.in_proj_ba.T
+    qkv, z = qkvz[..., : 2 * nk + nv], qkvz[..., 2 * nk + nv:]
+    kc = p.conv_weight.shape[1]
+    qkv = F.conv1d(F.pad(qkv.transpose(1, 2), (kc - 1, 0)), p.conv_weight[:, None, :],
+                   groups=qkv.shape[-1]).transpose(1, 2)
+    qkv = F.silu(qkv)
+    q = qkv[..., :nk].reshape(B, T, Hk, Dk).contiguous()
+    k = qkv[..., nk: 2 * nk].reshape(B, T, Hk, Dk).contiguous()
+    v = qkv[..., 2 * nk:].reshape(B, T, Hv, Dv).contiguous()
+    b, a = ba[..., :Hv], ba[..., Hv:]
+    g = (-p.A_log.float().exp() * F.softplus(a.float() + p.dt_bias.float())).contiguous()
+    beta = torch.sigmoid(b.float()).to(hidden.dtype).contiguous()
+    if kernel == "reference":
+        core, _ = naive_recurrent_gated_delta_rule(q, k, v, g, beta, use_qk_l2norm_in_kernel=True)
+        core = core.to(hidden.dtype)
+    else:
+        fn = chunk_gated_delta_rule if kernel == "chunk" else fused_recurrent_gated_delta_rule
+        core, _ = fn(q, k, v, g, beta, use_qk_l2norm_in_kernel=True)
+    z = z.reshape(B, T, Hv, Dv)
+    if legacy_z_zero_fill:
+        z = z_handoff_zero_then_copy(z)
+    else:
+        z = z.contiguous()
+    if kernel == "reference":
+        y = gated_rmsnorm_ref(core, z, p.norm_weight)
+    else:
+        y = gated_rmsnorm(core, z, p.norm_weight)
+    return y.reshape(B, T, nv) @ p.out_proj.T
+
+
+# --------------------------------------------------------------------------------------------------
+# Inputs, benchmark, plots
+# --------------------------------------------------------------------------------------------------
+
+def make_inputs(B, T, H, K, V=None, HV=None, dtype=torch.float32, gate="medium", device=None, seed=0,
+                initial_state=False, normalize_qk=True):
+    """Random inputs in the shapes of the public functions. ``gate``: 'near0' (g ~ -1e-3, almost no
+    decay), 'medium', 'strong' (g ~ -5: the state forgets within a few tokens) or 'mixed'."""
+    gen = torch.Generator().manual_seed(seed)
+    V = V or K
+    HV = HV or H
+    dev = device or DEVICE
+    r = lambda *s: torch.randn(*s, generator=gen)  # noqa: E731
+    q, k = r(B, T, H, K), r(B, T, H, K)
+    if normalize_qk:
+        q, k = l2norm(q), l2norm(k)
+    v = r(B, T, HV, V)
+    scale_g = {"near0": 1e-3, "medium": 0.1, "strong": 5.0}
+    if gate == "mixed":
+        g = -torch.rand(B, T, HV, generator=gen) * torch.tensor([1e-3, 0.1, 1.0, 5.0]).repeat(HV)[:HV]
+    else:
+        g = -torch.rand(B, T, HV, generator=gen) * scale_g[gate]
+    beta = torch.rand(B, T, HV, generator=gen) * 0.9 + 0.05
+    out = dict(q=q.to(dtype), k=k.to(dtype), v=v.to(dtype), g=g.float(), beta=beta.to(dtype))
+    out = {n: t.to(dev) for n, t in out.items()}
+    if initial_state:
+        out["initial_state"] = (r(B, HV, K, V) * 0.5).to(dev)
+    return out
+
+
+def _fla():
+    try:
+        from fla.ops.gated_delta_rule import chunk_gated_delta_rule as fc
+        from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule as fr
+        import fla
+        return fc, fr, getattr(fla, "__version__", "?")
+    except Exception as e:  # noqa: BLE001  (the peer is optional)
+        return None, None, f"unavailable: {type(e).__name__}: {e}"
+
+
+CHUNK_SHAPES = [(1, 8192, 16, 128), (4, 4096, 32, 128)]
+DECODE_SHAPE = (256, 32, 128)
+
+
+def benchmark():
+    """H200 benchmark: chunked prefill at CHUNK_SHAPES (bf16) and recurrent decode at DECODE_SHAPE
+    (fp32 state), ours vs flash-linear-attention when its wheel is installed, plus config sweeps."""
+    from .bench import copy_ceiling_GBps, require_gpu, time_us
+    from .check import rel_err
+
+    require_gpu("gdn.benchmark")
+    fla_chunk, fla_rec, fla_ver = _fla()
+    ceil = copy_ceiling_GBps()
+    res = {"fla_version": fla_ver, "chunk": [], "decode": [], "sweeps": {}}
+
+    for (B, T, H, D) in CHUNK_SHAPES:
+        x = make_inputs(B, T, H, D, dtype=torch.bfloat16, gate="mixed", initial_state=True)
+        for l2 in (False, True):
+            args = dict(q=x["q"], k=x["k"], v=x["v"], g=x["g"], beta=x["beta"], initial_state=x["initial_state"],
+                        output_final_state=True, use_qk_l2norm_in_kernel=l2)
+            ours = time_us(lambda: chunk_gated_delta_rule(**args))
+            row = {"B": B, "T": T, "H": H, "D": D, "dtype": "bfloat16", "l2norm_in_kernel": l2, "ours_us": ours}
+            o, ht = chunk_gated_delta_rule(**args)
+            if fla_chunk is not None:
+                row["fla_us"] = time_us(lambda: fla_chunk(**args))
+                fo, fht = fla_chunk(**args)
+                row["rel_err_vs_fla_o"] = rel_err(o.float(), fo.float())
+                row["rel_err_vs_fla_ht"] = rel_err(ht.float(), fht.float())
+                row["ratio_ours_over_fla"] = ours / row["fla_us"]
+            res["chunk"].append(row)
+            print("chunk", row, flush=True)
+        # sweep the launch configuration at this shape
+        sw = []
+        for cfg in ({"state_bv": 16}, {"state_bv": 32}, {"state_bv": 64}, {"state_warps": 8},
+                    {"prep_warps": 8}, {"out_bv": 128}, {"out_warps": 8}, {"out_bv": 32}):
+            try:
+                t = time_us(lambda: chunk_gated_delta_rule(**args, _config=cfg))
+            except Exception as e:  # noqa: BLE001
+                t = f"failed: {type(e).__name__}"
+            sw.append({"config": cfg, "us": t})
+        res["sweeps"][f"chunk_{B}x{T}x{H}x{D}"] = sw
+        print("sweep", sw, flush=True)
+        del x, args
+
+    Bd, Hd, Dd = DECODE_SHAPE
+    x = make_inputs(Bd, 1, Hd, Dd, dtype=torch.bfloat16, gate="mixed", initial_state=True)
+    state_bytes = 2 * Bd * Hd * Dd * Dd * 4   # read h0 + write ht, fp32
+    args = dict(q=x["q"], k=x["k"], v=x["v"], g=x["g"], beta=x["beta"], initial_state=x["initial_state"],
+                output_final_state=True, use_qk_l2norm_in_kernel=True)
+    ours = time_us(lambda: fused_recurrent_gated_delta_rule(**args))
+    row = {"B": Bd, "T": 1, "H": Hd, "D": Dd, "dtype": "bfloat16", "state": "float32",
+           "state_bytes": state_bytes, "ours_us": ours, "ours_GBps": state_bytes / ours / 1e3}
+    h_inplace = x["initial_state"].clone()
+    row["ours_inplace_us"] = time_us(lambda: fused_recurrent_gated_delta_rule(
+        **{**args, "initial_state": h_inplace}, inplace_final_state=True))
+    o, ht = fused_recurrent_gated_delta_rule(**args)
+    if fla_rec is not None:
+        row["fla_us"] = time_us(lambda: fla_rec(**args))
+        row["fla_GBps"] = state_bytes / row["fla_us"] / 1e3
+        fo, fht = fla_rec(**args)
+        row["rel_err_vs_fla_o"] = rel_err(o.float(), fo.float())
+        row["rel_err_vs_fla_ht"] = rel_err(ht.float(), fht.float())
+        row["ratio_ours_over_fla"] = ours / row["fla_us"]
+    res["decode"].append(row)
+    print("decode", row, flush=True)
+    sw = []
+    for bv, nw in ((8, 1), (16, 2), (16, 4), (32, 4), (32, 8), (64, 4), (64, 8)):
+        cfg = {"rec_bv": bv, "rec_warps": nw}
+        t = time_us(lambda: fused_recurrent_gated_delta_rule(**args, _config=cfg))
+        sw.append({"config": cfg, "us": t, "GBps": state_bytes / t / 1e3})
+    res["sweeps"]["decode"] = sw
+    print("sweep decode", sw, flush=True)
+    return res, {"copy_GBps": ceil}
+
+
+def plot_state(h: torch.Tensor, ax=None, title="state h (K x V)"):
+    """Heat map of one head's state matrix."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(4, 3.4))
+    hm = h.detach().float().cpu()
+    lim = float(hm.abs().max()) or 1.0
+    im = ax.imshow(hm, cmap="RdBu_r", vmin=-lim, vmax=lim, aspect="auto", interpolation="nearest")
+    ax.set_xlabel("value channel")
+    ax.set_ylabel("key channel")
+    ax.set_title(title, fontsize=10)
+    ax.figure.colorbar(im, ax=ax, fraction=0.046)
+    return ax
+
+
+def plot_benchmark(rec: dict, label: str = ""):
+    """Bars: ours vs flash-linear-attention per shape (chunked prefill and decode) from a record."""
+    import matplotlib.pyplot as plt
+
+    r = rec["results"] if "results" in rec else rec
+    rows = [x for x in r["chunk"] if not x["l2norm_in_kernel"]] + [x for x in r["chunk"] if x["l2norm_in_kernel"]]
+    names = [f"chunk B{x['B']} T{x['T']} H{x['H']}" + (" +l2" if x["l2norm_in_kernel"] else "") for x in rows]
+    ours = [x["ours_us"] for x in rows]
+    peer = [x.get("fla_us", float("nan")) for x in rows]
+    for x in r["decode"]:
+        names.append(f"decode B{x['B']} H{x['H']}")
+        ours.append(x["ours_us"])
+        peer.append(x.get("fla_us", float("nan")))
+    fig, ax = plt.subplots(figsize=(8, 3.4))
+    idx = range(len(names))
+    ax.bar([i - 0.2 for i in idx], ours, 0.4, label="this workbook (Triton)")
+    ax.bar([i + 0.2 for i in idx], peer, 0.4, label=f"flash-linear-attention {r.get('fla_version', '')}")
+    for i, (a, b) in enumerate(zip(ours, peer)):
+        if b == b:
+            ax.text(i, max(a, b) * 1.02, f"{a / b:.2f}x", ha="center", fontsize=8)
+    ax.set_xticks(list(idx))
+    ax.set_xticklabels(names, rotation=20, ha="right", fontsize=8)
+    ax.set_ylabel("time (us, median)")
+    ax.set_title(label or "Gated DeltaNet on the GPU", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return ax
