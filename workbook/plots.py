@@ -12,7 +12,7 @@ from matplotlib.patches import Patch  # noqa: E402
 
 from .coverage import Coverage  # noqa: E402
 
-__all__ = ["coverage_map", "COVERAGE_COLORS", "sweep_plot", "graph_plot", "bandwidth_plot"]
+__all__ = ["coverage_map", "COVERAGE_COLORS", "sweep_plot", "graph_plot", "bandwidth_plot", "source_of", "show_code"]
 
 # written / unwritten outside the view / unwritten INSIDE the view (a bug)
 COVERAGE_COLORS = ("#4C9F70", "#C9C9C9", "#D1495B")
@@ -125,3 +125,21 @@ def graph_plot(rec: dict, live: bool = False):
     ax.set_title(_label(rec, live), fontsize=9)
     fig.tight_layout()
     return fig
+
+
+def source_of(obj) -> str:
+    """Source text of a function, a ``@triton.jit`` kernel (compiled or interpreted) or an autotuned
+    kernel: ``inspect.getsource`` cannot see through Triton's wrappers."""
+    import inspect
+
+    fn = obj
+    while not (inspect.isfunction(fn) or inspect.isclass(fn) or inspect.ismodule(fn)) and hasattr(fn, "fn"):
+        fn = fn.fn
+    return inspect.getsource(fn)
+
+
+def show_code(*objs):
+    """Display the source of kernels/launchers in a notebook (one source of truth, never pasted)."""
+    from IPython.display import Code
+
+    return Code("\n\n".join(source_of(o) for o in objs), language="python")
