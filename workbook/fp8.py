@@ -1,0 +1,427 @@
+"""Fused SiLU-mul + FP8 group quantization with packed UE8M0 scales (notebook 03).
+
+The format (DeepGEMM's FP8 activations with UE8M0 scales):
+
+* input ``x`` [M, 2N] bf16, ``gate = x[:, :N]``, ``up = x[:, N:]``, ``y = silu(gate) * up``
+  (silu in fp32, back to bf16 before the multiply, as the unfused path rounds);
+* groups of 128 along N; per group a power-of-two scale ``s = 2^e``,
+  ``e = ceil(log2(max(amax / 448, 1e-10)))``, stored as the exponent byte ``e + 127`` (UE8M0);
+* codes ``q = e4m3(clamp(y / s, +-448))``, round to nearest even: float8_e4m3fn [M, N];
+* four exponent bytes per int32, group 4p+j in bits 8j..8j+7 (little-endian), unused bytes zero;
+* MN-major, TMA-aligned: storage int32 [ceil(G/4), round_up(M, 4)], returned as the view
+  ``storage.T[:M, :]`` of shape [M, ceil(G/4)] and strides (1, round_up(M, 4)).
+
+This module holds the pure-torch reference, the launchers (allocation policy and its coverage
+argument), the unpack helper, a consumer that dequantizes through the view, the benchmark and the
+notebook's pictures. The device code is in :mod:`workbook.kernels.fp8`.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from .device import DEVICE, INTERPRETED, ON_GPU, check_tensor, require_launchable
+
+import triton  # noqa: E402  (after workbook.device, which chose the interpreter if needed)
+__all__ = [
+    "E4M3_MAX", "GROUP_SIZE", "EPS", "ALL_ZERO_EXPONENT_BYTE",
+    "silu_mul_reference", "ue8m0_exponent_reference", "quant_fp8_group_reference",
+    "pack_ue8m0_reference", "silu_mul_quant_fp8_reference",
+    "silu_mul_quant_fp8_packed", "quant_fp8_packed", "unpack_ue8m0", "dequantize_fp8_packed",
+    "tma_aligned_rows", "num_packed_words", "e4m3_round", "e4m3_direct_cast", "silu_mul_bf16",
+    "benchmark", "plot_bandwidth", "plot_packing", "plot_mn_major_layout",
+]
+
+E4M3_MAX = 448.0
+GROUP_SIZE = 128
+EPS = 1e-10
+ALL_ZERO_EXPONENT_BYTE = 0x5E  # ceil(log2(1e-10)) + 127 = -33 + 127 = 94
+
+
+# --------------------------------------------------------------------------------------------------
+# Shapes of the packed layout
+# --------------------------------------------------------------------------------------------------
+
+def tma_aligned_rows(m: int) -> int:
+    """round_up(M, 4): a TMA row of the MN-major scale storage is 16 bytes aligned (4 int32)."""
+    return (m + 3) // 4 * 4
+
+
+def num_packed_words(num_groups: int) -> int:
+    """ceil(G / 4): four exponent bytes per int32 word."""
+    return (num_groups + 3) // 4
+
+
+# --------------------------------------------------------------------------------------------------
+# Pure-torch reference
+# --------------------------------------------------------------------------------------------------
+
+def silu_mul_reference(x: torch.Tensor) -> torch.Tensor:
+    """y = silu(gate) * up, rounded as the unfused path rounds: silu in fp32, to x.dtype, multiply."""
+    n = x.shape[-1] // 2
+    gate, up = x[..., :n], x[..., n:]
+    return F.silu(gate.float()).to(x.dtype) * up
+
+
+def ue8m0_exponent_reference(amax: torch.Tensor) -> torch.Tensor:
+    """Per-group exponent e (int32) of the power-of-two scale s = 2^e = 2^ceil(log2(max(amax/448, 1e-10)))."""
+    ratio = torch.clamp(amax.float() / E4M3_MAX, min=EPS)
+    return torch.ceil(torch.log2(ratio)).to(torch.int32)
+
+
+def quant_fp8_group_reference(y: torch.Tensor, group_size: int = GROUP_SIZE):
+    """(codes float8_e4m3fn [M, N], exponent bytes uint8 [M, G]) of y [M, N] in groups along N."""
+    m, n = y.shape
+    g = y.float().view(m, n // group_size, group_size)
+    e = ue8m0_exponent_reference(g.abs().amax(dim=-1))
+    scale = torch.exp2(e.float())  # exact powers of two
+    q = torch.clamp(g / scale[..., None], -E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+    exp_bytes = torch.clamp(e + 127, 0, 255).to(torch.uint8)
+    return q.view(m, n), exp_bytes
+
+
+def pack_ue8m0_reference(exp_bytes: torch.Tensor) -> torch.Tensor:
+    """uint8 [M, G] -> int32 [M, ceil(G/4)], group 4p+j in bits 8j..8j+7; missing groups are 0 bits."""
+    m, g = exp_bytes.shape
+    p = num_packed_words(g)
+    padded = torch.zeros(m, 4 * p, dtype=torch.int64, device=exp_bytes.device)
+    padded[:, :g] = exp_bytes.to(torch.int64)
+    words = (padded.view(m, p, 4) << (8 * torch.arange(4, device=exp_bytes.device))).sum(-1)
+    return (words - ((words >> 31) << 32)).to(torch.int32)  # two's complement of bit 31
+
+
+def silu_mul_quant_fp8_reference(x: torch.Tensor, group_size: int = GROUP_SIZE):
+    """Reference of the whole fused op: (codes [M, N] float8_e4m3fn, packed scales [M, P] int32).
+    The packed scales are returned row-major (values only; the layout is the launcher's business)."""
+    q, exp_bytes = quant_fp8_group_reference(silu_mul_reference(x), group_size)
+    return q, pack_ue8m0_reference(exp_bytes)
+
+
+# --------------------------------------------------------------------------------------------------
+# Launchers
+# --------------------------------------------------------------------------------------------------
+
+def _check(name: str, t, dtypes, ndim: int, contiguous: bool = True) -> None:
+    """check_tensor, with the device compared by type (a tensor on cuda:0 is on DEVICE 'cuda')."""
+    check_tensor(name, t, dtypes=dtypes, ndim=ndim, contiguous=contiguous)
+    if t.device.type != DEVICE.type:
+        raise ValueError(f"{name} is on {t.device} but must be on {DEVICE} (where the kernels run)")
+
+
+def _check_group_size(group_size) -> None:
+    if isinstance(group_size, bool) or not isinstance(group_size, int):
+        raise TypeError(f"group_size must be an int, got {type(group_size).__name__}")
+    if group_size != GROUP_SIZE:
+        raise ValueError(f"group_size must be {GROUP_SIZE} (one UE8M0 scale per 128 elements, the "
+                         f"layout DeepGEMM reads), got {group_size}")
+
+
+def _block_m(m: int) -> int:
+    # GPU: 8 rows x 512 columns per program keeps 64 B of bf16 input in flight per thread and, at
+    # large M, tens of thousands of programs. Interpreter: fewer, larger programs (numpy per block).
+    cap = 64 if INTERPRETED else 8
+    return min(cap, _next_pow2(max(m, 1)))
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << (n - 1).bit_length()
+
+
+def _launch(src: torch.Tensor, m: int, n: int, silu_mul: bool, block_m: int | None, num_warps: int | None):
+    from .kernels.fp8 import silu_mul_quant_fp8_kernel
+
+    num_groups = n // GROUP_SIZE
+    p = num_packed_words(num_groups)
+    tma_m = tma_aligned_rows(m)
+    # codes: program (i, p) writes rows [i*BLOCK_M, +BLOCK_M) x columns [512p, 512p+512) (masked at M
+    # and N); the programs tile [M, N] exactly, so every code byte is written: empty is safe.
+    codes = torch.empty(m, n, dtype=torch.float8_e4m3fn, device=src.device)
+    # scales: storage int32 [P, tma_M]; program (i, p) writes word p of its rows m < M (all 4 bytes,
+    # the unused ones as 0), so the view storage.T[:M, :] is fully written. Storage rows
+    # M..tma_M-1 (at most 3 per word) lie outside the view and are never written: no consumer reads
+    # them through the view, and a TMA box that loads them only feeds GEMM rows >= M, which are
+    # never stored. So empty is safe here, zeros would be a wasted memset kernel.
+    storage = torch.empty(p, tma_m, dtype=torch.int32, device=src.device)
+    scales = storage.T[:m, :]
+    if m == 0:
+        return codes, scales
+    require_launchable(silu_mul_quant_fp8_kernel)
+    bm = block_m or _block_m(m)
+    grid = (triton.cdiv(m, bm), p)
+    silu_mul_quant_fp8_kernel[grid](
+        src, codes.view(torch.uint8), storage, m, n, src.stride(0), codes.stride(0), storage.stride(0),
+        GROUP=GROUP_SIZE, BLOCK_M=bm, SILU_MUL=silu_mul, LIBDEVICE_EXP=ON_GPU,
+        num_warps=num_warps or 4,
+    )
+    return codes, scales
+
+
+def silu_mul_quant_fp8_packed(x: torch.Tensor, group_size: int = GROUP_SIZE, *,
+                              _block_m: int | None = None, _num_warps: int | None = None):
+    """Fused y = silu(x[:, :N]) * x[:, N:] and FP8 group quantization with packed UE8M0 scales.
+
+    Returns ``(codes, scales)``: codes float8_e4m3fn [M, N] (contiguous) and scales int32
+    [M, ceil(N/128/4)], the view ``storage.T[:M, :]`` of an MN-major storage
+    [ceil(N/512), round_up(M, 4)], strides (1, round_up(M, 4)).
+    """
+    _check_group_size(group_size)
+    _check("x", x, (torch.bfloat16,), 2)
+    m, two_n = x.shape
+    if two_n == 0 or two_n % 2:
+        raise ValueError(f"x's last dimension holds gate and up halves, so it must be even and "
+                         f"positive; got {two_n}")
+    n = two_n // 2
+    if n % group_size:
+        raise ValueError(f"N = x.shape[-1] // 2 must be a multiple of group_size={group_size}; got "
+                         f"N = {n} (x.shape[-1] = {two_n})")
+    return _launch(x, m, n, True, _block_m, _num_warps)
+
+
+def quant_fp8_packed(y: torch.Tensor, group_size: int = GROUP_SIZE, *,
+                     _block_m: int | None = None, _num_warps: int | None = None):
+    """The quantization alone, on an already materialized y [M, N] bf16 (the unfused path's second
+    kernel). Same outputs and layout as :func:`silu_mul_quant_fp8_packed`."""
+    _check_group_size(group_size)
+    _check("y", y, (torch.bfloat16,), 2)
+    m, n = y.shape
+    if n == 0 or n % group_size:
+        raise ValueError(f"y's last dimension must be a positive multiple of group_size={group_size}; "
+                         f"got {n}")
+    return _launch(y, m, n, False, _block_m, _num_warps)
+
+
+# --------------------------------------------------------------------------------------------------
+# Consumers
+# --------------------------------------------------------------------------------------------------
+
+def unpack_ue8m0(scales: torch.Tensor, num_groups: int) -> torch.Tensor:
+    """Exponent bytes uint8 [M, num_groups] from packed int32 [M, P] (any strides: read through the
+    view, element by element, never through the storage behind it)."""
+    check_tensor("scales", scales, dtypes=(torch.int32,), ndim=2, contiguous=False)
+    if isinstance(num_groups, bool) or not isinstance(num_groups, int) or num_groups < 0:
+        raise ValueError(f"num_groups must be a non-negative int, got {num_groups!r}")
+    if num_packed_words(num_groups) != scales.shape[1]:
+        raise ValueError(f"scales has {scales.shape[1]} packed words per row but num_groups={num_groups} "
+                         f"needs ceil({num_groups}/4) = {num_packed_words(num_groups)}")
+    shifts = 8 * torch.arange(4, device=scales.device, dtype=torch.int32)
+    b = (scales[:, :, None] >> shifts) & 0xFF  # arithmetic shift, then mask: sign bits drop out
+    return b.reshape(scales.shape[0], -1)[:, :num_groups].to(torch.uint8)
+
+
+def dequantize_fp8_packed(codes: torch.Tensor, scales: torch.Tensor, group_size: int = GROUP_SIZE) -> torch.Tensor:
+    """The consumer: float32 [M, N] = codes * 2^(byte - 127), scales read through the view."""
+    _check_group_size(group_size)
+    check_tensor("codes", codes, dtypes=(torch.float8_e4m3fn,), ndim=2, contiguous=False)
+    m, n = codes.shape
+    if n % group_size:
+        raise ValueError(f"codes' last dimension must be a multiple of group_size={group_size}; got {n}")
+    if scales.dim() != 2 or scales.shape[0] != m:
+        raise ValueError(f"scales must be [M={m}, P], got shape {tuple(scales.shape)}")
+    e = unpack_ue8m0(scales, n // group_size).to(torch.int32) - 127
+    s = torch.exp2(e.float())
+    return (codes.float().view(m, n // group_size, group_size) * s[..., None]).view(m, n)
+
+
+# --------------------------------------------------------------------------------------------------
+# Small kernels the notebook and the tests look at
+# --------------------------------------------------------------------------------------------------
+
+def _elementwise(kernel, v: torch.Tensor, out_dtype, **meta):
+    _check("v", v, (torch.float32,), 1)
+    out = torch.empty(v.numel(), dtype=out_dtype, device=v.device)  # every element written (masked tail)
+    require_launchable(kernel)
+    block = 1024
+    kernel[(triton.cdiv(v.numel(), block),)](v, out, v.numel(), BLOCK=block, **meta)
+    return out
+
+
+def e4m3_round(v: torch.Tensor) -> torch.Tensor:
+    """E4M3 bytes (uint8) of fp32 values, clamped to +-448, by the kernel's exact rounding."""
+    from .kernels.fp8 import e4m3_round_kernel
+
+    return _elementwise(e4m3_round_kernel, v, torch.uint8)
+
+
+def e4m3_direct_cast(v: torch.Tensor) -> torch.Tensor:
+    """float8_e4m3fn values of fp32 ``v`` through a plain ``.to(tl.float8e4nv)`` (the cast the
+    interpreter gets wrong)."""
+    from .kernels.fp8 import e4m3_cast_kernel
+
+    return _elementwise(e4m3_cast_kernel, v, torch.float8_e4m3fn)
+
+
+def silu_mul_bf16(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """The kernel's y = silu(gate) * up on 1-D bf16 tensors (to test its rounding exhaustively)."""
+    from .kernels.fp8 import silu_mul_bf16_kernel
+
+    _check("gate", gate, (torch.bfloat16,), 1)
+    _check("up", up, (torch.bfloat16,), 1)
+    if gate.shape != up.shape:
+        raise ValueError(f"gate and up must have the same shape, got {tuple(gate.shape)} and {tuple(up.shape)}")
+    y = torch.empty_like(gate)  # every element written (masked tail)
+    require_launchable(silu_mul_bf16_kernel)
+    block = 1024
+    silu_mul_bf16_kernel[(triton.cdiv(gate.numel(), block),)](
+        gate, up, y, gate.numel(), BLOCK=block, LIBDEVICE_EXP=ON_GPU)
+    return y
+
+
+# --------------------------------------------------------------------------------------------------
+# Benchmark (GPU)
+# --------------------------------------------------------------------------------------------------
+
+BENCH_N = 7168
+BENCH_M = (1, 4, 16, 64, 256, 1024, 2048, 4096, 8192, 16384)
+
+
+def _bytes_moved(m: int, n: int) -> int:
+    """Fewest bytes: read x once (2N bf16 per row), write codes (N bytes) and the packed scales."""
+    return m * 2 * n * 2 + m * n + num_packed_words(n // GROUP_SIZE) * m * 4
+
+
+def _unfused(x: torch.Tensor):
+    """The unfused path: silu-mul in eager torch (y materialized in HBM), then the quant kernel."""
+    return quant_fp8_packed(silu_mul_reference(x))
+
+
+def benchmark(ms: tuple[int, ...] = BENCH_M, n: int = BENCH_N) -> tuple[dict, dict]:
+    """Time the fused kernel against torch.compile of the reference, the unfused path and the eager
+    reference, for M in ``ms`` and N = ``n`` (input [M, 2N] bf16). Returns (results, ceilings)."""
+    from .bench import copy_ceiling_GBps, require_gpu, time_us
+
+    require_gpu("fp8.benchmark")
+    ceiling = copy_ceiling_GBps()
+    compiled = torch.compile(silu_mul_quant_fp8_reference, dynamic=True)
+    rows = []
+    for m in ms:
+        x = torch.randn(m, 2 * n, device=DEVICE, dtype=torch.bfloat16) * 3
+        # correctness of what is timed, on this very input
+        q, s = silu_mul_quant_fp8_packed(x)
+        q_ref, s_ref = silu_mul_quant_fp8_reference(x)
+        codes_equal = bool(torch.equal(q.view(torch.uint8), q_ref.view(torch.uint8)))
+        scales_equal = bool(torch.equal(s, s_ref))
+        fns = {
+            "fused_triton": lambda: silu_mul_quant_fp8_packed(x),
+            "torch_compile": lambda: compiled(x),
+            "unfused": lambda: _unfused(x),
+            "torch_eager": lambda: silu_mul_quant_fp8_reference(x),
+        }
+        nbytes = _bytes_moved(m, n)
+        row = {"M": m, "N": n, "bytes": nbytes, "codes_equal_reference": codes_equal,
+               "scales_equal_reference": scales_equal}
+        for name, fn in fns.items():
+            t = time_us(fn)
+            row[f"{name}_us"] = round(t, 3)
+            row[f"{name}_GBps"] = round(nbytes / (t * 1e-6) / 1e9, 1)
+        row["fused_fraction_of_copy"] = round(row["fused_triton_GBps"] / ceiling, 3)
+        rows.append(row)
+        print(f"M={m:6d}  fused {row['fused_triton_us']:9.2f} us ({row['fused_triton_GBps']:7.0f} GB/s, "
+              f"{100 * row['fused_fraction_of_copy']:.0f}% of copy)  compile {row['torch_compile_us']:9.2f}  "
+              f"unfused {row['unfused_us']:9.2f}  eager {row['torch_eager_us']:9.2f}  exact={codes_equal and scales_equal}",
+              flush=True)
+    results = {
+        "N": n,
+        "rows": rows,
+        "bytes_model": "read M*2N*2 (x, bf16) + write M*N (codes) + write M*ceil(N/512)*4 (packed scales)",
+        "peers": {
+            "fused_triton": "this kernel: one launch, x read once",
+            "torch_compile": "torch.compile(dynamic=True) of silu_mul_quant_fp8_reference",
+            "unfused": "eager torch silu-mul (y materialized), then this workbook's quant-only kernel",
+            "torch_eager": "silu_mul_quant_fp8_reference run eagerly",
+        },
+        "timer": "triton.testing.do_bench median, L2 flushed between runs",
+    }
+    return results, {"copy_GBps": round(ceiling, 1)}
+
+
+# --------------------------------------------------------------------------------------------------
+# Pictures
+# --------------------------------------------------------------------------------------------------
+
+_PEER_STYLE = {
+    "fused_triton": ("fused Triton kernel", "#2E6FBA", "o"),
+    "torch_compile": ("torch.compile(reference)", "#E08E2B", "s"),
+    "unfused": ("unfused: torch silu-mul + quant kernel", "#7A9E3B", "^"),
+    "torch_eager": ("eager torch reference", "#9A9A9A", "v"),
+}
+
+
+def plot_bandwidth(rec: dict, ax=None, title: str | None = None):
+    """Achieved GB/s (fewest-bytes model) of each implementation against M, with the copy ceiling."""
+    import matplotlib.pyplot as plt
+
+    rows = rec["results"]["rows"]
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7.5, 4.2))
+    ms = [r["M"] for r in rows]
+    for key, (label, color, marker) in _PEER_STYLE.items():
+        if f"{key}_GBps" in rows[0]:
+            ax.plot(ms, [r[f"{key}_GBps"] for r in rows], marker=marker, color=color, label=label)
+    ceiling = rec["ceilings"].get("copy_GBps")
+    if ceiling:
+        ax.axhline(ceiling, color="k", ls="--", lw=1, label=f"device copy {ceiling / 1000:.2f} TB/s")
+        ax.axhline(0.8 * ceiling, color="k", ls=":", lw=1, label="80% of copy")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel(f"M (tokens), N = {rows[0]['N']}")
+    ax.set_ylabel("GB/s (x read once, codes + scales written once)")
+    ax.set_title(title or "SiLU-mul + FP8 group quant, packed UE8M0 scales", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left")
+    return ax
+
+
+def plot_packing(exp_bytes=(0x78, 0x7A, 0x5E, 0x81), ax=None):
+    """One int32 word: exponent bytes of groups 4p..4p+3 at bits 0-7, 8-15, 16-23, 24-31."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 2.2))
+    colors = ["#4C78A8", "#F58518", "#54A24B", "#B279A2"]
+    word = 0
+    for j, b in enumerate(exp_bytes):
+        word |= (b & 0xFF) << (8 * j)
+        x0 = 3 - j  # most significant byte drawn on the left
+        ax.add_patch(Rectangle((x0, 0), 1, 1, color=colors[j], alpha=0.85))
+        e = b - 127
+        ax.text(x0 + 0.5, 0.62, f"group 4p+{j}", ha="center", va="center", fontsize=9, color="w")
+        ax.text(x0 + 0.5, 0.32, f"0x{b:02X}  (s = 2^{e})", ha="center", va="center", fontsize=9, color="w")
+        ax.text(x0 + 0.5, -0.18, f"bits {8 * j + 7}..{8 * j}", ha="center", va="center", fontsize=8)
+    signed = word - (1 << 32) if word >= 1 << 31 else word
+    ax.set_title(f"one packed word = 0x{word:08X} (int32 {signed}); memory order (little-endian): "
+                 + " ".join(f"{b:02X}" for b in exp_bytes), fontsize=9)
+    ax.set_xlim(-0.05, 4.05)
+    ax.set_ylim(-0.35, 1.05)
+    ax.axis("off")
+    return ax
+
+
+def plot_mn_major_layout(m: int = 5, num_groups: int = 10, ax=None):
+    """The storage [P, round_up(M, 4)] with each cell's address; the view [M, P] is its transpose's
+    first M rows. Grey cells: storage rows M..round_up(M,4)-1 (outside the view)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    p, tm = num_packed_words(num_groups), tma_aligned_rows(m)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(1.1 * tm + 2, 0.75 * p + 1.4))
+    for r in range(p):
+        for c in range(tm):
+            inside = c < m
+            ax.add_patch(Rectangle((c, p - 1 - r), 1, 1, facecolor="#9ECAE1" if inside else "#DDDDDD",
+                                   edgecolor="w", lw=2))
+            label = f"@{r * tm + c}\nview[{c},{r}]" if inside else f"@{r * tm + c}\npad"
+            ax.text(c + 0.5, p - 0.5 - r, label, ha="center", va="center", fontsize=7.5)
+    ax.set_xlim(0, tm)
+    ax.set_ylim(0, p)
+    ax.set_xticks([c + 0.5 for c in range(tm)], [str(c) for c in range(tm)])
+    ax.set_yticks([p - 0.5 - r for r in range(p)], [f"word {r}" for r in range(p)])
+    ax.set_xlabel(f"token m (storage column); round_up(M={m}, 4) = {tm}")
+    ax.set_title(f"scale storage int32 [{p}, {tm}] (address @ in words); view = storage.T[:{m}, :], "
+                 f"strides (1, {tm})", fontsize=9)
+    ax.tick_params(length=0)
+    for s in ax.spines.values():
+        s.set_visible(False)
+    return ax

@@ -1,0 +1,165 @@
+"""Fused SiLU-mul + FP8 (E4M3) per-token-group quantization with packed UE8M0 scales.
+
+Device code only: the launchers, the allocation policy and the input checks live in
+``workbook/fp8.py``.
+
+Every rounding step is done with exact arithmetic on the bits, never with a Triton float cast:
+
+* Triton's interpreter truncates fp32 -> bf16 casts and rounds fp32 -> float8e4nv half-up with a
+  mantissa carry that corrupts the exponent (-124.5 -> -64). On the GPU both casts are right, but a
+  kernel that is correct in only one of the two places cannot be tested on a laptop.
+* ``_round_to_bf16`` and ``_e4m3_byte`` below round to nearest, ties to even, with integer
+  operations whose results are identical in numpy (the interpreter) and in PTX (the GPU).
+"""
+import workbook.device  # noqa: F401  (sets TRITON_INTERPRET=1 on a CPU-only machine before triton loads)
+
+import triton
+import triton.language as tl
+from triton.language.extra import libdevice
+
+
+@triton.jit
+def _round_to_bf16(x):
+    """fp32 -> the fp32 value of the nearest bf16 (round to nearest, ties to even)."""
+    b_bits = x.to(tl.uint32, bitcast=True)
+    b_bits = (b_bits + 0x7FFF + ((b_bits >> 16) & 1)) & 0xFFFF0000
+    return b_bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _silu_mul_bf16(b_gate, b_up, LIBDEVICE_EXP: tl.constexpr):
+    """y = bf16(bf16(silu(gate)) * up) for fp32 blocks holding bf16 values, rounded exactly like the
+    unfused torch path: silu in fp32 as gate / (1 + exp(-gate)), back to bf16, multiply, to bf16."""
+    if LIBDEVICE_EXP:
+        b_exp = libdevice.exp(-b_gate)  # CUDA's accurate expf, the one torch's silu kernel calls
+    else:
+        b_exp = tl.exp(-b_gate)  # numpy's exp in the interpreter
+    b_silu = _round_to_bf16(tl.math.div_rn(b_gate, 1.0 + b_exp))
+    # bf16 * bf16 has at most 16 significant bits: exact in fp32, then one rounding to bf16
+    return _round_to_bf16(b_silu * b_up)
+
+
+@triton.jit
+def _e4m3_byte(v):
+    """The E4M3 (float8_e4m3fn) byte of fp32 ``v``, |v| <= 448: round to nearest, ties to even.
+
+    Normal range (|v| >= 2^-6): round the fp32 mantissa to 3 bits on the integer bits (a carry moves
+    into the exponent on its own), then rebias 127 -> 7. Subnormal range: |v| * 2^9 in [0, 8) rounded
+    to an integer (floor, exact remainder, ties to even); 8 lands on 2^-6, the first normal byte.
+    The sign bit is copied, so -0.0 and negatives that round to zero give 0x80, as torch does.
+    """
+    b_bits = v.to(tl.uint32, bitcast=True)
+    b_sign = (b_bits >> 24) & 0x80
+    b_abs = b_bits & 0x7FFFFFFF
+    b_normal = ((b_abs + 0x7FFFF + ((b_abs >> 20) & 1)) >> 20) - (120 << 3)
+    b_t = b_abs.to(tl.float32, bitcast=True) * 512.0  # exact: a power-of-two factor
+    b_floor = b_t.to(tl.int32)  # truncation = floor, b_t >= 0
+    b_frac = b_t - b_floor.to(tl.float32)  # exact
+    b_up = (b_frac > 0.5) | ((b_frac == 0.5) & ((b_floor & 1) == 1))
+    b_sub = (b_floor + b_up.to(tl.int32)).to(tl.uint32)
+    return tl.where(b_abs < 0x3C800000, b_sub, b_normal) | b_sign  # 0x3C800000 = 2^-6
+
+
+@triton.jit
+def silu_mul_quant_fp8_kernel(
+    p_x,  # input: [M, 2N] bf16 (gate | up) when SILU_MUL, else y [M, N] bf16
+    p_q,  # output codes [M, N] E4M3, passed as uint8 (the kernel computes the bytes itself)
+    p_s,  # output scale storage int32 [ceil(G/4), tma_M]: word p of row m at p * stride_sp + m
+    M,  # rows (tokens)
+    N,  # output columns (N % GROUP == 0)
+    stride_xm,  # elements between rows of the input
+    stride_qm,  # elements between rows of the codes
+    stride_sp,  # int32 words between consecutive packed words of one row (= tma_M)
+    GROUP: tl.constexpr,  # elements sharing one UE8M0 scale (128)
+    BLOCK_M: tl.constexpr,  # rows per program (power of two)
+    SILU_MUL: tl.constexpr,  # True: y = silu(gate) * up fused here; False: the input is y
+    LIBDEVICE_EXP: tl.constexpr,  # exp through libdevice (GPU) or tl.exp (interpreter)
+):
+    # Program (pid_m, pid_p) owns rows [pid_m*BLOCK_M, +BLOCK_M) and groups 4*pid_p .. 4*pid_p+3:
+    # exactly the 4 exponent bytes of packed word pid_p, so each word is written whole, once.
+    pid_m = tl.program_id(0)
+    pid_p = tl.program_id(1)
+    o_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    o_j = tl.arange(0, 4)  # byte j of the word = group 4*pid_p + j
+    o_k = tl.arange(0, GROUP)
+    o_g = pid_p * 4 + o_j
+    m_m = o_m < M
+    m_g = o_g * GROUP < N  # the last word may hold fewer than 4 groups
+    o_n = o_g[None, :, None] * GROUP + o_k[None, None, :]  # [1, 4, GROUP] output column
+    m_x = m_m[:, None, None] & m_g[None, :, None]
+    o_row = o_m.to(tl.int64)[:, None, None]
+
+    p_in = p_x + o_row * stride_xm + o_n
+    if SILU_MUL:
+        b_gate = tl.load(p_in, mask=m_x, other=0.0).to(tl.float32)
+        b_up = tl.load(p_in + N, mask=m_x, other=0.0).to(tl.float32)
+        b_y = _silu_mul_bf16(b_gate, b_up, LIBDEVICE_EXP)
+    else:
+        b_y = tl.load(p_in, mask=m_x, other=0.0).to(tl.float32)
+
+    # UE8M0 exponent e = ceil(log2(max(amax / 448, 1e-10))) without a division or a log:
+    # amax = f * 2^E with f in [1, 2); amax / 448 = (f / 1.75) * 2^(E - 8), and f / 1.75 lies in
+    # (0.57, 1] when f <= 1.75 (mantissa bits <= 0x600000), in (1, 1.15) otherwise.
+    # The 1e-10 floor is e >= -33 (2^-34 < 1e-10 <= 2^-33); amax = 0 also lands there (byte 0x5E).
+    b_amax = tl.max(tl.abs(b_y), axis=2)  # [BLOCK_M, 4]
+    b_abits = b_amax.to(tl.int32, bitcast=True)
+    b_e = ((b_abits >> 23) & 0xFF) - 135 + ((b_abits & 0x7FFFFF) > 0x600000).to(tl.int32)
+    b_e = tl.maximum(b_e, -33)
+    b_inv = ((127 - b_e) << 23).to(tl.float32, bitcast=True)  # 2^-e, built from its bits
+    # y / 2^e is exact; |y / 2^e| <= 448 by the choice of e, the clamp is for safety only
+    b_v = tl.minimum(tl.maximum(b_y * b_inv[:, :, None], -448.0), 448.0)
+    b_q = _e4m3_byte(b_v)
+    tl.store(p_q + o_m.to(tl.int64)[:, None, None] * stride_qm + o_n, b_q.to(tl.uint8), mask=m_x)
+
+    # little-endian packing: group 4p+j -> bits 8j..8j+7; bytes of groups >= G are zero
+    b_byte = tl.where(m_g[None, :], b_e + 127, 0)
+    b_word = tl.sum(b_byte << (8 * o_j)[None, :], axis=1)  # disjoint bit fields: sum == or
+    tl.store(p_s + pid_p * stride_sp + o_m, b_word, mask=m_m)
+
+
+@triton.jit
+def e4m3_round_kernel(
+    p_v,  # input fp32 values, |v| <= 448 expected (clamped here)
+    p_q,  # output E4M3 bytes (uint8)
+    n,  # number of values
+    BLOCK: tl.constexpr,  # values per program
+):
+    """The kernel's E4M3 rounding alone (for tests and the notebook)."""
+    o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = o < n
+    b_v = tl.load(p_v + o, mask=m, other=0.0)
+    b_v = tl.minimum(tl.maximum(b_v, -448.0), 448.0)
+    tl.store(p_q + o, _e4m3_byte(b_v).to(tl.uint8), mask=m)
+
+
+@triton.jit
+def e4m3_cast_kernel(
+    p_v,  # input fp32 values
+    p_q,  # output float8_e4m3fn tensor
+    n,  # number of values
+    BLOCK: tl.constexpr,  # values per program
+):
+    """A plain ``.to(tl.float8e4nv)`` cast: right on the GPU, wrong in the interpreter."""
+    o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = o < n
+    b_v = tl.load(p_v + o, mask=m, other=0.0)
+    tl.store(p_q + o, b_v.to(tl.float8e4nv), mask=m)
+
+
+@triton.jit
+def silu_mul_bf16_kernel(
+    p_g,  # gate values, bf16
+    p_u,  # up values, bf16
+    p_y,  # output y = silu(gate) * up, bf16
+    n,  # number of values
+    BLOCK: tl.constexpr,  # values per program
+    LIBDEVICE_EXP: tl.constexpr,  # exp through libdevice (GPU) or tl.exp (interpreter)
+):
+    """The kernel's SiLU-mul alone (for the exhaustive bf16 test)."""
+    o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = o < n
+    b_g = tl.load(p_g + o, mask=m, other=0.0).to(tl.float32)
+    b_u = tl.load(p_u + o, mask=m, other=0.0).to(tl.float32)
+    b_y = _silu_mul_bf16(b_g, b_u, LIBDEVICE_EXP)
+    # b_y already holds a bf16 value: this cast is exact everywhere (no rounding left to do)
+    tl.store(p_y + o, b_y.to(tl.bfloat16), mask=m)
