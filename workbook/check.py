@@ -78,16 +78,33 @@ def assert_exact(out: torch.Tensor, ref: torch.Tensor, name: str = "output", hin
                              + (f" ({hint})" if hint else "") + ":\n  " + "\n  ".join(desc))
 
 
-def grade(title: str, check: Callable[[], object]) -> bool:
+class Verdict:
+    """What :func:`grade` returns: truthy on a pass; displays nothing (the grader already printed)."""
+
+    def __init__(self, passed: bool):
+        self.passed = passed
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def __repr__(self) -> str:
+        return f"Verdict(passed={self.passed})"
+
+    def _ipython_display_(self) -> None:
+        pass
+
+
+def grade(title: str, check: Callable[[], object]) -> Verdict:
     """Run ``check`` (which raises AssertionError with a teaching message on a wrong answer) and print
-    the verdict. Returns True on a pass. Never raises for a wrong or unfinished answer."""
+    the verdict. Returns a truthy :class:`Verdict` on a pass. Never raises for a wrong or unfinished
+    answer."""
     try:
         check()
     except NotImplementedError:
         print(f"[ ] {title}: not attempted yet (the stub raises NotImplementedError)")
-        return False
+        return Verdict(False)
     except AssertionError as e:
         print(f"[x] {title}: not yet.\n{e}")
-        return False
+        return Verdict(False)
     print(f"[ok] {title}: passed")
-    return True
+    return Verdict(True)
