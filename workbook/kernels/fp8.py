@@ -19,6 +19,13 @@ from triton.language.extra import libdevice
 
 
 @triton.jit
+def _bf16_to_fp32(b):
+    """bf16 -> fp32 by placing the 16 bits on top (exact, subnormals included; the interpreter's own
+    bf16 -> fp32 cast loses bf16 subnormals)."""
+    return (b.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32, bitcast=True)
+
+
+@triton.jit
 def _round_to_bf16(x):
     """fp32 -> the fp32 value of the nearest bf16 (round to nearest, ties to even)."""
     b_bits = x.to(tl.uint32, bitcast=True)
@@ -91,11 +98,11 @@ def silu_mul_quant_fp8_kernel(
 
     p_in = p_x + o_row * stride_xm + o_n
     if SILU_MUL:
-        b_gate = tl.load(p_in, mask=m_x, other=0.0).to(tl.float32)
-        b_up = tl.load(p_in + N, mask=m_x, other=0.0).to(tl.float32)
+        b_gate = _bf16_to_fp32(tl.load(p_in, mask=m_x, other=0.0))
+        b_up = _bf16_to_fp32(tl.load(p_in + N, mask=m_x, other=0.0))
         b_y = _silu_mul_bf16(b_gate, b_up, LIBDEVICE_EXP)
     else:
-        b_y = tl.load(p_in, mask=m_x, other=0.0).to(tl.float32)
+        b_y = _bf16_to_fp32(tl.load(p_in, mask=m_x, other=0.0))
 
     # UE8M0 exponent e = ceil(log2(max(amax / 448, 1e-10))) without a division or a log:
     # amax = f * 2^E with f in [1, 2); amax / 448 = (f / 1.75) * 2^(E - 8), and f / 1.75 lies in
@@ -158,8 +165,9 @@ def silu_mul_bf16_kernel(
     """The kernel's SiLU-mul alone (for the exhaustive bf16 test)."""
     o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = o < n
-    b_g = tl.load(p_g + o, mask=m, other=0.0).to(tl.float32)
-    b_u = tl.load(p_u + o, mask=m, other=0.0).to(tl.float32)
+    b_g = _bf16_to_fp32(tl.load(p_g + o, mask=m, other=0.0))
+    b_u = _bf16_to_fp32(tl.load(p_u + o, mask=m, other=0.0))
     b_y = _silu_mul_bf16(b_g, b_u, LIBDEVICE_EXP)
-    # b_y already holds a bf16 value: this cast is exact everywhere (no rounding left to do)
-    tl.store(p_y + o, b_y.to(tl.bfloat16), mask=m)
+    # b_y holds a bf16 value in fp32: its top 16 bits are the bf16 (no cast, so no rounding)
+    b_bits = (b_y.to(tl.uint32, bitcast=True) >> 16).to(tl.uint16)
+    tl.store(p_y + o, b_bits.to(tl.bfloat16, bitcast=True), mask=m)

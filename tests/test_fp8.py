@@ -1,0 +1,271 @@
+"""Fused SiLU-mul + FP8 group quant with packed UE8M0 scales: exact against the pure-torch reference,
+in Triton's interpreter on the CPU and compiled on a GPU; whole-storage poison; every bad input."""
+import pytest
+import torch
+
+import workbook  # noqa: F401  (device choice before triton)
+from workbook import fp8
+from workbook.check import assert_exact, assert_rel_close
+from workbook.coverage import (
+    assert_fully_written, consumer_differential, coverage, poisoned_allocations,
+)
+from workbook.device import DEVICE, ON_GPU
+
+BF16 = torch.bfloat16
+
+
+def make_x(m: int, n: int, seed: int = 0) -> torch.Tensor:
+    """[m, 2n] bf16 with per-group magnitudes from 2^-12 to 2^10: exponent bytes vary and some
+    groups have amax > 448 (scale > 1, exponent byte >= 128: the top byte sets the int32 sign)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(m, 2 * n, generator=g)
+    mag = 2.0 ** torch.randint(-12, 11, (m, 2 * n // 128), generator=g).float()
+    return (x * mag.repeat_interleave(128, dim=1)).to(BF16).to(DEVICE)
+
+
+def check_against_reference(codes, scales, q_ref, s_ref, m, n):
+    p = fp8.num_packed_words(n // 128)
+    tm = fp8.tma_aligned_rows(m)
+    assert codes.dtype == torch.float8_e4m3fn and tuple(codes.shape) == (m, n)
+    assert scales.dtype == torch.int32 and tuple(scales.shape) == (m, p)
+    assert scales.stride() == (1, tm), f"scales must be MN-major with stride (1, {tm}), got {scales.stride()}"
+    assert scales.untyped_storage().nbytes() == p * tm * 4, "storage must be int32 [P, round_up(M, 4)]"
+    assert_exact(codes, q_ref, "codes", hint="E4M3 bytes, round to nearest even")
+    assert_exact(scales, s_ref, "packed scales")
+
+
+@pytest.mark.parametrize("n", [128, 384, 640, 2048])
+@pytest.mark.parametrize("m", [1, 3, 4, 5, 127, 300])
+def test_fused_exact(m, n):
+    x = make_x(m, n, seed=m * 7919 + n)
+    codes, scales = fp8.silu_mul_quant_fp8_packed(x)
+    q_ref, s_ref = fp8.silu_mul_quant_fp8_reference(x)
+    check_against_reference(codes, scales, q_ref, s_ref, m, n)
+    # the exponent bytes themselves, unpacked through the view
+    _, e_ref = fp8.quant_fp8_group_reference(fp8.silu_mul_reference(x))
+    assert_exact(fp8.unpack_ue8m0(scales, n // 128), e_ref, "exponent bytes")
+
+
+@pytest.mark.parametrize("m,n", [(1, 128), (5, 640), (33, 1152)])
+def test_quant_only_exact(m, n):
+    mag = 2.0 ** torch.randint(-10, 12, (m, n // 128)).repeat_interleave(128, 1)
+    y = (torch.randn(m, n) * mag).to(BF16).to(DEVICE)
+    codes, scales = fp8.quant_fp8_packed(y)
+    q_ref, e_ref = fp8.quant_fp8_group_reference(y)
+    check_against_reference(codes, scales, q_ref, fp8.pack_ue8m0_reference(e_ref), m, n)
+
+
+def test_strided_rows_of_a_larger_buffer():
+    """x may be a row slice of a bigger buffer (contiguous itself): the kernel uses x's row stride."""
+    big = make_x(9, 256, seed=3)
+    x = big[2:7]
+    q_ref, s_ref = fp8.silu_mul_quant_fp8_reference(x)
+    codes, scales = fp8.silu_mul_quant_fp8_packed(x)
+    check_against_reference(codes, scales, q_ref, s_ref, 5, 256)
+
+
+def test_all_zero_group_gives_0x5E():
+    m, n = 3, 640
+    x = make_x(m, n, seed=11)
+    x[0, 128:256] = 0.0  # gate of group 1, row 0 is zero: y = silu(0) * up = +-0
+    x[1, n + 512:n + 640] = 0.0  # up of group 4, row 1 is zero: y = silu(gate) * 0 = +-0
+    x[2, :n] = 0.0  # a whole row of zero gates
+    codes, scales = fp8.silu_mul_quant_fp8_packed(x)
+    e = fp8.unpack_ue8m0(scales, n // 128).cpu()
+    assert e[0, 1] == 0x5E and e[1, 4] == 0x5E and (e[2] == 0x5E).all(), (
+        f"all-zero groups must get exponent byte 0x5E (= ceil(log2(1e-10)) + 127), got {e.tolist()}")
+    q_ref, s_ref = fp8.silu_mul_quant_fp8_reference(x)
+    check_against_reference(codes, scales, q_ref, s_ref, m, n)
+    # signed zeros: the codes of -0.0 are 0x80, as torch's cast gives them
+    assert (codes[2].view(torch.uint8).cpu() & 0x7F == 0).all()
+
+
+def _e4m3_values() -> torch.Tensor:
+    """All finite non-negative E4M3 values, ascending (0, 2^-9, ..., 448)."""
+    v = torch.arange(0x7F, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
+    return v
+
+
+def test_ties_subnormals_and_values_beyond_448():
+    """Groups built so that y / s sits exactly on rounding ties (normal and subnormal range), next to
+    them, and groups whose amax is beyond 448 (scale > 1)."""
+    v = _e4m3_values()
+    mids = (v[:-1] + v[1:]) / 2  # ties: 4 significant bits, exact in bf16
+    group = torch.cat([mids, -mids[:1]])  # 126 + 1 values
+    group = torch.cat([group, torch.tensor([448.0])])  # amax = 448 exactly -> s = 1, byte 127
+    assert group.numel() == 128
+    rows = [group, -group.flip(0)]
+    for big in (450.0, 464.0, 512.0, 1000.0, 57344.0, 3.0e38):  # all exact in bf16 except the last
+        rows.append(torch.cat([torch.tensor([big]), group[:127] * (big / 448.0)]))
+    y = torch.stack(rows).to(BF16)
+    # four groups per row, rotated: every row has groups with scale > 1 somewhere in its word
+    y = torch.cat([y.roll(k, 0) for k in range(4)], dim=1).to(DEVICE)
+    codes, scales = fp8.quant_fp8_packed(y)
+    q_ref, e_ref = fp8.quant_fp8_group_reference(y)
+    check_against_reference(codes, scales, q_ref, fp8.pack_ue8m0_reference(e_ref), y.shape[0], 512)
+    e = fp8.unpack_ue8m0(scales, 4).cpu()
+    # 448 -> s = 1; 450, 464, 512 -> s = 2; 1000 -> 4; 57344 = 448 * 2^7 -> 2^7
+    assert e[:, 0].tolist()[:7] == [127, 127, 128, 128, 128, 129, 134], e[:, 0].tolist()
+    assert e[7, 0] > 127 + 100
+    assert (scales[:, 0].cpu() < 0).any(), "an exponent byte >= 128 in bits 24..31 makes the int32 negative"
+    q = codes[0].view(torch.uint8).cpu()
+    assert q[0] == 0x00 and q[1] == 0x02 and q[2] == 0x02 and q[126] == 0x80 and q[127] == 0x7E
+
+
+def test_e4m3_rounding_helper_exhaustive():
+    """The kernel's rounding on every tie, one fp32 ulp either side of every tie, every E4M3 value,
+    and values beyond 448 (saturate to +-448), against torch's round-to-nearest-even cast."""
+    v = _e4m3_values()
+    mids = (v[:-1] + v[1:]) / 2
+    up, down = torch.nextafter(mids, torch.full_like(mids, 1e9)), torch.nextafter(mids, torch.zeros_like(mids))
+    beyond = torch.tensor([448.0001, 449.0, 463.99, 464.0, 480.0, 1e4, 3.4e38, float("inf")])
+    tiny = torch.tensor([0.0, 1e-30, 2.0 ** -10, 2.0 ** -10 * 0.999, 2.0 ** -6 * 0.99999, 2.0 ** -6])
+    vals = torch.cat([v, mids, up, down, beyond, tiny])
+    vals = torch.cat([vals, -vals]).float()
+    got = fp8.e4m3_round(vals.to(DEVICE)).cpu()
+    ref = vals.clamp(-448, 448).to(torch.float8_e4m3fn).view(torch.uint8)
+    assert_exact(got, ref, "E4M3 bytes of the kernel's rounding")
+
+
+@pytest.mark.skipif(not ON_GPU, reason="the interpreter's .to(tl.float8e4nv) is known to mis-round")
+def test_direct_cast_is_right_on_the_gpu():
+    vals = torch.linspace(-448, 448, 8191, device=DEVICE)
+    got = fp8.e4m3_direct_cast(vals)
+    assert_exact(got, vals.to(torch.float8_e4m3fn), "tl.float8e4nv cast on the GPU")
+
+
+def test_silu_mul_every_bf16_gate():
+    """y = silu(gate) * up for every finite bf16 gate, with up = 1 (the silu rounding alone) and up
+    random (the product's rounding), bit-equal to the unfused torch path."""
+    g = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(BF16)
+    g = g[torch.isfinite(g.float())]
+    for up in (torch.ones_like(g), torch.randn(g.shape).to(BF16) * 4):
+        gd, ud = g.to(DEVICE), up.to(DEVICE)
+        y = fp8.silu_mul_bf16(gd, ud)
+        ref = fp8.silu_mul_reference(torch.cat([gd[None], ud[None]], dim=1))[0]
+        assert_exact(y, ref, "silu(gate) * up", hint="silu in fp32, to bf16, multiply, to bf16")
+
+
+# ------------------------------------------------------------------------------------------------
+# Coverage: poison the whole storage
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("m", [1, 4, 5, 127])
+def test_whole_storage_poison(m):
+    n = 640  # 5 groups: the last packed word holds one used byte and three zero bytes
+    x = make_x(m, n, seed=m + 100)
+    covs = assert_fully_written(fp8.silu_mul_quant_fp8_packed, x, scope="view", names=["codes", "scales"])
+    c_codes, c_scales = covs
+    assert c_codes.storage_fully_written, c_codes.report()
+    # exactly the view is written: storage rows M..round_up(M,4)-1 are outside it and untouched
+    tm = fp8.tma_aligned_rows(m)
+    assert c_scales.storage_shape == (2, tm)
+    assert torch.equal(c_scales.written, c_scales.in_view), c_scales.report()
+    assert int((~c_scales.written).sum()) == 2 * (tm - m)
+    # and what was written under poison is right (also the zero bytes of the half-used last word)
+    q_ref, s_ref = fp8.silu_mul_quant_fp8_reference(x)
+    for pattern in ("nan", "7f"):
+        with poisoned_allocations(pattern):
+            codes, scales = fp8.silu_mul_quant_fp8_packed(x)
+        check_against_reference(codes, scales, q_ref, s_ref, m, n)
+        assert (scales[:, 1].cpu() >> 8 == 0).all(), "unused exponent bytes of the last word must be 0"
+
+
+def test_quant_only_whole_storage_poison():
+    y = (torch.randn(6, 384) * 5).to(BF16).to(DEVICE)
+    c_codes, c_scales = coverage(fp8.quant_fp8_packed, y, names=["codes", "scales"])
+    assert c_codes.storage_fully_written and c_scales.view_fully_written, c_codes.report() + c_scales.report()
+    assert torch.equal(c_scales.written, c_scales.in_view)
+
+
+def test_consumer_reads_only_written_bytes():
+    m, n = 5, 640
+    x = make_x(m, n, seed=5)
+    chk = consumer_differential(fp8.silu_mul_quant_fp8_packed, fp8.dequantize_fp8_packed, x)
+    assert chk.identical, chk.report()
+    # a consumer that reads the whole storage (rows M..tma_M-1 included) does see the poison
+    def storage_reader(codes, scales):  # the whole [P, tma_M] storage behind the view
+        return torch.as_strided(scales, (2, fp8.tma_aligned_rows(m)), (fp8.tma_aligned_rows(m), 1)).clone()
+    bad = consumer_differential(fp8.silu_mul_quant_fp8_packed, storage_reader, x)
+    assert not bad.identical and bad.n_differ == 2 * (fp8.tma_aligned_rows(m) - m)
+
+
+def test_dequantize_through_the_view():
+    m, n = 7, 384
+    x = make_x(m, n, seed=9)
+    codes, scales = fp8.silu_mul_quant_fp8_packed(x)
+    y = fp8.silu_mul_reference(x).float()
+    deq = fp8.dequantize_fp8_packed(codes, scales)
+    # E4M3 keeps 3 mantissa bits: per element at most 2^-4 relative, far less in the RMS sense
+    assert_rel_close(deq, y, 0.05, "dequantized y")
+    q_ref, e_ref = fp8.quant_fp8_group_reference(y.to(BF16))
+    ref = q_ref.float().view(m, 3, 128) * torch.exp2(e_ref.float() - 127)[..., None]
+    assert_exact(deq, ref.view(m, n), "dequantized values")
+
+
+def test_pack_and_unpack_round_trip():
+    e = torch.randint(0, 256, (6, 7), dtype=torch.int32).to(torch.uint8)
+    packed = fp8.pack_ue8m0_reference(e)
+    assert packed.shape == (6, 2) and packed.dtype == torch.int32
+    assert_exact(fp8.unpack_ue8m0(packed, 7), e, "unpacked bytes")
+    assert (packed[:, 1] >> 24 == 0).all(), "group 7 does not exist: byte 3 of word 1 must be 0"
+    w = int(fp8.pack_ue8m0_reference(torch.tensor([[0x78, 0x7A, 0x5E, 0x81]], dtype=torch.uint8))[0, 0])
+    assert w & 0xFFFFFFFF == 0x815E7A78
+
+
+def test_empty_batch():
+    x = torch.empty(0, 512, dtype=BF16, device=DEVICE)
+    codes, scales = fp8.silu_mul_quant_fp8_packed(x)
+    assert codes.shape == (0, 256) and scales.shape == (0, 1)
+
+
+# ------------------------------------------------------------------------------------------------
+# Bad inputs
+# ------------------------------------------------------------------------------------------------
+
+def test_bad_inputs():
+    good = make_x(2, 128)
+    f = fp8.silu_mul_quant_fp8_packed
+    with pytest.raises(ValueError, match="multiple of group_size=128"):
+        f(torch.zeros(2, 2 * 192, dtype=BF16, device=DEVICE).normal_())
+    with pytest.raises(ValueError, match="must be even"):
+        f(torch.randn(2, 257, device=DEVICE).to(BF16))
+    with pytest.raises(ValueError, match="must be even and positive"):
+        f(torch.empty(2, 0, dtype=BF16, device=DEVICE))
+    with pytest.raises(TypeError, match=r"x must have dtype in \(bfloat16\)"):
+        f(good.float())
+    with pytest.raises(TypeError, match=r"x must have dtype in \(bfloat16\)"):
+        f(good.half())
+    with pytest.raises(ValueError, match="x is on meta but must be on"):
+        f(torch.empty(2, 256, dtype=BF16, device="meta"))
+    with pytest.raises(ValueError, match="x must be contiguous"):
+        f(make_x(128, 128).T)  # [256, 128] with strides (1, 256)
+    with pytest.raises(ValueError, match="x must be contiguous"):
+        f(make_x(2, 256)[:, :256])
+    with pytest.raises(ValueError, match="x must be 2-D"):
+        f(good[None])
+    with pytest.raises(TypeError, match="x must be a torch.Tensor"):
+        f(good.tolist())
+    with pytest.raises(ValueError, match="group_size must be 128"):
+        f(good, group_size=64)
+    with pytest.raises(TypeError, match="group_size must be an int"):
+        f(good, group_size=128.0)
+    with pytest.raises(ValueError, match="y's last dimension must be a positive multiple"):
+        fp8.quant_fp8_packed(torch.randn(2, 200, device=DEVICE).to(BF16))
+    with pytest.raises(TypeError, match="y must have dtype"):
+        fp8.quant_fp8_packed(torch.randn(2, 128, device=DEVICE))
+    codes, scales = f(good)
+    with pytest.raises(ValueError, match=r"needs ceil\(3/4\) = 1"):
+        fp8.unpack_ue8m0(torch.zeros(2, 2, dtype=torch.int32, device=DEVICE), 3)
+    with pytest.raises(ValueError, match="num_groups must be a non-negative int"):
+        fp8.unpack_ue8m0(scales, -1)
+    with pytest.raises(TypeError, match="scales must have dtype in"):
+        fp8.unpack_ue8m0(scales.float(), 1)
+    with pytest.raises(TypeError, match="codes must have dtype in"):
+        fp8.dequantize_fp8_packed(codes.view(torch.uint8), scales)
+    with pytest.raises(ValueError, match=r"scales must be \[M=2, P\]"):
+        fp8.dequantize_fp8_packed(codes, scales[:1])
+    with pytest.raises(ValueError, match="gate and up must have the same shape"):
+        fp8.silu_mul_bf16(good[0], good[1, :10])
+    with pytest.raises(TypeError, match="v must have dtype"):
+        fp8.e4m3_round(torch.ones(4, dtype=torch.float64, device=DEVICE))
