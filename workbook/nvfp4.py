@@ -126,7 +126,11 @@ def _bytes(t: torch.Tensor) -> torch.Tensor:
 def swizzle_scales(sf: torch.Tensor) -> torch.Tensor:
     """Linear scales [M, n] (float8_e4m3fn or uint8) -> swizzled storage [Mp, Kp] of the same dtype,
     padded entries zero."""
-    check_tensor("sf", sf, dtypes=(torch.float8_e4m3fn, torch.uint8), ndim=2, device=sf.device, contiguous=False)
+    check_tensor("sf", sf, dtypes=(torch.float8_e4m3fn, torch.uint8), ndim=2, contiguous=False)
+    return _swizzle(sf)
+
+
+def _swizzle(sf: torch.Tensor) -> torch.Tensor:
     M, n = sf.shape
     Mp, Kp = round_up(M, 128), round_up(n, 4)
     b = torch.nn.functional.pad(_bytes(sf), (0, Kp - n, 0, Mp - M))
@@ -137,8 +141,7 @@ def swizzle_scales(sf: torch.Tensor) -> torch.Tensor:
 def unswizzle_scales(sf_swizzled: torch.Tensor) -> torch.Tensor:
     """Swizzled storage [Mp, Kp] -> the whole padded logical grid [Mp, Kp] (slice [:M, :K/16] for the
     real scales)."""
-    check_tensor("sf_swizzled", sf_swizzled, dtypes=(torch.float8_e4m3fn, torch.uint8), ndim=2,
-                 device=sf_swizzled.device)
+    check_tensor("sf_swizzled", sf_swizzled, dtypes=(torch.float8_e4m3fn, torch.uint8), ndim=2)
     Mp, Kp = sf_swizzled.shape
     if Mp % 128 or Kp % 4:
         raise ValueError(f"sf_swizzled must have shape [multiple of 128, multiple of 4], got {[Mp, Kp]}")
@@ -154,13 +157,16 @@ def quantize_ref(x: torch.Tensor, global_scale: torch.Tensor, swizzled: bool = T
     xf = x.float().view(M, K // 16, 16)
     gs = global_scale.float().reshape(())
     amax = xf.abs().amax(dim=-1)
-    sf = torch.clamp(gs * amax / 6.0, max=E4M3_MAX).to(torch.float8_e4m3fn)   # RNE, no overflow
+    # divide by a tensor, not the Python scalar 6.0: on CUDA torch turns a scalar divisor into a
+    # multiplication by its reciprocal, which is not the correctly rounded quotient
+    six = torch.full_like(amax, 6.0)
+    sf = torch.clamp(gs * amax / six, max=E4M3_MAX).to(torch.float8_e4m3fn)   # RNE, no overflow
     sff = sf.float()[..., None]
     y = (xf * gs) / torch.where(sff > 0, sff, torch.ones_like(sff))
     y = torch.where(sff > 0, y, torch.zeros_like(y))
     q = e2m1_encode(y, sign_of=xf).view(M, K // 2, 2)
     codes = q[..., 0] | (q[..., 1] << 4)
-    return codes, (swizzle_scales(sf) if swizzled else sf)
+    return codes, (_swizzle(sf) if swizzled else sf)
 
 
 def dequantize_ref(codes: torch.Tensor, scales: torch.Tensor, global_scale: torch.Tensor,
@@ -574,16 +580,17 @@ def _graph_time_us(fn, n: int = 20) -> float:
     return time_us(g.replay) / n
 
 
-def benchmark() -> tuple[dict, dict]:
+def benchmark(sizes=BENCH_SIZES, zeros_sizes=ZEROS_EMPTY_SIZES) -> tuple[dict, dict]:
     """``python -m workbook bench nvfp4``: bandwidth per size against the copy ceiling and the compiled
-    reference, and zeros vs empty for the scale buffer on a full quant call."""
+    reference (``torch.compile``, static shapes), and zeros vs empty for the scale buffer on a full
+    quant call (eager, and replayed from a CUDA graph)."""
     from .bench import copy_ceiling_GBps, require_gpu, time_us
 
     require_gpu("nvfp4 benchmark")
     ceiling = copy_ceiling_GBps()
     ref_c = _compiled_ref()
-    sizes = []
-    for M, K in BENCH_SIZES:
+    rows = []
+    for M, K in sizes:
         x = torch.randn(M, K, device=DEVICE, dtype=torch.bfloat16)
         gs = global_scale_of(x)
         codes, sf = nvfp4_quant(x, gs)
@@ -599,14 +606,14 @@ def benchmark() -> tuple[dict, dict]:
                "triton_frac_of_copy": nbytes / t_tri / 1e3 / ceiling,
                "speedup_vs_compiled": t_ref / t_tri, "exact_vs_ref": exact,
                "compiled_ref_mismatched_bytes": comp_mismatch, "config": list(_config(M, K))}
-        sizes.append(row)
+        rows.append(row)
         print(f"  {M:>6}x{K:<5} triton {t_tri:8.1f} us {row['triton_GBps']:7.0f} GB/s "
               f"({100 * row['triton_frac_of_copy']:4.1f}% of copy)  compiled ref {t_ref:8.1f} us  "
               f"x{row['speedup_vs_compiled']:.2f}  exact={exact}")
         del x, codes, sf, rc, rs, cc, cs
         torch.cuda.empty_cache()
     zve = []
-    for M, K in ZEROS_EMPTY_SIZES:
+    for M, K in zeros_sizes:
         x = torch.randn(M, K, device=DEVICE, dtype=torch.bfloat16)
         gs = global_scale_of(x)
         Mp, Kp = padded_scale_shape(M, K)
@@ -618,14 +625,14 @@ def benchmark() -> tuple[dict, dict]:
         zve.append(row)
         print(f"  zeros vs empty M={M:>5} K={K}: eager {row['eager_zeros_us']:.1f} vs {row['eager_empty_us']:.1f} us, "
               f"graph {row['graph_zeros_us']:.2f} vs {row['graph_empty_us']:.2f} us")
-    big = sizes[-1]
+    big = rows[-1]
     targets = {
         "largest": f"{big['M']}x{big['K']}",
         "frac_of_copy_at_largest": big["triton_frac_of_copy"],
         "reached_80pct_at_largest": big["triton_frac_of_copy"] >= 0.8,
-        "faster_than_compiled_everywhere": all(r["speedup_vs_compiled"] > 1 for r in sizes),
+        "faster_than_compiled_everywhere": all(r["speedup_vs_compiled"] > 1 for r in rows),
     }
-    return {"sizes": sizes, "zeros_vs_empty": zve, "targets": targets}, {"copy_GBps": ceiling}
+    return {"sizes": rows, "zeros_vs_empty": zve, "targets": targets}, {"copy_GBps": ceiling}
 
 
 def tune(sizes=((128, 4096), (4096, 4096), (16384, 8192))) -> list[dict]:

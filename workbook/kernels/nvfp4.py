@@ -79,12 +79,12 @@ def nvfp4_quant_kernel(
     # block scale: sf = e4m3(min(gs * amax / 6, 448))
     b_gs = tl.load(p_gs)
     b_amax = tl.max(tl.abs(b_x), axis=2)                              # [BM, BS]
-    b_sf_want = tl.minimum(tl.math.div_rn(b_gs * b_amax, 6.0), 448.0)
+    b_sf_want = tl.minimum(tl.math.div_rn(b_gs * b_amax, tl.full((BLOCK_M, BLOCK_S), 6.0, tl.float32)), 448.0)
     b_sf_byte, b_sf = e4m3_rne(b_sf_want)
 
     # codes: y = x * gs / sf (correctly rounded division), E2M1 of |y|, sign bit of x
     m_nz = b_sf > 0.0
-    b_den = tl.where(m_nz, b_sf, 1.0)[:, :, None]
+    b_den = tl.broadcast_to(tl.where(m_nz, b_sf, 1.0)[:, :, None], (BLOCK_M, BLOCK_S, 16))
     b_y = tl.math.div_rn(b_x * b_gs, b_den)
     b_idx = tl.where(m_nz[:, :, None], e2m1_index(tl.abs(b_y)), 0)
     b_sign = (b_x.to(tl.int32, bitcast=True) >> 28) & 8
