@@ -222,3 +222,37 @@ def test_bad_pattern_names_the_rule():
         poison_(torch.empty(2), "zeros")
     with pytest.raises(TypeError, match="floating-point"):
         poison_(torch.empty(2, dtype=torch.int32), "nan")
+
+
+def gather_with_index(x):
+    idx = torch.zeros(3, dtype=torch.long, device=x.device)  # necessary: used as indices
+    return x[idx]
+
+
+def test_zero_fill_read_as_index_is_necessary_not_a_crash():
+    r = find_redundant_zero_fills(gather_with_index, torch.randn(5, device=DEVICE))
+    assert [(s.op, s.redundant) for s in r.sites] == [("torch.zeros", False)]
+    assert "raised" in r.sites[0].detail
+
+
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.uint8, torch.bfloat16, torch.int64])
+def test_two_poisons_differ_in_every_byte_for_every_dtype(dtype):
+    seen = []
+    for which in (0, 1):
+        with poisoned_allocations(which):
+            t = torch.empty(8, dtype=dtype, device=DEVICE)
+        seen.append(storage_bytes(t).clone())
+    assert (seen[0] != seen[1]).all(), f"{dtype}: the two allocation poisons coincide somewhere"
+
+
+def fp8_producer(x, skip_last):
+    out = torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
+    n = x.shape[0] - 1 if skip_last else x.shape[0]
+    out[:n] = x[:n].clamp(-448, 448).to(torch.float8_e4m3fn)
+    return out
+
+
+def test_fp8_outputs_are_checked_too():
+    x = torch.randn(6, 4, device=DEVICE) * 100
+    assert coverage(fp8_producer, x, False)[0].storage_fully_written
+    assert coverage(fp8_producer, x, True)[0].unwritten_ranges() == "rows 5..5 cols 0..3"

@@ -97,23 +97,33 @@ _EMPTY_OPS = {
 
 class poisoned_allocations(TorchDispatchMode):
     """Inside this context every ``torch.empty``/``empty_like``/``new_empty``/``empty_strided``
-    returns memory filled with ``pattern``, so a launcher that allocates its outputs with ``empty``
-    can be checked exactly as it ships. (``zeros`` is left alone: it is a write, not garbage.)"""
+    returns memory filled with poison, so a launcher that allocates its outputs with ``empty`` can be
+    checked exactly as it ships. (``zeros`` is left alone: it is a write, not garbage.)
 
-    def __init__(self, pattern: str = "nan"):
+    ``which=0`` / ``which=1`` pick the first / second poison of each allocation's dtype
+    (:func:`poisons_for`: NaN / 0xA5 for floats, 0xA5 / 0x7F for integers), so the two runs of a
+    differential check differ in every byte whatever the dtype. A pattern name ('nan', 'a5', '7f')
+    forces one pattern ('nan' falls back to 'a5' for integer dtypes).
+    """
+
+    def __init__(self, which: int | str = 0):
         super().__init__()
-        if pattern not in POISONS:
-            raise ValueError(f"pattern must be one of {POISONS}, got {pattern!r}")
-        self.pattern = pattern
+        if which not in (0, 1) and which not in POISONS:
+            raise ValueError(f"which must be 0, 1 or one of {POISONS}, got {which!r}")
+        self.which = which
         self.count = 0
+
+    def pattern_for(self, dtype: torch.dtype) -> str:
+        if self.which in (0, 1):
+            return poisons_for(dtype)[self.which]
+        if self.which == "nan" and not dtype.is_floating_point:
+            return "a5"
+        return self.which
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         if func in _EMPTY_OPS and isinstance(out, torch.Tensor) and out.untyped_storage().nbytes():
-            pattern = self.pattern
-            if pattern == "nan" and not out.dtype.is_floating_point:
-                pattern = "a5"
-            poison_(out, pattern)
+            poison_(out, self.pattern_for(out.dtype))
             self.count += 1
         return out
 
@@ -285,10 +295,9 @@ def coverage(fn: Callable, *args, out=None, names: list[str] | None = None, **kw
                 poison_(t, p)
             fn(*args, **kwargs)
         else:
-            alloc = "nan" if k == 0 else "7f"
-            with poisoned_allocations(alloc):
+            with poisoned_allocations(k):
                 outs = _tensors(fn(*args, **kwargs))
-            pats = [alloc if (alloc != "nan" or t.dtype.is_floating_point) else "a5" for t in outs]
+            pats = [poisons_for(t.dtype)[k] for t in outs]
         runs.append([_Snap.of(t) for t in outs])
         patterns.append(pats)
     if len(runs[0]) != len(runs[1]):
@@ -355,8 +364,8 @@ def consumer_differential(producer: Callable, consumer: Callable, *args, **kwarg
     """Run ``consumer(*producer(*args, **kwargs))`` with the producer's ``empty`` allocations poisoned
     two ways. A consumer that only reads written bytes gives bit-identical results."""
     res = []
-    for pattern in ("nan", "7f"):
-        with poisoned_allocations(pattern):
+    for which in (0, 1):
+        with poisoned_allocations(which):
             produced = producer(*args, **kwargs)
         produced = produced if isinstance(produced, tuple) else (produced,)
         res.append(_tensors(consumer(*produced)))
@@ -406,10 +415,10 @@ def _is_zero(v) -> bool:
 class _ZeroFillMode(TorchFunctionMode):
     """Records zero fills by call site; poisons those at ``poison_sites`` with ``pattern``."""
 
-    def __init__(self, poison_sites=(), pattern="nan"):
+    def __init__(self, poison_sites=(), which: int = 0):
         super().__init__()
         self.poison_sites = set(poison_sites)
-        self.pattern = pattern
+        self.which = which
         self.sites: dict[str, dict[str, Any]] = {}
 
     def _kind(self, func, args, kwargs) -> str | None:
@@ -435,7 +444,7 @@ class _ZeroFillMode(TorchFunctionMode):
             rec = self.sites.setdefault(site, {"op": kind, "calls": 0})
             rec["calls"] += 1
             if site in self.poison_sites:
-                pattern = self.pattern if out.dtype.is_floating_point else ("a5" if self.pattern == "nan" else "7f")
+                pattern = poisons_for(out.dtype)[self.which]
                 if out.dtype == torch.bool:
                     out.fill_(True)
                 else:
@@ -491,6 +500,11 @@ class ZeroFillReport:
 
 
 def _outputs_equal(a, b) -> tuple[bool, int]:
+    la, lb = tree_flatten(a)[0], tree_flatten(b)[0]
+    others_a = [x for x in la if not isinstance(x, torch.Tensor)]
+    others_b = [x for x in lb if not isinstance(x, torch.Tensor)]
+    if others_a != others_b and not all(_same_scalar(x, y) for x, y in zip(others_a, others_b)):
+        return False, -1
     ta, tb = _tensors(a), _tensors(b)
     if len(ta) != len(tb):
         return False, -1
@@ -502,11 +516,17 @@ def _outputs_equal(a, b) -> tuple[bool, int]:
     return n == 0, n
 
 
+def _same_scalar(x, y) -> bool:
+    if isinstance(x, float) and isinstance(y, float) and math.isnan(x) and math.isnan(y):
+        return True
+    return type(x) is type(y) and x == y
+
+
 def find_redundant_zero_fills(fn: Callable, *args, **kwargs) -> ZeroFillReport:
     """Find the zero fills in ``fn`` that change nothing.
 
     ``fn(*args, **kwargs)`` runs once to record every zero fill by call site (``file:line``), then
-    once per site and poison (NaN and 0x7F bytes for floats; 0xA5 / 0x7F bytes for integers) with
+    once per site and poison (NaN and 0xA5 bytes for floats; 0xA5 / 0x7F bytes for integers) with
     only that site's fills replaced by poison. Outputs are ``fn``'s return value plus every tensor
     argument (so fills of caller-owned buffers count). A site whose poisoning leaves all outputs
     bit-identical is redundant: ``empty`` would do. ``fn`` must be deterministic (checked).
@@ -526,12 +546,17 @@ def find_redundant_zero_fills(fn: Callable, *args, **kwargs) -> ZeroFillReport:
     sites = []
     for site, info in rec.sites.items():
         diffs = []
-        for pattern in ("nan", "7f"):
-            same, n = _outputs_equal(ref, run(_ZeroFillMode([site], pattern)))
+        for which in (0, 1):
+            label = "1st poison" if which == 0 else "2nd poison"
+            try:
+                same, n = _outputs_equal(ref, run(_ZeroFillMode([site], which)))
+            except Exception as e:  # e.g. a poisoned index tensor: the zeros were read
+                diffs.append(f"{label}: fn raised {type(e).__name__}")
+                continue
             if not same:
-                diffs.append(f"{pattern}: {n if n >= 0 else 'shape/dtype'} output elements changed")
+                diffs.append(f"{label}: {n if n >= 0 else 'non-tensor/shape/dtype'} output elements changed")
         redundant = not diffs
-        detail = ("outputs bit-identical with this fill poisoned (NaN and 0x7F)" if redundant
+        detail = ("outputs bit-identical with this fill poisoned two ways" if redundant
                   else "; ".join(diffs) + " when poisoned")
         sites.append(ZeroFillSite(site, info["op"], info["calls"], redundant, detail))
     return ZeroFillReport(sites)
