@@ -36,6 +36,8 @@ _FLOATS = (torch.float32, torch.bfloat16, torch.float16)
 # Launch configuration (value-block widths and warps). ``benchmark()`` sweeps alternatives on the GPU.
 CONFIG = {"rec_bv": 32, "rec_warps": 4, "prep_warps": 4, "state_bv": None, "state_warps": 4,
           "out_bv": 64, "out_warps": 4}
+if not ON_GPU:  # the interpreter runs programs one after another: fewer, wider programs are faster
+    CONFIG.update(rec_bv=128, state_bv=128, out_bv=128)
 
 
 def l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -265,7 +267,8 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
                                           device=DEVICE, inplace=inplace_final_state)
     cfg = {**CONFIG, **(_config or {})}
     scale = K ** -0.5 if scale is None else float(scale)
-    dev, dt = q.device, q.dtype
+    dev = q.device
+    dt = cfg.get("inter_dtype") or q.dtype   # storage dtype of w, u, v', h (and of the matrix units)
     varlen = cu_seqlens is not None
     if varlen:
         chunk_indices, chunk_offsets, NT = _chunk_tables(bounds, dev)
@@ -532,15 +535,20 @@ def benchmark():
         # sweep the launch configuration at this shape
         sw = []
         for cfg in ({"state_bv": 16}, {"state_bv": 32}, {"state_bv": 64}, {"state_warps": 8},
-                    {"prep_warps": 8}, {"out_bv": 128}, {"out_warps": 8}, {"out_bv": 32}):
+                    {"prep_warps": 8}, {"out_bv": 128}, {"out_warps": 8}, {"out_bv": 32},
+                    {"inter_dtype": torch.float32}):
             try:
                 t = time_us(lambda: chunk_gated_delta_rule(**args, _config=cfg))
             except Exception as e:  # noqa: BLE001
                 t = f"failed: {type(e).__name__}"
-            sw.append({"config": cfg, "us": t})
+            sw.append({"config": {a: str(b) for a, b in cfg.items()}, "us": t})
         res["sweeps"][f"chunk_{B}x{T}x{H}x{D}"] = sw
         print("sweep", sw, flush=True)
         del x, args
+
+    if fla_chunk is not None:  # call-for-call agreement with the peer on shapes the tests do not use
+        res["crosscheck"] = _crosscheck_fla(fla_chunk, fla_rec)
+        print("crosscheck", res["crosscheck"], flush=True)
 
     Bd, Hd, Dd = DECODE_SHAPE
     x = make_inputs(Bd, 1, Hd, Dd, dtype=torch.bfloat16, gate="mixed", initial_state=True)
@@ -571,6 +579,37 @@ def benchmark():
     res["sweeps"]["decode"] = sw
     print("sweep decode", sw, flush=True)
     return res, {"copy_GBps": ceil}
+
+
+def _crosscheck_fla(fla_chunk, fla_rec):
+    from .check import rel_err
+
+    rows = []
+    cases = [  # (B, T, H, HV, K, V, dtype, cu_seqlens, l2)
+        (2, 1000, 4, 8, 128, 128, torch.float32, None, True),
+        (1, 777, 2, 2, 100, 72, torch.float32, [0, 1, 200, 513, 777], False),
+        (3, 129, 2, 4, 128, 128, torch.bfloat16, None, True),
+        (1, 2000, 16, 32, 128, 128, torch.bfloat16, [0, 700, 701, 2000], True),
+    ]
+    for B, T, H, HV, K, V, dt, cu, l2 in cases:
+        x = make_inputs(B, T, H, K, V=V, HV=HV, dtype=dt, gate="mixed", normalize_qk=not l2, seed=T)
+        N = B if cu is None else len(cu) - 1
+        x["initial_state"] = torch.randn(N, HV, K, V, device=DEVICE) * 0.3
+        cus = None if cu is None else torch.tensor(cu, device=DEVICE)
+        kw = dict(output_final_state=True, use_qk_l2norm_in_kernel=l2, cu_seqlens=cus)
+        ref_o, ref_h = naive_recurrent_gated_delta_rule(**x, **kw) if T * B <= 1000 else (None, None)
+        for name, ours, peer in (("chunk", chunk_gated_delta_rule, fla_chunk),
+                                 ("recurrent", fused_recurrent_gated_delta_rule, fla_rec)):
+            o, h = ours(**x, **kw)
+            fo, fh = peer(**x, **kw)
+            row = {"fn": name, "B": B, "T": T, "H": H, "HV": HV, "K": K, "V": V, "dtype": str(dt)[6:],
+                   "cu_seqlens": cu, "l2norm": l2, "o_vs_fla": rel_err(o.float(), fo.float()),
+                   "ht_vs_fla": rel_err(h.float(), fh.float())}
+            if ref_o is not None:
+                row["o_vs_fp32_ref"] = rel_err(o.float(), ref_o)
+                row["fla_o_vs_fp32_ref"] = rel_err(fo.float(), ref_o)
+            rows.append(row)
+    return rows
 
 
 def plot_state(h: torch.Tensor, ax=None, title="state h (K x V)"):

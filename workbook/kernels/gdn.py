@@ -13,10 +13,17 @@ import triton
 import triton.language as tl
 
 
+# Triton's interpreter (3.9, seen here) returns garbage for tl.dot on bf16/fp16 operands, so there the
+# operands are upcast: products of 16-bit values are exact in fp32, as in the GPU's matrix units.
+_INTERPRETED = tl.constexpr(workbook.device.INTERPRETED)
+
+
 @triton.jit
 def _dot(a, b, F32: tl.constexpr):
     """a @ b with fp32 accumulation; fp32 operands use 3xTF32 (fp32-accurate) on the GPU."""
-    if F32:
+    if _INTERPRETED:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+    elif F32:
         return tl.dot(a, b, input_precision="tf32x3")
     else:
         return tl.dot(a, b)
