@@ -26,7 +26,7 @@ from .device import DEVICE, ON_GPU, describe
 __all__ = [
     "DATA_DIR", "require_gpu", "time_us", "copy_ceiling_GBps", "save_record", "load_record",
     "validate_record", "recorded_label", "zeros_vs_empty_sweep", "graph_decode_step",
-    "profile_zeros_vs_empty", "stale_bytes_demo", "benchmark", "SWEEP_SIZES",
+    "profile_zeros_vs_empty", "stale_bytes_demo", "fill_bandwidth_events", "benchmark", "SWEEP_SIZES",
 ]
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -253,6 +253,23 @@ def _is_kernel(e) -> bool:
     return dt is not None and "CUDA" in str(dt) and not e.key.startswith(("aten::", "cuda"))
 
 
+def fill_bandwidth_events(nbytes: int = 1 << 30, iters: int = 20) -> dict:
+    """A second, independent measure of the zero-fill bandwidth: CUDA events around ``iters``
+    back-to-back ``zero_()`` calls on one large buffer (no L2 flush; the buffer dwarfs the L2)."""
+    require_gpu("fill_bandwidth_events")
+    buf = torch.empty(nbytes // 4, device=DEVICE)
+    for _ in range(3):
+        buf.zero_()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iters):
+        buf.zero_()
+    end.record()
+    end.synchronize()
+    us = start.elapsed_time(end) * 1e3 / iters
+    return {"bytes": nbytes, "iters": iters, "us_per_fill": us, "GBps": nbytes / (us * 1e-6) / 1e9}
+
+
 def benchmark() -> tuple[dict, dict]:
     """Everything notebook 01 shows, measured on this GPU (``python -m workbook bench alloc``)."""
     require_gpu("benchmark")
@@ -262,5 +279,6 @@ def benchmark() -> tuple[dict, dict]:
         "graph": graph_decode_step(),
         "profile": profile_zeros_vs_empty(),
         "stale_bytes": stale_bytes_demo(),
+        "fill_events": fill_bandwidth_events(),
     }
     return results, {"copy_GBps": ceiling}
