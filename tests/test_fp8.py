@@ -143,7 +143,25 @@ def test_silu_mul_every_bf16_gate():
         gd, ud = g.to(DEVICE), up.to(DEVICE)
         y = fp8.silu_mul_bf16(gd, ud)
         ref = fp8.silu_mul_reference(torch.cat([gd[None], ud[None]], dim=1))[0]
-        assert_exact(y, ref, "silu(gate) * up", hint="silu in fp32, to bf16, multiply, to bf16")
+        assert_exact(y, ref, "silu(gate) * up", hint=f"SILU_IMPL {fp8.silu_impl()}")
+
+
+def test_silu_impl_choice_is_proven():
+    impl = fp8.silu_impl()
+    assert fp8.silu_impl_mismatches(impl) == 0
+    # torch's own sequence (libdevice expf + IEEE division on a GPU) is exact by construction
+    assert fp8.silu_impl_mismatches(0 if ON_GPU else 2) == 0
+    with pytest.raises(ValueError, match="impl must be one of"):
+        fp8.silu_mul_bf16(torch.ones(4, dtype=BF16, device=DEVICE), torch.ones(4, dtype=BF16, device=DEVICE), impl=7)
+
+
+@pytest.mark.parametrize("m,n", [(5, 640), (300, 2048)])
+def test_integer_roundings_path_exact(m, n):
+    """The interpreter's integer roundings, compiled (on a GPU) or interpreted: same bytes."""
+    x = make_x(m, n, seed=42)
+    codes, scales = fp8.silu_mul_quant_fp8_packed(x, _integer_roundings=True)
+    q_ref, s_ref = fp8.silu_mul_quant_fp8_reference(x)
+    check_against_reference(codes, scales, q_ref, s_ref, m, n)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -269,3 +287,16 @@ def test_bad_inputs():
         fp8.silu_mul_bf16(good[0], good[1, :10])
     with pytest.raises(TypeError, match="v must have dtype"):
         fp8.e4m3_round(torch.ones(4, dtype=torch.float64, device=DEVICE))
+
+
+@pytest.mark.parametrize("m,g", [(1, 1), (5, 5), (9, 8), (130, 13)])
+def test_pack_kernel_mn_major(m, g):
+    e = torch.randint(0, 256, (m, g), dtype=torch.int32).to(torch.uint8).to(DEVICE)
+    covs = assert_fully_written(fp8.pack_ue8m0_mn_major, e, scope="view")
+    assert torch.equal(covs[0].written, covs[0].in_view)
+    with poisoned_allocations("a5"):
+        s = fp8.pack_ue8m0_mn_major(e)
+    assert s.stride() == (1, fp8.tma_aligned_rows(m))
+    assert_exact(s, fp8.pack_ue8m0_reference(e), "packed words")
+    with pytest.raises(TypeError, match="exp_bytes must have dtype in"):
+        fp8.pack_ue8m0_mn_major(e.to(torch.int32))

@@ -17,20 +17,22 @@ notebook's pictures. The device code is in :mod:`workbook.kernels.fp8`.
 """
 from __future__ import annotations
 
-import math
+import functools
 
 import torch
 import torch.nn.functional as F
 
-from .device import DEVICE, INTERPRETED, ON_GPU, check_tensor, require_launchable
+from .device import DEVICE, INTERPRETED, check_tensor, require_launchable
 
 import triton  # noqa: E402  (after workbook.device, which chose the interpreter if needed)
 __all__ = [
     "E4M3_MAX", "GROUP_SIZE", "EPS", "ALL_ZERO_EXPONENT_BYTE",
     "silu_mul_reference", "ue8m0_exponent_reference", "quant_fp8_group_reference",
     "pack_ue8m0_reference", "silu_mul_quant_fp8_reference",
-    "silu_mul_quant_fp8_packed", "quant_fp8_packed", "unpack_ue8m0", "dequantize_fp8_packed",
+    "silu_mul_quant_fp8_packed", "quant_fp8_packed", "pack_ue8m0_mn_major", "unpack_ue8m0",
+    "dequantize_fp8_packed",
     "tma_aligned_rows", "num_packed_words", "e4m3_round", "e4m3_direct_cast", "silu_mul_bf16",
+    "silu_impl", "silu_impl_mismatches", "SILU_IMPL_NAMES",
     "benchmark", "plot_bandwidth", "plot_packing", "plot_mn_major_layout",
 ]
 
@@ -129,7 +131,8 @@ def _next_pow2(n: int) -> int:
     return 1 << (n - 1).bit_length()
 
 
-def _launch(src: torch.Tensor, m: int, n: int, silu_mul: bool, block_m: int | None, num_warps: int | None):
+def _launch(src: torch.Tensor, m: int, n: int, silu_mul: bool, block_m: int | None,
+            num_warps: int | None, integer_roundings: bool = False):
     from .kernels.fp8 import silu_mul_quant_fp8_kernel
 
     num_groups = n // GROUP_SIZE
@@ -152,14 +155,16 @@ def _launch(src: torch.Tensor, m: int, n: int, silu_mul: bool, block_m: int | No
     grid = (triton.cdiv(m, bm), p)
     silu_mul_quant_fp8_kernel[grid](
         src, codes.view(torch.uint8), storage, m, n, src.stride(0), codes.stride(0), storage.stride(0),
-        GROUP=GROUP_SIZE, BLOCK_M=bm, SILU_MUL=silu_mul, LIBDEVICE_EXP=ON_GPU,
-        num_warps=num_warps or 4,
+        GROUP=GROUP_SIZE, BLOCK_M=bm, SILU_MUL=silu_mul,
+        SILU_IMPL=_TORCH_SEQUENCE if integer_roundings else silu_impl(),
+        INTERPRETER=INTERPRETED or integer_roundings, num_warps=num_warps or 4,
     )
     return codes, scales
 
 
 def silu_mul_quant_fp8_packed(x: torch.Tensor, group_size: int = GROUP_SIZE, *,
-                              _block_m: int | None = None, _num_warps: int | None = None):
+                              _block_m: int | None = None, _num_warps: int | None = None,
+                              _integer_roundings: bool = False):
     """Fused y = silu(x[:, :N]) * x[:, N:] and FP8 group quantization with packed UE8M0 scales.
 
     Returns ``(codes, scales)``: codes float8_e4m3fn [M, N] (contiguous) and scales int32
@@ -176,7 +181,7 @@ def silu_mul_quant_fp8_packed(x: torch.Tensor, group_size: int = GROUP_SIZE, *,
     if n % group_size:
         raise ValueError(f"N = x.shape[-1] // 2 must be a multiple of group_size={group_size}; got "
                          f"N = {n} (x.shape[-1] = {two_n})")
-    return _launch(x, m, n, True, _block_m, _num_warps)
+    return _launch(x, m, n, True, _block_m, _num_warps, _integer_roundings)
 
 
 def quant_fp8_packed(y: torch.Tensor, group_size: int = GROUP_SIZE, *,
@@ -190,6 +195,25 @@ def quant_fp8_packed(y: torch.Tensor, group_size: int = GROUP_SIZE, *,
         raise ValueError(f"y's last dimension must be a positive multiple of group_size={group_size}; "
                          f"got {n}")
     return _launch(y, m, n, False, _block_m, _num_warps)
+
+
+def pack_ue8m0_mn_major(exp_bytes: torch.Tensor) -> torch.Tensor:
+    """Exponent bytes uint8 [M, G] -> the packed MN-major view int32 [M, ceil(G/4)], strides
+    (1, round_up(M, 4)), as the fused kernel lays it out (the notebook's kernel exercise)."""
+    from .kernels.fp8 import ue8m0_pack_kernel
+
+    _check("exp_bytes", exp_bytes, (torch.uint8,), 2)
+    m, g = exp_bytes.shape
+    p, tma_m = num_packed_words(g), tma_aligned_rows(m)
+    # program (i, p) writes word p of rows [i*BLOCK_M, +BLOCK_M) below M: the view is fully written;
+    # storage rows M..tma_M-1 lie outside it (same argument as the fused kernel's)
+    storage = torch.empty(p, tma_m, dtype=torch.int32, device=exp_bytes.device)
+    if m and g:
+        require_launchable(ue8m0_pack_kernel)
+        bm = min(64, _next_pow2(m))
+        e = exp_bytes.to(torch.int32)
+        ue8m0_pack_kernel[(triton.cdiv(m, bm), p)](e, storage, m, g, e.stride(0), storage.stride(0), BLOCK_M=bm)
+    return storage.T[:m, :]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -252,20 +276,66 @@ def e4m3_direct_cast(v: torch.Tensor) -> torch.Tensor:
     return _elementwise(e4m3_cast_kernel, v, torch.float8_e4m3fn)
 
 
-def silu_mul_bf16(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
-    """The kernel's y = silu(gate) * up on 1-D bf16 tensors (to test its rounding exhaustively)."""
+def silu_mul_bf16(gate: torch.Tensor, up: torch.Tensor, impl: int | None = None) -> torch.Tensor:
+    """The kernel's y = silu(gate) * up on 1-D bf16 tensors, with SILU_IMPL ``impl`` (default: the
+    one the fused kernel uses, :func:`silu_impl`)."""
     from .kernels.fp8 import silu_mul_bf16_kernel
 
     _check("gate", gate, (torch.bfloat16,), 1)
     _check("up", up, (torch.bfloat16,), 1)
     if gate.shape != up.shape:
         raise ValueError(f"gate and up must have the same shape, got {tuple(gate.shape)} and {tuple(up.shape)}")
+    impl = silu_impl() if impl is None else impl
+    if impl not in _SILU_CANDIDATES:
+        raise ValueError(f"impl must be one of {_SILU_CANDIDATES} here, got {impl!r}"
+                         + (" (libdevice's exp does not run in the interpreter)" if INTERPRETED else ""))
     y = torch.empty_like(gate)  # every element written (masked tail)
     require_launchable(silu_mul_bf16_kernel)
     block = 1024
     silu_mul_bf16_kernel[(triton.cdiv(gate.numel(), block),)](
-        gate, up, y, gate.numel(), BLOCK=block, LIBDEVICE_EXP=ON_GPU)
+        gate, up, y, gate.numel(), BLOCK=block, SILU_IMPL=impl, INTERPRETER=INTERPRETED)
     return y
+
+
+# SILU_IMPL: bit 1 = fast exp (tl.exp) instead of libdevice's expf, bit 0 = Triton's default division
+# instead of IEEE div_rn. Cheapest first. libdevice does not exist in the interpreter.
+SILU_IMPL_NAMES = {
+    3: "tl.exp + default division",
+    2: "tl.exp + IEEE division (div_rn)",
+    1: "libdevice expf + default division",
+    0: "libdevice expf + IEEE division (torch's own sequence)",
+}
+_SILU_CANDIDATES = (3, 2) if INTERPRETED else (3, 2, 1, 0)
+_TORCH_SEQUENCE = 2 if INTERPRETED else 0  # numpy's exp is what the interpreter has
+
+
+def _all_finite_bf16(device) -> torch.Tensor:
+    g = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
+    return g[torch.isfinite(g.float())].to(device)
+
+
+def silu_impl_mismatches(impl: int) -> int:
+    """For how many of the 65280 finite bf16 gates bf16(silu(gate)) of SILU_IMPL ``impl`` differs
+    from torch's ``F.silu(gate.float()).to(bf16)`` on this device."""
+    g = _all_finite_bf16(DEVICE)
+    y = silu_mul_bf16(g, torch.ones_like(g), impl=impl)
+    ref = F.silu(g.float()).to(torch.bfloat16)
+    return int((y.view(torch.int16) != ref.view(torch.int16)).sum())
+
+
+@functools.lru_cache(maxsize=None)
+def silu_impl() -> int:
+    """The cheapest SILU_IMPL that is bit-exact against torch here, proven by trying every gate.
+
+    y = silu(gate) * up is rounded to bf16 after silu, and a bf16 gate has only 65536 values: if a
+    variant's bf16 silu equals torch's for every finite gate, the fused kernel's codes equal the
+    reference's for every input (the product and the quantization are exact arithmetic). Checked
+    once per process on the device the kernels run on; falls back to torch's own sequence.
+    """
+    for impl in _SILU_CANDIDATES:
+        if silu_impl_mismatches(impl) == 0:
+            return impl
+    return _TORCH_SEQUENCE
 
 
 # --------------------------------------------------------------------------------------------------
@@ -304,6 +374,7 @@ def benchmark(ms: tuple[int, ...] = BENCH_M, n: int = BENCH_N) -> tuple[dict, di
         scales_equal = bool(torch.equal(s, s_ref))
         fns = {
             "fused_triton": lambda: silu_mul_quant_fp8_packed(x),
+            "fused_integer_roundings": lambda: silu_mul_quant_fp8_packed(x, _integer_roundings=True),
             "torch_compile": lambda: compiled(x),
             "unfused": lambda: _unfused(x),
             "torch_eager": lambda: silu_mul_quant_fp8_reference(x),
@@ -324,9 +395,14 @@ def benchmark(ms: tuple[int, ...] = BENCH_M, n: int = BENCH_N) -> tuple[dict, di
     results = {
         "N": n,
         "rows": rows,
+        "silu_impl": silu_impl(),
+        "silu_impl_name": SILU_IMPL_NAMES[silu_impl()],
+        "silu_impl_mismatches": {str(k): silu_impl_mismatches(k) for k in _SILU_CANDIDATES},
         "bytes_model": "read M*2N*2 (x, bf16) + write M*N (codes) + write M*ceil(N/512)*4 (packed scales)",
         "peers": {
             "fused_triton": "this kernel: one launch, x read once",
+            "fused_integer_roundings": "the same kernel with the interpreter's integer roundings and "
+                                       "torch's silu sequence (libdevice expf, div_rn) on the GPU",
             "torch_compile": "torch.compile(dynamic=True) of silu_mul_quant_fp8_reference",
             "unfused": "eager torch silu-mul (y materialized), then this workbook's quant-only kernel",
             "torch_eager": "silu_mul_quant_fp8_reference run eagerly",
@@ -342,6 +418,7 @@ def benchmark(ms: tuple[int, ...] = BENCH_M, n: int = BENCH_N) -> tuple[dict, di
 
 _PEER_STYLE = {
     "fused_triton": ("fused Triton kernel", "#2E6FBA", "o"),
+    "fused_integer_roundings": ("same, integer roundings on the GPU", "#8FB8E8", "."),
     "torch_compile": ("torch.compile(reference)", "#E08E2B", "s"),
     "unfused": ("unfused: torch silu-mul + quant kernel", "#7A9E3B", "^"),
     "torch_eager": ("eager torch reference", "#9A9A9A", "v"),

@@ -3,13 +3,26 @@
 Device code only: the launchers, the allocation policy and the input checks live in
 ``workbook/fp8.py``.
 
-Every rounding step is done with exact arithmetic on the bits, never with a Triton float cast:
+Rounding, and where it happens (``INTERPRETER`` is a compile-time switch):
 
-* Triton's interpreter truncates fp32 -> bf16 casts and rounds fp32 -> float8e4nv half-up with a
-  mantissa carry that corrupts the exponent (-124.5 -> -64). On the GPU both casts are right, but a
-  kernel that is correct in only one of the two places cannot be tested on a laptop.
-* ``_round_to_bf16`` and ``_e4m3_byte`` below round to nearest, ties to even, with integer
-  operations whose results are identical in numpy (the interpreter) and in PTX (the GPU).
+* On the GPU the hardware conversions are exact: fp32 -> bf16 is ``cvt.rn.bf16.f32`` and
+  fp32 -> float8e4nv is ``cvt.rn.satfinite.e4m3x2.f32`` (round to nearest even, saturating).
+* Triton's interpreter gets both casts wrong: it truncates fp32 -> bf16 (and loses bf16
+  subnormals on the way up), and rounds fp32 -> float8e4nv half-up with a mantissa carry that
+  lands in the wrong bit (-124.5 -> -64). With ``INTERPRETER`` set, ``_round_to_bf16`` and
+  ``_e4m3_byte`` do the same roundings with integer operations on the bits instead.
+
+Both paths give bytes identical to torch's; the tests check each where it runs. Doing the integer
+path on the GPU as well is correct but costs about 20 extra instructions per element, and this
+kernel is bound by instruction issue, not by memory, once silu is computed exactly (see
+notebook 03).
+
+SiLU is computed as torch computes it, gate / (1 + exp(-gate)) in fp32, then rounded to bf16.
+``SILU_IMPL`` picks the exp and the division: bit 1 set = ``tl.exp`` (ex2.approx on the GPU) instead
+of libdevice's expf (CUDA's accurate expf, the one torch calls); bit 0 set = Triton's default
+division instead of the IEEE ``div_rn``. Only the bf16 rounding of silu matters and a bf16 gate has
+65536 values, so the launcher proves a cheaper variant exact by trying every gate (see
+``workbook.fp8.silu_impl``).
 """
 import workbook.device  # noqa: F401  (sets TRITON_INTERPRET=1 on a CPU-only machine before triton loads)
 
@@ -26,24 +39,31 @@ def _bf16_to_fp32(b):
 
 
 @triton.jit
-def _round_to_bf16(x):
+def _round_to_bf16(x, INTERPRETER: tl.constexpr):
     """fp32 -> the fp32 value of the nearest bf16 (round to nearest, ties to even)."""
-    b_bits = x.to(tl.uint32, bitcast=True)
-    b_bits = (b_bits + 0x7FFF + ((b_bits >> 16) & 1)) & 0xFFFF0000
-    return b_bits.to(tl.float32, bitcast=True)
+    if INTERPRETER:
+        b_bits = x.to(tl.uint32, bitcast=True)
+        b_bits = (b_bits + 0x7FFF + ((b_bits >> 16) & 1)) & 0xFFFF0000
+        return b_bits.to(tl.float32, bitcast=True)
+    else:
+        return x.to(tl.bfloat16).to(tl.float32)  # cvt.rn.bf16.f32: exact RNE on the GPU
 
 
 @triton.jit
-def _silu_mul_bf16(b_gate, b_up, LIBDEVICE_EXP: tl.constexpr):
-    """y = bf16(bf16(silu(gate)) * up) for fp32 blocks holding bf16 values, rounded exactly like the
+def _silu_mul_bf16(b_gate, b_up, SILU_IMPL: tl.constexpr, INTERPRETER: tl.constexpr):
+    """y = bf16(bf16(silu(gate)) * up) for fp32 blocks holding bf16 values, rounded like the
     unfused torch path: silu in fp32 as gate / (1 + exp(-gate)), back to bf16, multiply, to bf16."""
-    if LIBDEVICE_EXP:
-        b_exp = libdevice.exp(-b_gate)  # CUDA's accurate expf, the one torch's silu kernel calls
+    if SILU_IMPL & 2:
+        b_exp = tl.exp(-b_gate)  # ex2.approx on the GPU; numpy's exp in the interpreter
     else:
-        b_exp = tl.exp(-b_gate)  # numpy's exp in the interpreter
-    b_silu = _round_to_bf16(tl.math.div_rn(b_gate, 1.0 + b_exp))
+        b_exp = libdevice.exp(-b_gate)  # CUDA's accurate expf, the one torch's silu kernel calls
+    if SILU_IMPL & 1:
+        b_silu = b_gate / (1.0 + b_exp)  # Triton's default (approximate on the GPU)
+    else:
+        b_silu = tl.math.div_rn(b_gate, 1.0 + b_exp)  # IEEE division, as torch's kernel divides
+    b_silu = _round_to_bf16(b_silu, INTERPRETER)
     # bf16 * bf16 has at most 16 significant bits: exact in fp32, then one rounding to bf16
-    return _round_to_bf16(b_silu * b_up)
+    return _round_to_bf16(b_silu * b_up, INTERPRETER)
 
 
 @triton.jit
@@ -80,7 +100,8 @@ def silu_mul_quant_fp8_kernel(
     GROUP: tl.constexpr,  # elements sharing one UE8M0 scale (128)
     BLOCK_M: tl.constexpr,  # rows per program (power of two)
     SILU_MUL: tl.constexpr,  # True: y = silu(gate) * up fused here; False: the input is y
-    LIBDEVICE_EXP: tl.constexpr,  # exp through libdevice (GPU) or tl.exp (interpreter)
+    SILU_IMPL: tl.constexpr,  # exp/division variant of silu (module docstring), proven exact
+    INTERPRETER: tl.constexpr,  # integer roundings instead of the casts the interpreter gets wrong
 ):
     # Program (pid_m, pid_p) owns rows [pid_m*BLOCK_M, +BLOCK_M) and groups 4*pid_p .. 4*pid_p+3:
     # exactly the 4 exponent bytes of packed word pid_p, so each word is written whole, once.
@@ -100,7 +121,7 @@ def silu_mul_quant_fp8_kernel(
     if SILU_MUL:
         b_gate = _bf16_to_fp32(tl.load(p_in, mask=m_x, other=0.0))
         b_up = _bf16_to_fp32(tl.load(p_in + N, mask=m_x, other=0.0))
-        b_y = _silu_mul_bf16(b_gate, b_up, LIBDEVICE_EXP)
+        b_y = _silu_mul_bf16(b_gate, b_up, SILU_IMPL, INTERPRETER)
     else:
         b_y = _bf16_to_fp32(tl.load(p_in, mask=m_x, other=0.0))
 
@@ -113,10 +134,13 @@ def silu_mul_quant_fp8_kernel(
     b_e = ((b_abits >> 23) & 0xFF) - 135 + ((b_abits & 0x7FFFFF) > 0x600000).to(tl.int32)
     b_e = tl.maximum(b_e, -33)
     b_inv = ((127 - b_e) << 23).to(tl.float32, bitcast=True)  # 2^-e, built from its bits
-    # y / 2^e is exact; |y / 2^e| <= 448 by the choice of e, the clamp is for safety only
-    b_v = tl.minimum(tl.maximum(b_y * b_inv[:, :, None], -448.0), 448.0)
-    b_q = _e4m3_byte(b_v)
-    tl.store(p_q + o_m.to(tl.int64)[:, None, None] * stride_qm + o_n, b_q.to(tl.uint8), mask=m_x)
+    # y / 2^e is exact, and |y / 2^e| <= 448 by the choice of e: no clamp needed (2^e >= amax / 448)
+    b_v = b_y * b_inv[:, :, None]
+    if INTERPRETER:
+        b_q = _e4m3_byte(b_v).to(tl.uint8)
+    else:
+        b_q = b_v.to(tl.float8e4nv).to(tl.uint8, bitcast=True)  # cvt.rn.satfinite.e4m3x2.f32
+    tl.store(p_q + o_m.to(tl.int64)[:, None, None] * stride_qm + o_n, b_q, mask=m_x)
 
     # little-endian packing: group 4p+j -> bits 8j..8j+7; bytes of groups >= G are zero
     b_byte = tl.where(m_g[None, :], b_e + 127, 0)
@@ -131,7 +155,7 @@ def e4m3_round_kernel(
     n,  # number of values
     BLOCK: tl.constexpr,  # values per program
 ):
-    """The kernel's E4M3 rounding alone (for tests and the notebook)."""
+    """The interpreter path's E4M3 rounding alone, on any device (for tests and the notebook)."""
     o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = o < n
     b_v = tl.load(p_v + o, mask=m, other=0.0)
@@ -160,14 +184,38 @@ def silu_mul_bf16_kernel(
     p_y,  # output y = silu(gate) * up, bf16
     n,  # number of values
     BLOCK: tl.constexpr,  # values per program
-    LIBDEVICE_EXP: tl.constexpr,  # exp through libdevice (GPU) or tl.exp (interpreter)
+    SILU_IMPL: tl.constexpr,  # exp/division variant of silu (module docstring)
+    INTERPRETER: tl.constexpr,  # integer roundings instead of the casts the interpreter gets wrong
 ):
-    """The kernel's SiLU-mul alone (for the exhaustive bf16 test)."""
+    """The kernel's SiLU-mul alone (for the exhaustive bf16 proof and test)."""
     o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = o < n
     b_g = _bf16_to_fp32(tl.load(p_g + o, mask=m, other=0.0))
     b_u = _bf16_to_fp32(tl.load(p_u + o, mask=m, other=0.0))
-    b_y = _silu_mul_bf16(b_g, b_u, LIBDEVICE_EXP)
+    b_y = _silu_mul_bf16(b_g, b_u, SILU_IMPL, INTERPRETER)
     # b_y holds a bf16 value in fp32: its top 16 bits are the bf16 (no cast, so no rounding)
     b_bits = (b_y.to(tl.uint32, bitcast=True) >> 16).to(tl.uint16)
     tl.store(p_y + o, b_bits.to(tl.bfloat16, bitcast=True), mask=m)
+
+
+@triton.jit
+def ue8m0_pack_kernel(
+    p_e,  # exponent bytes as int32 [M, G], row-major
+    p_s,  # output storage int32 [ceil(G/4), tma_M]: word p of row m at p * stride_sp + m
+    M,  # rows
+    G,  # groups per row
+    stride_em,  # elements between rows of p_e
+    stride_sp,  # int32 words between consecutive packed words of one row (= tma_M)
+    BLOCK_M: tl.constexpr,  # rows per program
+):
+    """Pack exponent bytes into the MN-major TMA-aligned layout (program (i, p): word p of BLOCK_M rows)."""
+    pid_m = tl.program_id(0)
+    pid_p = tl.program_id(1)
+    o_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    o_j = tl.arange(0, 4)
+    m_m = o_m < M
+    m_g = pid_p * 4 + o_j < G
+    b_e = tl.load(p_e + o_m[:, None] * stride_em + pid_p * 4 + o_j[None, :],
+                  mask=m_m[:, None] & m_g[None, :], other=0)  # missing groups -> 0 bits
+    b_word = tl.sum((b_e & 0xFF) << (8 * o_j)[None, :], axis=1)
+    tl.store(p_s + pid_p * stride_sp + o_m, b_word, mask=m_m)
