@@ -34,6 +34,7 @@ __all__ = [
     "tma_aligned_rows", "num_packed_words", "e4m3_round", "e4m3_direct_cast", "silu_mul_bf16",
     "silu_impl", "silu_impl_mismatches", "SILU_IMPL_NAMES",
     "benchmark", "plot_bandwidth", "plot_packing", "plot_mn_major_layout",
+    "check_exponent_byte", "check_pack", "check_pack_kernel",
 ]
 
 E4M3_MAX = 448.0
@@ -502,3 +503,98 @@ def plot_mn_major_layout(m: int = 5, num_groups: int = 10, ax=None):
     for s in ax.spines.values():
         s.set_visible(False)
     return ax
+
+
+# --------------------------------------------------------------------------------------------------
+# Exercise graders (raise AssertionError with a message that teaches; see workbook.check.grade)
+# --------------------------------------------------------------------------------------------------
+
+_AMAX_CASES = [0.0, 1e-12, 1e-10, 4.5e-8, 0.001, 1.0, 223.99998, 224.0, 224.00002, 256.0, 447.99997,
+               448.0, 448.00003, 449.0, 896.0, 1000.0, 57344.0, 3.0e38]
+
+
+def check_exponent_byte(fn) -> None:
+    """Grader of exercise 1: fn(amax fp32 [n]) -> exponent bytes [n] (any integer dtype)."""
+    amax = torch.tensor(_AMAX_CASES, dtype=torch.float32)
+    ref = torch.clamp(ue8m0_exponent_reference(amax) + 127, 0, 255)
+    got = fn(amax.clone())
+    if not isinstance(got, torch.Tensor) or got.shape != amax.shape:
+        raise AssertionError(f"return a tensor of shape {tuple(amax.shape)}, one byte per amax; got {got!r}")
+    got = got.to(torch.int64).cpu()
+    bad = (got != ref.to(torch.int64)).nonzero().flatten().tolist()
+    if not bad:
+        return
+    lines = [f"amax = {_AMAX_CASES[i]:g}: got {int(got[i])}, expected {int(ref[i])} (0x{int(ref[i]):02X})" for i in bad[:6]]
+    hint = ""
+    if all(int(got[i]) == int(ref[i]) - 1 for i in bad):
+        hint = ("every wrong byte is one too small: round UP (ceil), since the scale must satisfy "
+                "2^e >= amax/448 so that no |y|/2^e exceeds 448.")
+    elif _AMAX_CASES.index(0.0) in bad:
+        hint = ("an all-zero group: log2(0) = -inf. The floor max(amax/448, 1e-10) gives "
+                "ceil(log2(1e-10)) = -33, byte 127 - 33 = 94 = 0x5E.")
+    elif _AMAX_CASES.index(448.0) in bad or _AMAX_CASES.index(449.0) in bad:
+        hint = ("round UP: the scale must satisfy 2^e >= amax/448 so that no |y|/2^e exceeds 448. "
+                "amax = 448 gives e = 0 (byte 127); amax = 449 needs e = 1 (byte 128).")
+    elif _AMAX_CASES.index(3.0e38) in bad:
+        hint = "large amax needs large bytes: 3e38/448 is about 2^119.7, so e = 120, byte 247."
+    raise AssertionError("\n  ".join(lines) + (f"\n  Hint: {hint}" if hint else ""))
+
+
+def check_pack(fn) -> None:
+    """Grader of exercise 2: fn(exp_bytes uint8 [M, G]) -> int32 [M, ceil(G/4)] (any strides)."""
+    gen = torch.Generator().manual_seed(4)
+    for m, g in [(1, 4), (3, 1), (2, 5), (4, 8)]:
+        e = torch.randint(0, 256, (m, g), generator=gen, dtype=torch.int32).to(torch.uint8)
+        e[0, 0] = 0x78
+        if g >= 4:
+            e[0, 3] = 0x81  # >= 0x80 in the top byte: a negative int32
+        ref = pack_ue8m0_reference(e)
+        got = fn(e.clone())
+        if not isinstance(got, torch.Tensor) or got.dtype != torch.int32:
+            raise AssertionError(f"return an int32 tensor, got {getattr(got, 'dtype', type(got).__name__)}")
+        if tuple(got.shape) != tuple(ref.shape):
+            raise AssertionError(f"G = {g} groups need ceil({g}/4) = {ref.shape[1]} words per row: expected shape "
+                                 f"{tuple(ref.shape)}, got {tuple(got.shape)}")
+        got = got.cpu()
+        if not torch.equal(got, ref):
+            i, j = (got != ref).nonzero()[0].tolist()
+            w, r = int(got[i, j]) & 0xFFFFFFFF, int(ref[i, j]) & 0xFFFFFFFF
+            msg = (f"M={m}, G={g}: word [{i}, {j}] is 0x{w:08X}, expected 0x{r:08X} (bytes of groups "
+                   f"{4 * j}..{min(4 * j + 3, g - 1)}: {[f'0x{int(b):02X}' for b in e[i, 4 * j:4 * j + 4]]}).")
+            if w == int.from_bytes(r.to_bytes(4, "little"), "big"):
+                msg += " The bytes are reversed: group 4p+j goes to bits 8j..8j+7, the FIRST group in the LOWEST byte."
+            elif (w ^ r) & ~0xFF == 0 or (g % 4 and j == ref.shape[1] - 1 and (w ^ r) >> (8 * (g % 4))):
+                msg += " Groups that do not exist (past G) must leave their bytes 0."
+            raise AssertionError(msg)
+
+
+def check_pack_kernel(fn) -> None:
+    """Grader of exercise 3: fn(exp_bytes uint8 [M, G] on DEVICE) -> the MN-major view int32 [M, P],
+    strides (1, round_up(M, 4)), of a storage [P, round_up(M, 4)] allocated with torch.empty."""
+    from .coverage import coverage
+
+    gen = torch.Generator().manual_seed(5)
+    for m, g in [(1, 1), (5, 5), (9, 8)]:
+        e = torch.randint(0, 256, (m, g), generator=gen, dtype=torch.int32).to(torch.uint8).to(DEVICE)
+        p, tm = num_packed_words(g), tma_aligned_rows(m)
+        got = fn(e.clone())
+        if not isinstance(got, torch.Tensor) or got.dtype != torch.int32 or tuple(got.shape) != (m, p):
+            raise AssertionError(f"M={m}, G={g}: return the int32 view [M, P] = [{m}, {p}], got "
+                                 f"{getattr(got, 'dtype', type(got).__name__)} {tuple(getattr(got, 'shape', ()))}")
+        if got.stride() != (1, tm) or got.untyped_storage().nbytes() != 4 * p * tm:
+            raise AssertionError(f"M={m}, G={g}: the view must be storage.T[:M, :] of an int32 storage [P, round_up(M, 4)]"
+                                 f" = [{p}, {tm}]: strides (1, {tm}) over {4 * p * tm} bytes; got strides "
+                                 f"{got.stride()} over {got.untyped_storage().nbytes()} bytes")
+        cov = coverage(fn, e, names=["scales"])[0]
+        if not cov.view_fully_written:
+            raise AssertionError(f"M={m}, G={g}: elements of the view were never written (they hold torch.empty's "
+                                 f"poison): {cov.unwritten_ranges('view')} (storage coordinates [word, row]).")
+        if cov.written.sum() > cov.in_view.sum():
+            raise AssertionError(f"M={m}, G={g}: the kernel wrote outside the view (storage rows M..{tm - 1}): "
+                                 "harmless but wasted, and a sign the masks are off.")
+        ref = pack_ue8m0_reference(e)
+        if not torch.equal(got, ref):
+            i, j = (got != ref).nonzero()[0].tolist()
+            raise AssertionError(f"M={m}, G={g}: word [{i}, {j}] is 0x{int(got[i, j]) & 0xFFFFFFFF:08X}, expected "
+                                 f"0x{int(ref[i, j]) & 0xFFFFFFFF:08X}. Is row m's word p at storage offset "
+                                 f"p * {tm} + m?")
