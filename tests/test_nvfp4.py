@@ -10,7 +10,7 @@ import triton.language as tl
 from workbook.check import assert_exact, assert_rel_close
 from workbook.coverage import assert_fully_written, consumer_differential
 from workbook.device import DEVICE
-from workbook.kernels.nvfp4 import e2m1_index, e4m3_rne
+from workbook.kernels.nvfp4 import e2m1_code, e4m3_rne
 from workbook.nvfp4 import (
     E2M1_VALUES, check_e2m1_round, check_quant, check_swizzle_offset, dequantize_ref, e2m1_decode,
     e2m1_encode, e2m1_round_brute, e4m3_round_brute, global_scale_of, logical_scale_coverage,
@@ -63,39 +63,56 @@ def test_torch_e4m3_cast_is_nearest_ties_to_even():
 
 
 @triton.jit
-def _probe_kernel(p_v, p_byte, p_val, p_idx, N, BLOCK: tl.constexpr):
+def _probe_kernel(p_v, p_p, p_s, p_byte, p_val, p_idx, N, BLOCK: tl.constexpr):
     o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = o < N
     b_v = tl.load(p_v + o, mask=m, other=0.0)
     b_byte, b_val = e4m3_rne(tl.minimum(tl.abs(b_v), 448.0))
     tl.store(p_byte + o, b_byte, mask=m)
     tl.store(p_val + o, b_val, mask=m)
-    tl.store(p_idx + o, e2m1_index(tl.abs(b_v)), mask=m)
+    b_p = tl.load(p_p + o, mask=m, other=0.0)
+    b_s = tl.load(p_s + o, mask=m, other=1.0)
+    b_s = tl.where(b_s > 0.0, b_s, float("inf"))
+    b_i = e2m1_code(tl.abs(b_p), 0.25 * b_s, 0.75 * b_s, 1.75 * b_s, 2.75 * b_s, b_s, 1.5 * b_s, 2.25 * b_s)
+    tl.store(p_idx + o, b_i.to(tl.int32), mask=m)
 
 
-def test_kernel_helpers_round_exactly():
-    """The kernel's integer E4M3 rounding and its E2M1 decision points, on every tie."""
+def _run_probe(v, p, s):
+    n = v.numel()
+    byte = torch.full((n,), -1, dtype=torch.int32, device=DEVICE)
+    val = torch.full((n,), float("nan"), device=DEVICE)
+    idx = torch.full((n,), -1, dtype=torch.int32, device=DEVICE)
+    _probe_kernel[(triton.cdiv(n, 1024),)](v.to(DEVICE), p.to(DEVICE), s.to(DEVICE), byte, val, idx, n, BLOCK=1024)
+    return byte.cpu(), val.cpu(), idx.cpu()
+
+
+def test_kernel_e4m3_rounding_is_exact():
+    """The kernel's integer E4M3 rounding, on every tie, both neighbours of every tie, and random values."""
     grid = torch.arange(0x7F, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
     mids = (grid[1:] + grid[:-1]) / 2
     v = torch.cat([grid, mids, mids.nextafter(torch.tensor(0.0)), mids.nextafter(torch.tensor(500.0)),
                    torch.rand(3000) * 448, torch.rand(1000) * 2 ** -6, torch.tensor([500.0])])
-    n = v.numel()
-    vd = v.to(DEVICE)
-    byte = torch.full((n,), -1, dtype=torch.int32, device=DEVICE)
-    val = torch.full((n,), float("nan"), device=DEVICE)
-    idx = torch.full((n,), -1, dtype=torch.int32, device=DEVICE)
-    _probe_kernel[(triton.cdiv(n, 1024),)](vd, byte, val, idx, n, BLOCK=1024)
+    byte, val, _ = _run_probe(v, torch.zeros_like(v), torch.ones_like(v))
     want = e4m3_round_brute(v.clamp(max=448))
-    assert_exact(byte.cpu().to(torch.uint8), want, "e4m3_rne byte")
-    assert_exact(val.cpu(), want.view(torch.float8_e4m3fn).float(), "e4m3_rne value")
-    y = _e2m1_probe()
-    y = y[y.isfinite()].to(DEVICE)
-    idx = torch.full((y.numel(),), -1, dtype=torch.int32, device=DEVICE)
-    dummy_b = torch.empty_like(idx)
-    dummy_v = torch.empty_like(y)
-    _probe_kernel[(triton.cdiv(y.numel(), 1024),)](y, dummy_b, dummy_v, idx, y.numel(), BLOCK=1024)
-    mag = torch.tensor(E2M1_VALUES)[idx.cpu().long()]
-    assert_exact(mag, e2m1_round_brute(y.cpu()).abs(), "e2m1_index")
+    assert_exact(byte.to(torch.uint8), want, "e4m3_rne byte")
+    assert_exact(val, want.view(torch.float8_e4m3fn).float(), "e4m3_rne value")
+
+
+def test_kernel_e2m1_without_division_is_exact():
+    """e2m1_code(|p|, decision points * s) == E2M1 index of RN(p / s) for every positive E4M3 scale s,
+    at every decision point times s, one fp32 ulp either side of it, and random p; s = 0 gives 0."""
+    grid = torch.arange(1, 0x7F, dtype=torch.uint8).view(torch.float8_e4m3fn).float()   # 126 scales
+    pts = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0])
+    at = (grid[:, None] * pts).flatten()                                             # exact products
+    s_at = grid[:, None].expand(-1, 7).flatten()
+    p = torch.cat([at, at.nextafter(torch.tensor(0.0)), at.nextafter(torch.tensor(1e9)),
+                   grid[:, None].mul(torch.rand(126, 20) * 7).flatten()])
+    s = torch.cat([s_at, s_at, s_at, grid[:, None].expand(-1, 20).flatten()])
+    sign = torch.where(torch.rand(p.shape) < 0.5, -1.0, 1.0)
+    p, s = torch.cat([p * sign, torch.tensor([3.0, -1e-3])]), torch.cat([s, torch.tensor([0.0, 0.0])])
+    y = torch.where(s > 0, p / torch.where(s > 0, s, torch.ones_like(s)), torch.zeros_like(p))
+    _, _, idx = _run_probe(torch.zeros_like(p), p, s)
+    assert_exact(idx.to(torch.uint8), e2m1_encode(y) & 7, "E2M1 index without division")
 
 
 # --------------------------------------------------------------------------------------------------
