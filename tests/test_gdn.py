@@ -325,3 +325,75 @@ def test_poison_helpers_see_an_unwritten_row():
     poison_(o)
     with pytest.raises(AssertionError, match="NaN"):
         assert_rel_close(o, gdn.naive_recurrent_gated_delta_rule(**x)[0], CHUNK_BOUND)
+
+
+# --------------------------------------------------------------------------------------------------
+# flash-linear-attention's calling conventions
+# --------------------------------------------------------------------------------------------------
+
+def test_recurrent_takes_fla_positional_order():
+    # fla: fused_recurrent_gated_delta_rule(q, k, v, g, gk, gv, beta, scale, initial_state, output_final_state)
+    x = gdn.make_inputs(1, 20, 1, 32, HV=2, gate="medium", initial_state=True, seed=17)
+    ro, rh = _ref(x)
+    o, ht = gdn.fused_recurrent_gated_delta_rule(x["q"], x["k"], x["v"], x["g"], None, None, x["beta"], None,
+                                                 x["initial_state"], True)
+    assert_rel_close(o, ro, REC_BOUND, "positional o")
+    assert_rel_close(ht, rh, REC_BOUND, "positional state")
+    # chunk: (q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel)
+    o, ht = gdn.chunk_gated_delta_rule(x["q"], x["k"], x["v"], x["g"], x["beta"], None, x["initial_state"], True)
+    assert_rel_close(o, ro, CHUNK_BOUND, "positional chunk o")
+
+
+@pytest.mark.parametrize("kind", list(KERNELS))
+def test_fla_gate_options(kind):
+    fn, bound = KERNELS[kind]
+    x = gdn.make_inputs(1, 70, 1, 32, HV=2, gate="medium", initial_state=True, seed=18)
+    raw_a = torch.randn(1, 70, 2, device=DEVICE)
+    raw_b = torch.randn(1, 70, 2, device=DEVICE)
+    A_log = torch.tensor([0.3, -0.5], device=DEVICE)
+    dt_bias = torch.tensor([0.1, 0.7], device=DEVICE)
+    g = -A_log.exp() * torch.nn.functional.softplus(raw_a + dt_bias)
+    for neg in (False, True):
+        beta = torch.sigmoid(raw_b) * (2 if neg else 1)
+        ro, rh = _ref({**x, "g": g, "beta": beta})
+        o, ht = fn(**{**x, "g": raw_a, "beta": raw_b}, output_final_state=True, use_gate_in_kernel=True,
+                   A_log=A_log, dt_bias=dt_bias, use_beta_sigmoid_in_kernel=True, allow_neg_eigval=neg)
+        assert_rel_close(o, ro, bound, f"{kind} gate in kernel (neg eig {neg})")
+        assert_rel_close(ht, rh, bound, f"{kind} state, gate in kernel")
+
+
+def test_recurrent_defaults_g_and_beta_like_fla():
+    x = gdn.make_inputs(1, 9, 1, 16, seed=19)
+    ro, _ = _ref({**x, "g": torch.zeros_like(x["g"]), "beta": torch.ones_like(x["beta"])})
+    o, _ = gdn.fused_recurrent_gated_delta_rule(x["q"], x["k"], x["v"])
+    assert_rel_close(o, ro, REC_BOUND, "g=None (no decay), beta=None (ones)")
+
+
+@pytest.mark.parametrize("kw,match", [
+    ({"gk": "x"}, "gk / gv"),
+    ({"state_v_first": True}, "state_v_first"),
+    ({"allow_neg_eigval": True}, "requires use_beta_sigmoid_in_kernel"),
+    ({"use_gate_in_kernel": True}, "needs the raw gate input g and A_log"),
+    ({"use_gate_in_kernel": True, "A_log": torch.zeros(3)}, r"A_log must be \[HV\]"),
+    ({"use_gate_in_kernel": True, "A_log": torch.zeros(2), "dt_bias": torch.zeros(3)}, r"dt_bias must be \[HV\]"),
+])
+def test_unsupported_or_bad_fla_options(kw, match):
+    kw = {n: (t.to(DEVICE) if isinstance(t, torch.Tensor) else t) for n, t in kw.items()}
+    x = _good()
+    if "gk" in kw:
+        with pytest.raises(ValueError, match=match):
+            gdn.fused_recurrent_gated_delta_rule(**x, **kw)
+        return
+    for fn in (gdn.fused_recurrent_gated_delta_rule, gdn.chunk_gated_delta_rule):
+        with pytest.raises(ValueError, match=match):
+            fn(**x, **kw)
+
+
+def test_cu_seqlens_cpu_must_agree():
+    x = gdn.make_inputs(1, 8, 1, 16, seed=20)
+    cu = torch.tensor([0, 3, 8], device=DEVICE)
+    o1, _ = gdn.chunk_gated_delta_rule(**x, cu_seqlens=cu, cu_seqlens_cpu=cu.cpu())
+    o2, _ = gdn.chunk_gated_delta_rule(**x, cu_seqlens=cu)
+    assert torch.equal(o1, o2)
+    with pytest.raises(ValueError, match="cu_seqlens_cpu must hold the same offsets"):
+        gdn.chunk_gated_delta_rule(**x, cu_seqlens=cu, cu_seqlens_cpu=torch.tensor([0, 4, 8]))

@@ -207,15 +207,59 @@ def _final_state_buffer(initial_state, inplace, N, HV, K, V, dev):
     return torch.empty(N, HV, K, V, dtype=torch.float32, device=dev)
 
 
-def fused_recurrent_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None,
-                                     output_final_state=False, use_qk_l2norm_in_kernel=False,
-                                     cu_seqlens=None, inplace_final_state=False, _config=None):
+def _fla_gates(q, v, g, beta, *, gk=None, gv=None, use_gate_in_kernel=False, A_log=None, dt_bias=None,
+               use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False, state_v_first=False):
+    """Turn flash-linear-attention's gate options into plain (g, beta) before the kernels run.
+
+    fla fuses these into its kernels; here they are one or two elementwise torch ops on [B, T, HV]
+    (tiny next to q, k, v). Unsupported options raise instead of being ignored."""
+    if gk is not None or gv is not None:
+        raise ValueError("gk / gv (per-channel decays) are not supported: only the per-head scalar gate g")
+    if state_v_first:
+        raise ValueError("state_v_first=True is not supported: states are [N, HV, K, V] (K first)")
+    if allow_neg_eigval and not use_beta_sigmoid_in_kernel:
+        raise ValueError("allow_neg_eigval=True requires use_beta_sigmoid_in_kernel=True (beta = 2 sigmoid(beta))")
+    if isinstance(v, torch.Tensor) and v.dim() == 4:
+        shape, dev = tuple(v.shape[:3]), v.device
+        if g is None and not use_gate_in_kernel:
+            g = torch.zeros(shape, dtype=torch.float32, device=dev)   # no decay: log gate 0 (a value, not a fill)
+        if beta is None:
+            beta = torch.ones(shape, dtype=v.dtype, device=dev)       # fla's default: full-strength writes
+    if use_gate_in_kernel:
+        if A_log is None or not isinstance(g, torch.Tensor):
+            raise ValueError("use_gate_in_kernel=True needs the raw gate input g and A_log [HV]")
+        check_tensor("A_log", A_log, dtypes=_FLOATS, ndim=1, device=g.device)
+        if A_log.shape[0] != g.shape[-1]:
+            raise ValueError(f"A_log must be [HV] = [{g.shape[-1]}], got {list(A_log.shape)}")
+        a = g.float()
+        if dt_bias is not None:
+            check_tensor("dt_bias", dt_bias, dtypes=_FLOATS, ndim=1, device=g.device)
+            if dt_bias.shape != A_log.shape:
+                raise ValueError(f"dt_bias must be [HV] = {list(A_log.shape)}, got {list(dt_bias.shape)}")
+            a = a + dt_bias.float()
+        g = (-A_log.float().exp() * F.softplus(a)).contiguous()
+    if use_beta_sigmoid_in_kernel and isinstance(beta, torch.Tensor):
+        beta = (torch.sigmoid(beta.float()) * (2.0 if allow_neg_eigval else 1.0)).contiguous()
+    return g, beta
+
+
+def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=None, scale=None,
+                                     initial_state=None, output_final_state=False,
+                                     use_qk_l2norm_in_kernel=False, use_gate_in_kernel=False, A_log=None,
+                                     dt_bias=None, use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False,
+                                     state_v_first=False, cu_seqlens=None, inplace_final_state=False,
+                                     _config=None):
     """Recurrent Gated DeltaNet in one Triton kernel (decode and short sequences).
 
-    Returns ``(o [B, T, HV, V] in v's dtype, final_state [N, HV, K, V] fp32 or None)``. With
-    ``inplace_final_state=True`` the final state is written into ``initial_state`` (its dtype) and
-    that tensor is returned.
+    Arguments in flash-linear-attention's order (``g, gk, gv, beta``: pass beta by keyword, or
+    positionally as the 7th argument as in fla). ``gk``/``gv`` and ``state_v_first`` are not
+    supported (clear error). Returns ``(o [B, T, HV, V] in v's dtype, final_state [N, HV, K, V] fp32
+    or None)``. With ``inplace_final_state=True`` the final state is written into ``initial_state``
+    (its dtype) and that tensor is returned.
     """
+    g, beta = _fla_gates(q, v, g, beta, gk=gk, gv=gv, use_gate_in_kernel=use_gate_in_kernel, A_log=A_log,
+                         dt_bias=dt_bias, use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel,
+                         allow_neg_eigval=allow_neg_eigval, state_v_first=state_v_first)
     B, T, H, HV, K, V, N, _ = _check(q, k, v, g, beta, scale, initial_state, cu_seqlens,
                                      device=_kernel_device(), inplace=inplace_final_state)
     cfg = {**CONFIG, **(_config or {})}
@@ -265,11 +309,22 @@ def _state_bv(cfg, N, HV, V):
 
 
 def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
-                           use_qk_l2norm_in_kernel=False, cu_seqlens=None, inplace_final_state=False,
-                           _config=None, _return_intermediates=False):
+                           use_qk_l2norm_in_kernel=False, use_beta_sigmoid_in_kernel=False,
+                           allow_neg_eigval=False, state_v_first=False, cu_seqlens=None, cu_seqlens_cpu=None,
+                           chunk_indices=None, *, use_gate_in_kernel=False, A_log=None, dt_bias=None,
+                           inplace_final_state=False, _config=None, _return_intermediates=False):
     """Chunked Gated DeltaNet (prefill), chunks of 64 tokens, three Triton kernels:
     prepare (G, w, u; parallel over chunks) -> state pass (sequential over chunks) -> output
-    (parallel over chunks). Same arguments and returns as :func:`fused_recurrent_gated_delta_rule`."""
+    (parallel over chunks). Arguments in flash-linear-attention's order; returns as
+    :func:`fused_recurrent_gated_delta_rule`. ``cu_seqlens_cpu`` (a host copy of cu_seqlens) is
+    checked against cu_seqlens; ``chunk_indices`` is accepted and ignored (recomputed here)."""
+    g, beta = _fla_gates(q, v, g, beta, use_gate_in_kernel=use_gate_in_kernel, A_log=A_log, dt_bias=dt_bias,
+                         use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel,
+                         allow_neg_eigval=allow_neg_eigval, state_v_first=state_v_first)
+    if cu_seqlens_cpu is not None and cu_seqlens is not None:
+        check_tensor("cu_seqlens_cpu", cu_seqlens_cpu, dtypes=(torch.int32, torch.int64), ndim=1, device="cpu")
+        if not torch.equal(cu_seqlens_cpu.long(), cu_seqlens.cpu().long()):
+            raise ValueError("cu_seqlens_cpu must hold the same offsets as cu_seqlens")
     B, T, H, HV, K, V, N, bounds = _check(q, k, v, g, beta, scale, initial_state, cu_seqlens,
                                           device=_kernel_device(), inplace=inplace_final_state)
     cfg = {**CONFIG, **(_config or {})}
@@ -455,7 +510,7 @@ def qwen3_next_linear_attention(hidden: torch.Tensor, p: GDNBlockParams, *, kern
         core = core.to(hidden.dtype)
     else:
         fn = chunk_gated_delta_rule if kernel == "chunk" else fused_recurrent_gated_delta_rule
-        core, _ = fn(q, k, v, g, beta, use_qk_l2norm_in_kernel=True)
+        core, _ = fn(q, k, v, g=g, beta=beta, use_qk_l2norm_in_kernel=True)
     z = z.reshape(B, T, Hv, Dv)
     if legacy_z_zero_fill:
         z = z_handoff_zero_then_copy(z)
