@@ -241,7 +241,7 @@ def _good(**over):
       "g": -torch.rand(1, 8, 3), "beta": torch.rand(1, 8, 3)}, ValueError, "positive multiple"),
     ({"q": torch.randn(1, 8, 1, 16, dtype=torch.float64)}, TypeError, "q must have dtype"),
     ({"k": torch.randn(1, 8, 1, 16).bfloat16()}, TypeError, "share one dtype"),
-    ({"q": torch.randn(1, 8, 1, 16, 2)[..., 0]}, ValueError, "contiguous"),
+    ({"q": torch.randn(1, 8, 1, 16, 2, device=DEVICE)[..., 0]}, ValueError, "contiguous"),  # .to() would densify
     ({"g": -torch.rand(1, 8, 1)}, ValueError, r"g must be \[B, T, HV\]"),
     ({"beta": torch.rand(1, 8, 2).int()}, TypeError, "beta must have dtype"),
     ({"scale": -1.0}, ValueError, "scale must be"),
