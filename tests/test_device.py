@@ -86,3 +86,11 @@ def test_check_tensor_names_argument_and_rule():
 def test_describe_has_versions():
     d = describe()
     assert d["torch"] == torch.__version__ and d["triton"] and d["device"] == str(DEVICE)
+
+
+def test_same_device_treats_cuda_as_the_current_cuda():
+    from workbook.device import same_device
+
+    assert same_device("cuda", "cuda:0") and same_device("cuda:0", "cuda")
+    assert same_device("cpu", torch.device("cpu"))
+    assert not same_device("cpu", "cuda") and not same_device("cuda:0", "cuda:1")

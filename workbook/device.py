@@ -17,7 +17,7 @@ import torch
 
 __all__ = [
     "DEVICE", "ON_GPU", "INTERPRETED", "TritonImportOrderError",
-    "describe", "require_launchable", "check_tensor",
+    "describe", "require_launchable", "check_tensor", "same_device",
 ]
 
 
@@ -80,6 +80,17 @@ def require_launchable(kernel) -> None:
                  "imported first), so it was compiled for a GPU."))
 
 
+def same_device(a, b) -> bool:
+    """``cuda`` and ``cuda:0`` are the same device when 0 is the current one; types must match."""
+    a, b = torch.device(a), torch.device(b)
+    if a.type != b.type:
+        return False
+    if a.type != "cuda" or a.index == b.index:
+        return True
+    current = torch.cuda.current_device() if torch.cuda.is_available() else 0
+    return (a.index if a.index is not None else current) == (b.index if b.index is not None else current)
+
+
 def check_tensor(name: str, t, *, dtypes=None, ndim=None, device=None, contiguous=True) -> None:
     """Validate a public argument; raise TypeError/ValueError naming the argument and the rule."""
     if not isinstance(t, torch.Tensor):
@@ -91,7 +102,7 @@ def check_tensor(name: str, t, *, dtypes=None, ndim=None, device=None, contiguou
             raise TypeError(f"{name} must have dtype in ({allowed}), got {str(t.dtype).replace('torch.', '')}")
     if ndim is not None and t.dim() != ndim:
         raise ValueError(f"{name} must be {ndim}-D, got shape {tuple(t.shape)}")
-    if device is not None and t.device != torch.device(device):
+    if device is not None and not same_device(t.device, device):
         raise ValueError(f"{name} is on {t.device} but must be on {device} (the kernels' DEVICE or the other inputs' device)")
     if contiguous and not t.is_contiguous():
         raise ValueError(f"{name} must be contiguous (stride {tuple(t.stride())} for shape {tuple(t.shape)}); call .contiguous() first")
