@@ -318,6 +318,19 @@ def test_bad_inputs():
         unswizzle_scales(sf[:100])
 
 
+def test_odd_storage_offset():
+    """A contiguous view that starts at an odd element cannot be read as int32 pairs in place: the
+    launcher copies it first, and the result is the same."""
+    base = torch.randn(1 + 5 * 48).to(torch.bfloat16).to(DEVICE)
+    x = base[1:].view(5, 48)
+    assert x.is_contiguous() and x.storage_offset() == 1
+    gs = global_scale_of(x)
+    codes, sf = nvfp4_quant(x, gs)
+    rc, rs = quantize_ref(x.cpu(), gs.cpu())
+    assert_exact(codes.cpu(), rc, "codes from an odd offset")
+    assert_exact(_u8(sf).cpu(), _u8(rs), "scales from an odd offset")
+
+
 def test_empty_batch():
     codes, sf = nvfp4_quant(torch.empty(0, 64, dtype=torch.bfloat16, device=DEVICE),
                             torch.tensor([1.0], device=DEVICE))
