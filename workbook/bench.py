@@ -24,7 +24,7 @@ import torch
 from .device import DEVICE, ON_GPU, describe
 
 __all__ = [
-    "DATA_DIR", "require_gpu", "time_us", "copy_ceiling_GBps", "save_record", "load_record",
+    "DATA_DIR", "require_gpu", "time_us", "graph_time_us", "copy_ceiling_GBps", "save_record", "load_record",
     "validate_record", "recorded_label", "zeros_vs_empty_sweep", "graph_decode_step",
     "profile_zeros_vs_empty", "stale_bytes_demo", "fill_bandwidth_events", "benchmark", "SWEEP_SIZES",
 ]
@@ -46,6 +46,22 @@ def time_us(fn: Callable[[], object], *, warmup_ms: int = 25, rep_ms: int = 100)
     from triton.testing import do_bench
 
     return 1e3 * do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median")
+
+
+def graph_time_us(fn: Callable[[], object], n: int = 20) -> float:
+    """Per-call GPU time of ``fn`` replayed from a CUDA graph that holds ``n`` calls: no host work
+    between the kernels, so small calls measure the GPU, not Python and the launch path. ``fn`` is
+    called once before capture (compilation, autotuning, allocator warm-up)."""
+    require_gpu("graph_time_us")
+    fn()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(n):
+            fn()
+    g.replay()
+    torch.cuda.synchronize()
+    return time_us(g.replay) / n
 
 
 def copy_ceiling_GBps(nbytes: int = 1 << 30) -> float:
