@@ -230,7 +230,8 @@ def gather_with_index(x):
 
 
 def test_zero_fill_read_as_index_is_necessary_not_a_crash():
-    r = find_redundant_zero_fills(gather_with_index, torch.randn(5, device=DEVICE))
+    # on the CPU: on a GPU the poisoned index trips a device-side assert that ends the CUDA context
+    r = find_redundant_zero_fills(gather_with_index, torch.randn(5))
     assert [(s.op, s.redundant) for s in r.sites] == [("torch.zeros", False)]
     assert "raised" in r.sites[0].detail
 

@@ -530,6 +530,9 @@ def find_redundant_zero_fills(fn: Callable, *args, **kwargs) -> ZeroFillReport:
     only that site's fills replaced by poison. Outputs are ``fn``'s return value plus every tensor
     argument (so fills of caller-owned buffers count). A site whose poisoning leaves all outputs
     bit-identical is redundant: ``empty`` would do. ``fn`` must be deterministic (checked).
+
+    A poisoned fill that makes ``fn`` raise counts as necessary. On a GPU, a poisoned integer used as
+    an index trips a device-side assert that ends the CUDA context: run such code on CPU tensors.
     """
     def run(mode):
         a, kw = _clone_args(args), _clone_args(kwargs)
@@ -551,6 +554,12 @@ def find_redundant_zero_fills(fn: Callable, *args, **kwargs) -> ZeroFillReport:
             try:
                 same, n = _outputs_equal(ref, run(_ZeroFillMode([site], which)))
             except Exception as e:  # e.g. a poisoned index tensor: the zeros were read
+                if "device-side assert" in str(e) or type(e).__name__ == "AcceleratorError":
+                    raise RuntimeError(
+                        f"poisoning the zero fill at {site} made a CUDA kernel fail ({type(e).__name__}, e.g. an "
+                        "index out of range): that fill is necessary, but this CUDA context is now unusable. "
+                        "Run find_redundant_zero_fills on CPU tensors for code that uses zero-filled "
+                        "integers as indices.") from e
                 diffs.append(f"{label}: fn raised {type(e).__name__}")
                 continue
             if not same:
