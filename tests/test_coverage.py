@@ -257,3 +257,16 @@ def test_fp8_outputs_are_checked_too():
     x = torch.randn(6, 4, device=DEVICE) * 100
     assert coverage(fp8_producer, x, False)[0].storage_fully_written
     assert coverage(fp8_producer, x, True)[0].unwritten_ranges() == "rows 5..5 cols 0..3"
+
+
+def l_shaped_producer(x):
+    """Writes the first 3 entries of row 0 of a [8, 4] tile and nothing else (an L-shaped gap)."""
+    tile = torch.empty(8, 4, dtype=torch.uint8, device=x.device)
+    tile[0, :3] = 1
+    return tile
+
+
+def test_l_shaped_gap_is_reported_by_row_groups_not_a_bounding_box():
+    (cov,) = coverage(l_shaped_producer, torch.zeros(1, device=DEVICE))
+    assert cov.unwritten_ranges() == "rows 0..0 cols 3; rows 1..7 cols 0..3"
+    assert int((~cov.written).sum()) == 29

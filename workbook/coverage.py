@@ -194,13 +194,18 @@ class Coverage:
         if not mask.any():
             return "none"
         if mask.dim() == 2:
-            rows = mask.any(dim=1).nonzero().flatten().tolist()
-            parts = []
-            for a, b in _ranges(rows)[:6]:
-                cols = mask[a:b + 1].any(dim=0).nonzero().flatten().tolist()
-                parts.append(f"rows {a}..{b} cols {_fmt_runs(_ranges(cols), 3)}")
-            extra = len(_ranges(rows)) - 6
-            return "; ".join(parts) + (f"; ... ({extra} more row runs)" if extra > 0 else "")
+            # consecutive rows with the same unwritten columns form one group: an L-shaped gap reads
+            # "rows 0..0 cols 3..3; rows 1..127 cols 0..3", not as its bounding box
+            groups: list[list] = []  # [first_row, last_row, column runs]
+            for r in mask.any(dim=1).nonzero().flatten().tolist():
+                cols = _ranges(mask[r].nonzero().flatten().tolist())
+                if groups and groups[-1][1] == r - 1 and groups[-1][2] == cols:
+                    groups[-1][1] = r
+                else:
+                    groups.append([r, r, cols])
+            parts = [f"rows {a}..{b} cols {_fmt_runs(cols, 3)}" for a, b, cols in groups[:6]]
+            extra = len(groups) - 6
+            return "; ".join(parts) + (f"; ... ({extra} more row groups)" if extra > 0 else "")
         flat = mask.flatten().nonzero().flatten().tolist()
         return "flat elements " + _fmt_runs(_ranges(flat))
 
