@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .device import DEVICE, ON_GPU, check_tensor, require_launchable
+from .device import DEVICE, ON_GPU, check_tensor, require_launchable, same_device
 from .kernels import gdn as kern
 
 __all__ = [
@@ -40,13 +40,6 @@ if not ON_GPU:  # the interpreter runs programs one after another: fewer, wider 
     CONFIG.update(rec_bv=128, state_bv=128, out_bv=128)
 
 
-def _kernel_device() -> torch.device:
-    """DEVICE with its index (check_tensor compares devices exactly: 'cuda' != 'cuda:0')."""
-    if ON_GPU and DEVICE.index is None:
-        return torch.device("cuda", torch.cuda.current_device())
-    return DEVICE
-
-
 def l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """x * rsqrt(sum(x^2) + eps) along the last dim, in fp32."""
     x = x.float()
@@ -63,7 +56,7 @@ def _check(q, k, v, g, beta, scale, initial_state, cu_seqlens, *, device=None, i
         check_tensor(name, t, dtypes=_FLOATS, ndim=4, device=device)
     dev = q.device
     for name, t in (("k", k), ("v", v)):
-        if t.device != dev:
+        if not same_device(t.device, dev):
             raise ValueError(f"{name} is on {t.device} but q is on {dev}: all inputs must share one device")
     if k.dtype != q.dtype or v.dtype != q.dtype:
         raise TypeError(f"q, k, v must share one dtype, got q {q.dtype}, k {k.dtype}, v {v.dtype}")
@@ -261,7 +254,7 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=Non
                          dt_bias=dt_bias, use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel,
                          allow_neg_eigval=allow_neg_eigval, state_v_first=state_v_first)
     B, T, H, HV, K, V, N, _ = _check(q, k, v, g, beta, scale, initial_state, cu_seqlens,
-                                     device=_kernel_device(), inplace=inplace_final_state)
+                                     device=DEVICE, inplace=inplace_final_state)
     cfg = {**CONFIG, **(_config or {})}
     scale = K ** -0.5 if scale is None else float(scale)
     # empty: o[b, t, hv, :] is written by the programs of head hv of the sequence holding t, one
@@ -326,7 +319,7 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
         if not torch.equal(cu_seqlens_cpu.long(), cu_seqlens.cpu().long()):
             raise ValueError("cu_seqlens_cpu must hold the same offsets as cu_seqlens")
     B, T, H, HV, K, V, N, bounds = _check(q, k, v, g, beta, scale, initial_state, cu_seqlens,
-                                          device=_kernel_device(), inplace=inplace_final_state)
+                                          device=DEVICE, inplace=inplace_final_state)
     cfg = {**CONFIG, **(_config or {})}
     scale = K ** -0.5 if scale is None else float(scale)
     dev = q.device
@@ -411,7 +404,7 @@ def gated_rmsnorm_ref(x, z, weight, eps=1e-6):
 
 def gated_rmsnorm(x, z, weight, eps=1e-6, _block_rows=None):
     """Gated RMSNorm (Qwen3-Next ``RMSNormGated``) per head: normalises the last dim of x."""
-    _check_norm(x, z, weight, eps, device=_kernel_device())
+    _check_norm(x, z, weight, eps, device=DEVICE)
     D = x.shape[-1]
     M = x.numel() // D
     # empty: program i writes rows [i*BM, (i+1)*BM) x all D columns; the grid covers all M rows.

@@ -221,9 +221,7 @@ def _tuned_config(x, global_scale, swizzled: bool) -> tuple[int, int, int]:
 
 
 def _check_inputs(x, global_scale) -> tuple[int, int]:
-    check_tensor("x", x, dtypes=_DTYPES, ndim=2)
-    if x.device.type != DEVICE.type:  # cuda:0 and cuda are the same place: compare device types
-        raise ValueError(f"x is on {x.device} but must be on {DEVICE}, where the kernels run")
+    check_tensor("x", x, dtypes=_DTYPES, ndim=2, device=DEVICE)
     M, K = x.shape
     if K == 0 or K % 16:
         raise ValueError(f"x.shape[1] (K={K}) must be a positive multiple of 16: one E4M3 scale per "
