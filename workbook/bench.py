@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import warnings
 from pathlib import Path
 from typing import Callable
 
@@ -245,12 +246,15 @@ def profile_zeros_vs_empty(nbytes: int = 64 << 20) -> dict:
             make(n, device=DEVICE).copy_(src)
         if ON_GPU:
             torch.cuda.synchronize()
-        with profile(activities=activities) as prof:
-            make(n, device=DEVICE).copy_(src)
-            if ON_GPU:
-                torch.cuda.synchronize()
+        with warnings.catch_warnings():  # torch's note that each profiling cycle clears events
+            warnings.filterwarnings("ignore", message=".*Profiler clears events.*")
+            with profile(activities=activities) as prof:
+                make(n, device=DEVICE).copy_(src)
+                if ON_GPU:
+                    torch.cuda.synchronize()
+            averages = prof.key_averages()
         events = []
-        for e in prof.key_averages():
+        for e in averages:
             dev_us = getattr(e, "device_time_total", getattr(e, "cuda_time_total", 0.0))
             if ON_GPU and dev_us <= 0:
                 continue
