@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass
 
 import torch
+import triton
 import torch.nn.functional as F
 
 from .device import DEVICE, ON_GPU, check_tensor, require_launchable, same_device
@@ -265,7 +266,7 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=Non
     BK = _pow2(K)
     BV = min(cfg["rec_bv"], _pow2(V))
     require_launchable(kern.fused_recurrent_gdn_fwd_kernel)
-    kern.fused_recurrent_gdn_fwd_kernel[(triton_cdiv(V, BV), N * HV)](
+    kern.fused_recurrent_gdn_fwd_kernel[(triton.cdiv(V, BV), N * HV)](
         q, k, v, g, beta, o,
         initial_state if initial_state is not None else o,   # dummy pointer when unused
         ht if ht is not None else o,
@@ -276,13 +277,9 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=Non
     return o, ht
 
 
-def triton_cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 def _chunk_tables(bounds, dev):
     """chunk_indices [NT_all, 2] = (sequence, chunk within it) and chunk_offsets [N + 1]."""
-    counts = [triton_cdiv(b - a, CHUNK) for a, b in zip(bounds, bounds[1:])]
+    counts = [triton.cdiv(b - a, CHUNK) for a, b in zip(bounds, bounds[1:])]
     idx = [(n, i) for n, c in enumerate(counts) for i in range(c)]
     offsets = [0]
     for c in counts:
@@ -296,7 +293,7 @@ def _state_bv(cfg, N, HV, V):
         return min(cfg["state_bv"], _pow2(V))
     # the state pass is sequential over chunks; widen the grid until it fills the SMs
     for bv in (64, 32):
-        if N * HV * triton_cdiv(V, bv) >= 256:
+        if N * HV * triton.cdiv(V, bv) >= 256:
             return min(bv, _pow2(V))
     return min(16, _pow2(V))
 
@@ -329,7 +326,7 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
         chunk_indices, chunk_offsets, NT = _chunk_tables(bounds, dev)
     else:
         chunk_indices = chunk_offsets = None
-        NT = B * triton_cdiv(T, CHUNK)
+        NT = B * triton.cdiv(T, CHUNK)
     BK, BVf = _pow2(K), _pow2(V)
     TA = B * T
     # Intermediates. All `empty`: chunk c of sequence n covers rows [bos + 64c, min(bos + 64c + 64, eos))
@@ -357,7 +354,7 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
             H=H, HV=HV, K=K, V=V, BT=CHUNK, BK=BK, BV=BVf, USE_QK_L2NORM=l2, IS_VARLEN=varlen,
             num_warps=cfg["prep_warps"])
     BV2 = _state_bv(cfg, N, HV, V)
-    kern.chunk_gdn_state_kernel[(triton_cdiv(V, BV2), N * HV)](
+    kern.chunk_gdn_state_kernel[(triton.cdiv(V, BV2), N * HV)](
         k, w, u, G, h, v_new,
         initial_state if initial_state is not None else dummy, ht if ht is not None else dummy,
         cu, chunk_offsets if varlen else dummy, T,
@@ -365,7 +362,7 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
         STORE_HT=store, USE_QK_L2NORM=l2, IS_VARLEN=varlen, num_warps=cfg["state_warps"])
     BV3 = min(cfg["out_bv"], BVf)
     if NT:
-        kern.chunk_gdn_output_kernel[(triton_cdiv(V, BV3), NT, HV)](
+        kern.chunk_gdn_output_kernel[(triton.cdiv(V, BV3), NT, HV)](
             q, k, v_new, h, G, o, cu, chunk_indices if varlen else dummy, scale, T,
             H=H, HV=HV, K=K, V=V, BT=CHUNK, BK=BK, BV=BV3, USE_QK_L2NORM=l2, IS_VARLEN=varlen,
             num_warps=cfg["out_warps"])
@@ -413,7 +410,7 @@ def gated_rmsnorm(x, z, weight, eps=1e-6, _block_rows=None):
     BM = _block_rows or max(1, min(16, 4096 // BD))
     require_launchable(kern.gated_rmsnorm_kernel)
     if M:
-        kern.gated_rmsnorm_kernel[(triton_cdiv(M, BM),)](x, z, weight, y, M, float(eps), D=D, BD=BD, BM=BM,
+        kern.gated_rmsnorm_kernel[(triton.cdiv(M, BM),)](x, z, weight, y, M, float(eps), D=D, BD=BD, BM=BM,
                                                          num_warps=4)
     return y
 
