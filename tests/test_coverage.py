@@ -270,3 +270,27 @@ def test_l_shaped_gap_is_reported_by_row_groups_not_a_bounding_box():
     (cov,) = coverage(l_shaped_producer, torch.zeros(1, device=DEVICE))
     assert cov.unwritten_ranges() == "rows 0..0 cols 3; rows 1..7 cols 0..3"
     assert int((~cov.written).sum()) == 29
+
+
+def slice_assignments(x, n):
+    out = torch.empty(x.shape[0] + 2, x.shape[1], device=x.device)
+    out[:] = 0               # redundant when n covers every row below, necessary otherwise
+    out[: x.shape[0]] = x
+    out[x.shape[0]:n] = 1.0
+    pad = torch.full((2,), fill_value=0, dtype=torch.int32, device=x.device)  # redundant: overwritten
+    pad.copy_(torch.arange(2, dtype=torch.int32, device=x.device))
+    return out, pad
+
+
+def test_slice_assignment_and_full_zero_fills():
+    x = torch.randn(3, 4, device=DEVICE)
+    r = find_redundant_zero_fills(slice_assignments, x, 5)
+    assert [(s.op, s.redundant) for s in r.sites] == [("Tensor[...] = 0", True), ("torch.full(.., 0)", True)], r.report()
+    r = find_redundant_zero_fills(slice_assignments, x, 4)  # the last row keeps the zeros
+    assert [(s.op, s.redundant) for s in r.sites] == [("Tensor[...] = 0", False), ("torch.full(.., 0)", True)], r.report()
+
+
+def test_consumer_differential_refuses_a_nondeterministic_consumer():
+    x = torch.randn(13, 4, device=DEVICE)
+    with pytest.raises(RuntimeError, match="not deterministic"):
+        consumer_differential(padded_producer, lambda v: v.float() + torch.rand(v.shape, device=v.device), x, True)

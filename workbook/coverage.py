@@ -13,8 +13,9 @@ with something no correct kernel would produce (poison), run, and look at what i
 * :func:`consumer_differential` runs producer + consumer on storage poisoned two ways: if the
   consumer's result differs, it read bytes that nobody wrote.
 * :func:`find_redundant_zero_fills` runs any callable with each zero fill (``torch.zeros``,
-  ``zeros_like``, ``new_zeros``, ``Tensor.zero_``, ``fill_(0)``) replaced by poison, one call site at
-  a time, and says per ``file:line`` whether that zero fill changed any output.
+  ``zeros_like``, ``new_zeros``, ``Tensor.zero_``, ``fill_(0)``, ``full(.., 0)``, ``t[...] = 0``)
+  replaced by poison, one call site at a time, and says per ``file:line`` whether that zero fill
+  changed any output.
 
 Two poisons, not one: a written byte can equal one poison by chance, never both (a deterministic
 producer writes the same value in both runs).
@@ -369,11 +370,15 @@ def consumer_differential(producer: Callable, consumer: Callable, *args, **kwarg
     """Run ``consumer(*producer(*args, **kwargs))`` with the producer's ``empty`` allocations poisoned
     two ways. A consumer that only reads written bytes gives bit-identical results."""
     res = []
-    for which in (0, 1):
+    for which in (0, 0, 1):
         with poisoned_allocations(which):
             produced = producer(*args, **kwargs)
         produced = produced if isinstance(produced, tuple) else (produced,)
         res.append(_tensors(consumer(*produced)))
+    if not _outputs_equal(res[0], res[1])[0]:
+        raise RuntimeError("producer + consumer are not deterministic: two runs on the same poison gave "
+                           "different results, so a difference between poisons would prove nothing")
+    res = [res[0], res[2]]
     n_diff, n_tot, max_diff = 0, 0, 0.0
     for ra, rb in zip(*res):
         same = _same(ra, rb)
@@ -436,29 +441,37 @@ class _ZeroFillMode(TorchFunctionMode):
             return "Tensor.zero_"
         if name == "fill_" and len(args) >= 2 and _is_zero(args[1]):
             return "Tensor.fill_(0)"
-        if func in (torch.full, torch.full_like) and len(args) >= 2 and _is_zero(args[1]):
-            return f"torch.{name}(.., 0)"
+        if func in (torch.full, torch.full_like):
+            value = args[1] if len(args) >= 2 else kwargs.get("fill_value")
+            if _is_zero(value):
+                return f"torch.{name}(.., 0)"
+        if name == "__setitem__" and len(args) == 3 and _is_zero(args[2]):
+            return "Tensor[...] = 0"
         return None
+
+    def _poison_like(self, t: torch.Tensor) -> torch.Tensor:
+        if t.dtype == torch.bool:
+            return torch.ones_like(t, memory_format=torch.contiguous_format)
+        return poison_(torch.empty_like(t, memory_format=torch.contiguous_format), poisons_for(t.dtype)[self.which])
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         kind = self._kind(func, args, kwargs)
-        if kind is not None and isinstance(out, torch.Tensor):
-            site = _call_site()
-            rec = self.sites.setdefault(site, {"op": kind, "calls": 0})
-            rec["calls"] += 1
-            if site in self.poison_sites:
-                pattern = poisons_for(out.dtype)[self.which]
-                if out.dtype == torch.bool:
-                    out.fill_(True)
-                else:
-                    target = out if out.is_contiguous() else None
-                    if target is not None and target._base is None:
-                        poison_(target, pattern)
-                    else:  # a zero_() on a view: poison exactly the elements it zeroed
-                        tmp = poison_(torch.empty_like(out, memory_format=torch.contiguous_format), pattern)
-                        out.copy_(tmp)
+        if kind is None:
+            return out
+        target = args[0][args[1]] if kind == "Tensor[...] = 0" else out
+        if not isinstance(target, torch.Tensor):
+            return out
+        site = _call_site()
+        rec = self.sites.setdefault(site, {"op": kind, "calls": 0})
+        rec["calls"] += 1
+        if site in self.poison_sites:
+            poison = self._poison_like(target)
+            if kind == "Tensor[...] = 0":  # poison exactly the elements the assignment zeroed
+                args[0][args[1]] = poison
+            else:
+                out.copy_(poison)
         return out
 
 
