@@ -367,13 +367,14 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def consumer_differential(producer: Callable, consumer: Callable, *args, **kwargs) -> ConsumerCheck:
-    """Run ``consumer(*producer(*args, **kwargs))`` with the producer's ``empty`` allocations poisoned
-    two ways. A consumer that only reads written bytes gives bit-identical results."""
+    """Run ``consumer(*producer(*args, **kwargs))`` (a tuple or list result is unpacked) with the
+    producer's ``empty`` allocations poisoned two ways. A consumer that only reads written bytes
+    gives bit-identical results; one that reads unwritten bytes almost surely does not."""
     res = []
     for which in (0, 0, 1):
         with poisoned_allocations(which):
             produced = producer(*args, **kwargs)
-        produced = produced if isinstance(produced, tuple) else (produced,)
+        produced = tuple(produced) if isinstance(produced, (tuple, list)) else (produced,)
         res.append(_tensors(consumer(*produced)))
     if not _outputs_equal(res[0], res[1])[0]:
         raise RuntimeError("producer + consumer are not deterministic: two runs on the same poison gave "
