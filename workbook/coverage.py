@@ -23,7 +23,6 @@ producer writes the same value in both runs).
 from __future__ import annotations
 
 import math
-import sys
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
