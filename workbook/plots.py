@@ -12,7 +12,7 @@ from matplotlib.patches import Patch  # noqa: E402
 
 from .coverage import Coverage  # noqa: E402
 
-__all__ = ["coverage_map", "COVERAGE_COLORS", "sweep_plot", "graph_plot", "bandwidth_plot", "source_of", "show_code"]
+__all__ = ["coverage_map", "COVERAGE_COLORS", "human_bytes", "sweep_plot", "graph_plot", "bandwidth_plot", "source_of", "show_code"]
 
 # written / unwritten outside the view / unwritten INSIDE the view (a bug)
 COVERAGE_COLORS = ("#4C9F70", "#C9C9C9", "#D1495B")
@@ -54,7 +54,7 @@ def _label(rec: dict, live: bool) -> str:
     return ("measured live: " if live else "") + recorded_label(rec)
 
 
-def _human(nbytes: float) -> str:
+def human_bytes(nbytes: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if nbytes < 1024 or unit == "GiB":
             return f"{nbytes:g} {unit}"
@@ -74,7 +74,7 @@ def sweep_plot(rec: dict, live: bool = False):
         a.loglog(x, [r[key] for r in rows], style, label=lab)
     a.set_xlabel("buffer size")
     a.set_ylabel("median time per call [us]")
-    a.set_xticks(x[::2], [_human(v) for v in x[::2]])
+    a.set_xticks(x[::2], [human_bytes(v) for v in x[::2]])
     a.legend(fontsize=8)
     a.grid(True, which="both", alpha=0.3)
     ratio = [r["overwrite_ratio"] for r in rows]
@@ -82,7 +82,7 @@ def sweep_plot(rec: dict, live: bool = False):
     for xi, ri in zip(x, ratio):
         b.annotate(f"{ri:.2f}x", (xi, ri), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=7)
     b.axhline(1.0, color="k", lw=0.8)
-    b.set_xticks(x[::2], [_human(v) for v in x[::2]])
+    b.set_xticks(x[::2], [human_bytes(v) for v in x[::2]])
     b.set_ylim(0.9, max(ratio) * 1.15)
     b.set_xlabel("buffer size")
     b.set_ylabel("(zeros + overwrite) / (empty + overwrite)")
@@ -102,7 +102,7 @@ def bandwidth_plot(rec: dict, live: bool = False):
     ax.semilogx(x, [r["bytes"] / (r["zeros_us"] * 1e-6) / 1e12 for r in rows], "s--",
                 label="torch.zeros(): bytes / (host + launch + fill)")
     ax.axhline(copy / 1e3, color="k", ls=":", label=f"copy ceiling {copy / 1e3:.2f} TB/s (read + write)")
-    ax.set_xticks(x[::2], [_human(v) for v in x[::2]])
+    ax.set_xticks(x[::2], [human_bytes(v) for v in x[::2]])
     ax.set_xlabel("buffer size")
     ax.set_ylabel("TB/s")
     ax.legend(fontsize=8)
@@ -121,7 +121,7 @@ def graph_plot(rec: dict, live: bool = False):
     for i, v in enumerate(vals):
         ax.text(v, i, f" {v:.1f} us", va="center", fontsize=9)
     ax.set_xlim(0, max(vals) * 1.25)
-    ax.set_xlabel(f"graph replay, {g['n_buffers']} buffers of {_human(g['buffer_bytes'])} [us]")
+    ax.set_xlabel(f"graph replay, {g['n_buffers']} buffers of {human_bytes(g['buffer_bytes'])} [us]")
     ax.set_title(_label(rec, live), fontsize=9)
     fig.tight_layout()
     return fig
