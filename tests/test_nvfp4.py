@@ -10,7 +10,7 @@ import triton.language as tl
 from workbook.check import assert_exact, assert_rel_close
 from workbook.coverage import assert_fully_written, consumer_differential
 from workbook.device import DEVICE
-from workbook.kernels.nvfp4 import e2m1_code, e4m3_rne
+from workbook.kernels.nvfp4 import e2m1_pair_bits, e4m3_rne
 from workbook.nvfp4 import (
     E2M1_VALUES, check_e2m1_round, check_quant, check_swizzle_offset, dequantize_ref, e2m1_decode,
     e2m1_encode, e2m1_round_brute, e4m3_round_brute, global_scale_of, logical_scale_coverage,
@@ -72,8 +72,11 @@ def _probe_kernel(p_v, p_p, p_s, p_byte, p_val, p_idx, N, BLOCK: tl.constexpr):
     tl.store(p_val + o, b_val, mask=m)
     b_p = tl.load(p_p + o, mask=m, other=0.0)
     b_s = tl.load(p_s + o, mask=m, other=1.0)
-    b_s = tl.where(b_s > 0.0, b_s, float("inf"))
-    b_i = e2m1_code(tl.abs(b_p), 0.25 * b_s, 0.75 * b_s, 1.75 * b_s, 2.75 * b_s, b_s, 1.5 * b_s, 2.25 * b_s)
+    b_u = tl.where(b_s > 0.0, b_s, 1.152921504606846976e18) * 1099511627776.0
+    b_a = tl.abs(b_p)
+    # the same value in both halves of the pair: both indices must come out equal
+    b_bits = e2m1_pair_bits(b_a, b_a, 1.75 * b_u, 2.75 * b_u, 3.5 * b_u, 1.5 * b_u, 3.75 * b_u, 2.5 * b_u, 5.0 * b_u)
+    b_i = tl.where((b_bits & 0x7) == ((b_bits >> 16) & 0x7), b_bits & 0x7, -1)
     tl.store(p_idx + o, b_i.to(tl.int32), mask=m)
 
 
@@ -99,8 +102,9 @@ def test_kernel_e4m3_rounding_is_exact():
 
 
 def test_kernel_e2m1_without_division_is_exact():
-    """e2m1_code(|p|, decision points * s) == E2M1 index of RN(p / s) for every positive E4M3 scale s,
-    at every decision point times s, one fp32 ulp either side of it, and random p; s = 0 gives 0."""
+    """e2m1_pair_bits(|p|, |p|, decision points * s * 2^40) gives the E2M1 index of RN(p / s), in both
+    halves, for every positive E4M3 scale s, at every decision point times s, one fp32 ulp either side
+    of it, and random p; s = 0 gives 0."""
     grid = torch.arange(1, 0x7F, dtype=torch.uint8).view(torch.float8_e4m3fn).float()   # 126 scales
     pts = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0])
     at = (grid[:, None] * pts).flatten()                                             # exact products
@@ -110,6 +114,12 @@ def test_kernel_e2m1_without_division_is_exact():
     s = torch.cat([s_at, s_at, s_at, grid[:, None].expand(-1, 20).flatten()])
     sign = torch.where(torch.rand(p.shape) < 0.5, -1.0, 1.0)
     p, s = torch.cat([p * sign, torch.tensor([3.0, -1e-3])]), torch.cat([s, torch.tensor([0.0, 0.0])])
+    # extremes for the saturating comparison: tiny, huge and infinite |p| against the smallest,
+    # a middle and the largest scale
+    ext = torch.tensor([1e-30, 2.0 ** -20, 2.0 ** -12, 1e30, float("inf")])
+    s_ext = torch.tensor([2.0 ** -9, 1.0, 448.0])
+    p = torch.cat([p, ext.repeat(3), -ext.repeat(3)])
+    s = torch.cat([s, s_ext.repeat_interleave(5), s_ext.repeat_interleave(5)])
     y = torch.where(s > 0, p / torch.where(s > 0, s, torch.ones_like(s)), torch.zeros_like(p))
     _, _, idx = _run_probe(torch.zeros_like(p), p, s)
     assert_exact(idx.to(torch.uint8), e2m1_encode(y) & 7, "E2M1 index without division")

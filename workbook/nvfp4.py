@@ -187,16 +187,20 @@ def dequantize_ref(codes: torch.Tensor, scales: torch.Tensor, global_scale: torc
 _launchable = False
 
 
-# Candidate (BLOCK_M, BLOCK_S, num_warps) for large inputs on a GPU, timed once per shape class.
-TUNE_CONFIGS = [(16, 16, 4), (16, 8, 4), (8, 16, 4), (16, 32, 8), (32, 16, 8), (8, 32, 4), (16, 16, 8)]
+# Candidate (BLOCK_M, BLOCK_S, num_warps) for large inputs on a GPU, timed once per shape class. Tiles
+# one row tall and 256-512 blocks wide read 8-16 KiB of a row per program: on the H200 they beat
+# square tiles by ~10% (whole DRAM pages per program), and 4 blocks per thread give the FMA chains
+# enough independent work (measured: workbook/data/nvfp4.json, "config_sweep").
+TUNE_CONFIGS = [(1, 512, 4), (1, 256, 4), (1, 256, 2), (1, 128, 2), (2, 128, 4), (8, 32, 4), (16, 16, 4)]
 _TUNE_MIN_ELEMENTS = 32 << 20
 _tuned: dict = {}
 
 
 def _config(M: int, K: int) -> tuple[int, int, int]:
     """(BLOCK_M, BLOCK_S, num_warps) by default. Interpreter: big tiles (fewer programs; numpy does
-    the work). GPU: 2K-element tiles of 4 warps; inputs of >= 32M elements are autotuned once per
-    (M rounded up to a power of two, K, dtype, layout) over ``TUNE_CONFIGS`` (see ``_tuned_config``)."""
+    the work). GPU: 2K-element tiles of 4 warps (many programs for small inputs); inputs of >= 32M
+    elements are autotuned once per (M rounded up to a power of two, K, dtype, layout) over
+    ``TUNE_CONFIGS`` (see ``_tuned_config``)."""
     if not ON_GPU:
         return 64, 32, 4
     return 16, 8, 4

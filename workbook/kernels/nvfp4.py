@@ -4,10 +4,14 @@ One program quantizes a tile of BLOCK_M rows x BLOCK_S blocks of 16 elements. Pe
 it computes the E4M3 block scale, the E2M1 codes of the 16 elements, packs two codes per byte and
 stores the scale byte either in the linear layout or at its address in the 128x4 swizzled layout.
 
-The kernel is written for the H200's pipes: at 2.5 bytes per element it must stay under ~20 SASS
-instructions per element to be memory-bound, and integer/compare/select instructions issue at half
-the rate of FP32 multiply-adds. So there is no division per element (see ``e2m1_code``), the
-comparisons produce 0.0/1.0 floats (one FSET each) and everything else is exact FMA arithmetic.
+The kernel is written for the H200's pipes. At 2.5 bytes per element, a kernel that keeps up with
+memory may spend about 20 SASS instructions per element, and integer, compare and select
+instructions issue at half the rate of FP32 multiply-adds. So there is no division per element (see
+``e2m1_pair_bits``); each comparison is one saturating FMA that yields 0.0 or 1.0 (``lt01``); and
+everything else is exact FMA arithmetic on those values. That comes to about 20 instructions per
+element, 10 of them FMAs for the codes, so on an H200 this kernel is bound by instruction issue and
+the 700 W power cap, not by memory: the same loads and stores with trivial arithmetic run at 96% of
+the copy ceiling, while the full kernel reaches about 75%.
 
 The grid spans the *padded* scale grid in the swizzled layout, so the programs that own a padded
 128x4 tile also write its padding (zeros). ``WRITE_PADDING=False`` skips those entries: it exists
@@ -42,20 +46,46 @@ def e4m3_rne(v):
 
 
 @triton.jit
-def e2m1_code(a, t025, t075, t175, d1, s, e15, e225):
-    """E2M1 magnitude index of RN(p / s), as an exact fp32 0.0 .. 7.0, from a = |p| and the block's
-    decision points multiplied by s (all exact in fp32: 3 + 4 significant bits).
+def lt01(a, t_big, neg_two40):
+    """1.0 where a < t, else 0.0, for fp32 a >= 0 and ``t_big = t * 2^40`` (t >= 2^-11 or t huge), in
+    one saturating FMA: ``clamp(t_big - a * 2^40, 0, 1)``. The FMA is exact before its one rounding,
+    and a and t >= 2^-12 differ by at least 2^-35 when they differ, so the scaled difference is either
+    <= 0 (a >= t: 0.0) or >= 32 (a < t: 1.0). On the GPU this is FFMA.SAT on the FMA pipe; the
+    comparison it replaces (FSET) issues on the integer/logic pipe, at half the rate."""
+    return tl.clamp(tl.math.fma(a, neg_two40, t_big), 0.0, 1.0)
 
-    Why no division is needed: for a decision point t where ties go down (0.25, 1.25, 2.5, 5: the
-    even neighbour is below), RN(p/s) > t <=> p/s > t + ulp(t)/2 <=> p > t*s, because no fp32
-    value lies strictly between t*s and t*s + s*ulp(t)/2. Likewise for ties that go up (0.75, 1.75,
-    3.5): RN(p/s) >= t <=> p >= t*s. A binary search over the 7 points takes 3 comparisons; the
-    next threshold is picked with FMAs (c * (hi - lo) + lo, exact), not with selects."""
-    c2 = (a >= t175).to(tl.float32)                                   # index >= 4 ?
-    c1 = (a >= tl.math.fma(c2, d1, t075)).to(tl.float32)              # >= 2 (0.75 s) or >= 6 (3.5 s)
-    t0 = tl.math.fma(c2, tl.math.fma(c1, e15, e225), tl.math.fma(c1, s, t025))  # .25, 1.25, 2.5, 5 (x s)
-    c0 = (a > t0).to(tl.float32)                                      # odd index ?
-    return tl.math.fma(c2, 4.0, tl.math.fma(c1, 2.0, c0))
+
+@triton.jit
+def e2m1_pair_bits(a_lo, a_hi, k175, k275, k35, k15, k375, k25, k5):
+    """E2M1 magnitude indices of RN(a / s) for two values, packed as the low bits of an fp32:
+    ``bits(2^23 + i_lo + 65536 * i_hi)``, so i_lo is in bits 0-2 and i_hi in bits 16-18.
+
+    ``k*`` are the block's decision points times s * 2^40 (exact: 3 + 4 significant bits).
+    Why no division: for a decision point t where ties go down (0.25, 1.25, 2.5, 5: the even
+    neighbour is below), RN(a/s) > t <=> a > t*s, because no fp32 value lies strictly between t*s and
+    t*s + s*ulp(t)/2; for ties that go up (0.75, 1.75, 3.5): RN(a/s) >= t <=> a >= t*s.
+
+    A binary search over the 7 points takes 3 comparisons. With n2 = [a < 1.75 s], n1 = [a < th1]
+    and c0 = [a > t0], the index is 6 - 4 n2 - 2 n1 + c0; the next threshold is picked with exact
+    FMAs on 0/1 values (th1 = 3.5 s - 2.75 s n2, t0 = 5 s - 2.5 s n1 - 3.75 s n2 + 1.5 s n1 n2),
+    never with selects."""
+    NEG: tl.constexpr = -1099511627776.0          # -2^40
+    n2_lo = lt01(a_lo, k175, NEG)
+    n2_hi = lt01(a_hi, k175, NEG)
+    n1_lo = lt01(a_lo, tl.math.fma(n2_lo, -k275, k35), NEG)
+    n1_hi = lt01(a_hi, tl.math.fma(n2_hi, -k275, k35), NEG)
+    # c0 = [a > t0] = 1 - [a <= t0]: as clamp(a * 2^40 - t0 * 2^40, 0, 1) with -t0 * 2^40 built directly
+    nt0_lo = tl.math.fma(n2_lo, tl.math.fma(n1_lo, -k15, k375), tl.math.fma(n1_lo, k25, -k5))
+    nt0_hi = tl.math.fma(n2_hi, tl.math.fma(n1_hi, -k15, k375), tl.math.fma(n1_hi, k25, -k5))
+    c0_lo = tl.clamp(tl.math.fma(a_lo, -NEG, nt0_lo), 0.0, 1.0)
+    c0_hi = tl.clamp(tl.math.fma(a_hi, -NEG, nt0_hi), 0.0, 1.0)
+    # 2^23 + (6 - 4 n2 - 2 n1 + c0)_lo + 65536 (6 - 4 n2 - 2 n1 + c0)_hi, exact (< 2^24)
+    acc = tl.math.fma(n2_hi, -262144.0, 8388608.0 + 6.0 + 6.0 * 65536.0)
+    acc = tl.math.fma(n1_hi, -131072.0, acc)
+    acc = tl.math.fma(c0_hi, 65536.0, acc)
+    acc = tl.math.fma(n2_lo, -4.0, acc)
+    acc = tl.math.fma(n1_lo, -2.0, acc)
+    return (acc + c0_lo).to(tl.int32, bitcast=True)
 
 
 @triton.jit
@@ -98,19 +128,15 @@ def nvfp4_quant_kernel(
     b_sf_want = tl.minimum(tl.math.div_rn(b_gs * b_amax, tl.full((BLOCK_M, BLOCK_S), 6.0, tl.float32)), 448.0)
     b_sf_byte, b_sf = e4m3_rne(b_sf_want)
 
-    # codes of p = RN(gs * x) against the decision points times sf; sf = 0 (an all-tiny block):
-    # every point is +inf (and the FMA-picked ones NaN), so the index is 0
-    b_s = tl.where(b_sf > 0.0, b_sf, float("inf"))[:, :, None]
-    t025, t075, t175 = 0.25 * b_s, 0.75 * b_s, 1.75 * b_s
-    d1, e15, e225 = 2.75 * b_s, 1.5 * b_s, 2.25 * b_s
-    b_i_lo = e2m1_code(tl.abs(b_lo * b_gs), t025, t075, t175, d1, b_s, e15, e225)
-    b_i_hi = e2m1_code(tl.abs(b_hi * b_gs), t025, t075, t175, d1, b_s, e15, e225)
-    # both indices in one exact fp32 integer i_lo + 65536 * i_hi, + 2^23 so that its low bits are
-    # that integer; the sign bits of x (bits 15 and 31 of the word) move to bits 3 and 19
-    b_pair = (tl.math.fma(b_i_hi, 65536.0, b_i_lo) + 8388608.0).to(tl.int32, bitcast=True)
-    b_sign = (b_w & -2147450880).to(tl.uint32, bitcast=True) >> 12   # 0x80008000 >> 12
-    b_nib = (b_pair & 0x70007) | b_sign.to(tl.int32, bitcast=True)   # nibbles at bits 0-3 and 16-19
-    b_packed = (b_nib | (b_nib >> 12)).to(tl.uint8)                   # low nibble 2i, high nibble 2i+1
+    # codes of p = RN(gs * x) against the decision points times sf (times 2^40, see lt01). sf = 0 (an
+    # all-tiny block): use s = 2^60 instead, so every point is far above every |p| and the index is 0
+    b_u = tl.where(b_sf > 0.0, b_sf, 1.152921504606846976e18)[:, :, None] * 1099511627776.0
+    k175, k275, k35 = 1.75 * b_u, 2.75 * b_u, 3.5 * b_u
+    k15, k375, k25, k5 = 1.5 * b_u, 3.75 * b_u, 2.5 * b_u, 5.0 * b_u
+    b_pair = e2m1_pair_bits(tl.abs(b_lo * b_gs), tl.abs(b_hi * b_gs), k175, k275, k35, k15, k375, k25, k5)
+    # the sign bits of x (bits 15 and 31 of the word) move to bits 3 and 19, next to the indices
+    b_nib = b_pair | ((b_w >> 12) & 0x80008)
+    b_packed = (b_nib + (b_nib >> 12)).to(tl.uint8)                   # low nibble 2i, high nibble 2i+1
     tl.store(p_codes + o_x, b_packed, mask=m_real[:, :, None])
 
     # scales
