@@ -9,9 +9,9 @@ memory may spend about 20 SASS instructions per element, and integer, compare an
 instructions issue at half the rate of FP32 multiply-adds. So there is no division per element (see
 ``e2m1_pair_bits``); each comparison is one saturating FMA that yields 0.0 or 1.0 (``lt01``); and
 everything else is exact FMA arithmetic on those values. That comes to about 20 instructions per
-element, 10 of them FMAs for the codes, so on an H200 this kernel is bound by instruction issue and
-the 700 W power cap, not by memory: the same loads and stores with trivial arithmetic run at 96% of
-the copy ceiling, while the full kernel reaches about 75%.
+element, 10 of them FMAs for the codes, so on an H200 this kernel is bound by instruction issue (and
+the 700 W power cap), not by memory: the same loads and stores with trivial arithmetic run close to
+the copy ceiling. The measured bandwidth is in workbook/data/nvfp4.json.
 
 The grid spans the *padded* scale grid in the swizzled layout, so the programs that own a padded
 128x4 tile also write its padding (zeros). ``WRITE_PADDING=False`` skips those entries: it exists
