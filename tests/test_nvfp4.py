@@ -14,7 +14,7 @@ from workbook.kernels.nvfp4 import e2m1_pair_bits, e4m3_rne
 from workbook.nvfp4 import (
     E2M1_VALUES, check_e2m1_round, check_quant, check_swizzle_offset, dequantize_ref, e2m1_decode,
     e2m1_encode, e2m1_round_brute, e4m3_round_brute, global_scale_of, logical_scale_coverage,
-    nvfp4_gemm_ref, nvfp4_quant, padded_scale_shape, quant_coverage, quantize_ref, swizzle_offset,
+    TUNE_CONFIGS, nvfp4_gemm_ref, nvfp4_quant, padded_scale_shape, quant_coverage, quantize_ref, swizzle_offset,
     swizzle_scales, unswizzle_scales,
 )
 
@@ -210,6 +210,22 @@ def test_whole_storage_written(M, K, swizzled):
     # the same claim through the generic assertion, on the launcher as it ships
     assert_fully_written(lambda x, g: [t.view(torch.uint8) for t in nvfp4_quant(x, g, swizzled=swizzled)],
                          x, gs, scope="storage")
+
+
+@pytest.mark.parametrize("cfg", TUNE_CONFIGS)
+def test_every_tuned_tile_shape_writes_everything(cfg):
+    """The GPU autotunes large inputs over TUNE_CONFIGS; each tile shape (one-row tiles included)
+    must cover the padded scale grid and give the reference's bytes, on a shape with padding in both
+    directions (M = 3 of 128 rows, K/16 = 5 of 8 scale columns)."""
+    x = make_x(3, 80, torch.bfloat16, seed=5)
+    gs = global_scale_of(x)
+    cov_c, cov_s = quant_coverage(x, gs, _cfg=cfg)
+    assert cov_c.storage_fully_written, cov_c.report()
+    assert cov_s.storage_fully_written, cov_s.report()
+    codes, sf = nvfp4_quant(x, gs, _cfg=cfg)
+    rc, rs = quantize_ref(x.cpu(), gs.cpu())
+    assert_exact(codes.cpu(), rc, f"codes {cfg}")
+    assert_exact(_u8(sf).cpu(), _u8(rs), f"scales {cfg}")
 
 
 @pytest.mark.parametrize("M,K", [(90, 80), (5, 48), (200, 208)])

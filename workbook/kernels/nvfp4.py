@@ -46,13 +46,13 @@ def e4m3_rne(v):
 
 
 @triton.jit
-def lt01(a, t_big, neg_two40):
+def lt01(a, t_big):
     """1.0 where a < t, else 0.0, for fp32 a >= 0 and ``t_big = t * 2^40`` (t >= 2^-11 or t huge), in
     one saturating FMA: ``clamp(t_big - a * 2^40, 0, 1)``. The FMA is exact before its one rounding,
     and a and t >= 2^-12 differ by at least 2^-35 when they differ, so the scaled difference is either
     <= 0 (a >= t: 0.0) or >= 32 (a < t: 1.0). On the GPU this is FFMA.SAT on the FMA pipe; the
     comparison it replaces (FSET) issues on the integer/logic pipe, at half the rate."""
-    return tl.clamp(tl.math.fma(a, neg_two40, t_big), 0.0, 1.0)
+    return tl.clamp(tl.math.fma(a, -1099511627776.0, t_big), 0.0, 1.0)
 
 
 @triton.jit
@@ -69,16 +69,15 @@ def e2m1_pair_bits(a_lo, a_hi, k175, k275, k35, k15, k375, k25, k5):
     and c0 = [a > t0], the index is 6 - 4 n2 - 2 n1 + c0; the next threshold is picked with exact
     FMAs on 0/1 values (th1 = 3.5 s - 2.75 s n2, t0 = 5 s - 2.5 s n1 - 3.75 s n2 + 1.5 s n1 n2),
     never with selects."""
-    NEG: tl.constexpr = -1099511627776.0          # -2^40
-    n2_lo = lt01(a_lo, k175, NEG)
-    n2_hi = lt01(a_hi, k175, NEG)
-    n1_lo = lt01(a_lo, tl.math.fma(n2_lo, -k275, k35), NEG)
-    n1_hi = lt01(a_hi, tl.math.fma(n2_hi, -k275, k35), NEG)
+    n2_lo = lt01(a_lo, k175)
+    n2_hi = lt01(a_hi, k175)
+    n1_lo = lt01(a_lo, tl.math.fma(n2_lo, -k275, k35))
+    n1_hi = lt01(a_hi, tl.math.fma(n2_hi, -k275, k35))
     # c0 = [a > t0] = 1 - [a <= t0]: as clamp(a * 2^40 - t0 * 2^40, 0, 1) with -t0 * 2^40 built directly
     nt0_lo = tl.math.fma(n2_lo, tl.math.fma(n1_lo, -k15, k375), tl.math.fma(n1_lo, k25, -k5))
     nt0_hi = tl.math.fma(n2_hi, tl.math.fma(n1_hi, -k15, k375), tl.math.fma(n1_hi, k25, -k5))
-    c0_lo = tl.clamp(tl.math.fma(a_lo, -NEG, nt0_lo), 0.0, 1.0)
-    c0_hi = tl.clamp(tl.math.fma(a_hi, -NEG, nt0_hi), 0.0, 1.0)
+    c0_lo = tl.clamp(tl.math.fma(a_lo, 1099511627776.0, nt0_lo), 0.0, 1.0)
+    c0_hi = tl.clamp(tl.math.fma(a_hi, 1099511627776.0, nt0_hi), 0.0, 1.0)
     # 2^23 + (6 - 4 n2 - 2 n1 + c0)_lo + 65536 (6 - 4 n2 - 2 n1 + c0)_hi, exact (< 2^24)
     acc = tl.math.fma(n2_hi, -262144.0, 8388608.0 + 6.0 + 6.0 * 65536.0)
     acc = tl.math.fma(n1_hi, -131072.0, acc)
