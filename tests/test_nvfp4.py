@@ -9,8 +9,8 @@ import triton.language as tl
 
 from workbook.check import assert_exact, assert_rel_close
 from workbook.coverage import assert_fully_written, consumer_differential
-from workbook.device import DEVICE
-from workbook.kernels.nvfp4 import e2m1_pair_bits, e4m3_rne
+from workbook.device import DEVICE, ON_GPU
+from workbook.kernels.nvfp4 import div6_rn, e2m1_pair_bits, e4m3_rne
 from workbook.nvfp4 import (
     E2M1_VALUES, check_e2m1_round, check_quant, check_swizzle_offset, dequantize_ref, e2m1_decode,
     e2m1_encode, e2m1_round_brute, e4m3_round_brute, global_scale_of, logical_scale_coverage,
@@ -123,6 +123,46 @@ def test_kernel_e2m1_without_division_is_exact():
     y = torch.where(s > 0, p / torch.where(s > 0, s, torch.ones_like(s)), torch.zeros_like(p))
     _, _, idx = _run_probe(torch.zeros_like(p), p, s)
     assert_exact(idx.to(torch.uint8), e2m1_encode(y) & 7, "E2M1 index without division")
+
+
+@triton.jit
+def _div6_kernel(p_y, p_q, N, BLOCK: tl.constexpr):
+    o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = o < N
+    tl.store(p_q + o, div6_rn(tl.load(p_y + o, mask=m, other=1.0)), mask=m)
+
+
+def test_kernel_div6_is_ieee_division():
+    """div6_rn (three FP32 operations) equals IEEE y / 6 for every fp32 mantissa in two binades (the
+    quotient's last bit depends only on the mantissa of y, as long as it is a normal number), and
+    for random y across the whole normal range."""
+    mant = torch.arange(1 << 23, dtype=torch.int32)
+    y = torch.cat([(mant | (127 << 23)).view(torch.float32), (mant | (128 << 23)).view(torch.float32),
+                   torch.randint(1, 1 << 23, (100_000,), dtype=torch.int32).bitwise_or(
+                       torch.randint(1, 255, (100_000,), dtype=torch.int32) << 23).view(torch.float32),
+                   torch.tensor([0.0, 6.0, 2688.0, 448.0 * 6, 3.4e38])])
+    y = y[y / 6 >= 2.0 ** -126]                       # normal quotients (smaller ones give the scale 0)
+    q = torch.full_like(y, float("nan"), device=DEVICE)
+    block = 1024 if ON_GPU else 1 << 20
+    _div6_kernel[(triton.cdiv(y.numel(), block),)](y.to(DEVICE), q, y.numel(), BLOCK=block)
+    assert_exact(q.cpu().view(torch.int32), (y / 6).view(torch.int32), "div6_rn bits")
+
+
+@pytest.mark.skipif(not ON_GPU, reason="the GPU instructions (inline PTX, hardware E4M3 conversion) "
+                                       "run only on a GPU; the interpreter runs the emulation")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("cfg", [None] + TUNE_CONFIGS)
+def test_gpu_instructions_match_their_emulation(cfg, dtype):
+    """On a GPU the kernel takes the block amax with packed max.xorsign.abs and converts to E4M3 in
+    hardware (HW=True); the interpreter path emulates both. Same bytes, and both equal the reference,
+    for every tile shape the GPU uses."""
+    x = make_x(300, 4096 + 80, dtype, seed=3)
+    gs = global_scale_of(x)
+    rc, rs = quantize_ref(x.cpu(), gs.cpu())
+    for hw in (True, False):
+        codes, sf = nvfp4_quant(x, gs, _cfg=cfg, _hw=hw)
+        assert_exact(codes.cpu(), rc, f"codes, HW={hw}, tile {cfg}")
+        assert_exact(_u8(sf).cpu(), _u8(rs), f"scales, HW={hw}, tile {cfg}")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -334,6 +374,9 @@ def test_bad_inputs():
         nvfp4_quant(x, torch.empty(1, device="meta"))
     with pytest.raises(ValueError, match="_alloc must be"):
         nvfp4_quant(x, gs, _alloc="ones")
+    if not ON_GPU:
+        with pytest.raises(ValueError, match="_hw=True needs a GPU"):
+            nvfp4_quant(x, gs, _hw=True)
     codes, sf = nvfp4_quant(x, gs)
     with pytest.raises(ValueError, match="expected the padded grid"):
         nvfp4_gemm_ref(codes, torch.zeros(256, 4, dtype=torch.uint8, device=DEVICE), gs,

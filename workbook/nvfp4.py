@@ -238,7 +238,7 @@ def _check_inputs(x, global_scale) -> tuple[int, int]:
 
 
 def nvfp4_quant(x: torch.Tensor, global_scale: torch.Tensor, *, swizzled: bool = True,
-                _skip_padding: bool = False, _alloc: str = "empty", _cfg=None):
+                _skip_padding: bool = False, _alloc: str = "empty", _cfg=None, _hw: bool | None = None):
     """Quantize x [M, K] (fp16/bf16, K % 16 == 0) to NVFP4 on ``DEVICE``.
 
     Returns ``(codes, scales)``: codes uint8 [M, K/2] (element 2i in the low nibble); scales
@@ -247,6 +247,8 @@ def nvfp4_quant(x: torch.Tensor, global_scale: torch.Tensor, *, swizzled: bool =
 
     ``_skip_padding=True`` reproduces the regression (padded scale entries left unwritten);
     ``_alloc='zeros'`` allocates the scale buffer with ``torch.zeros`` (for the benchmark).
+    ``_hw=False`` on a GPU runs the kernel's interpreter path (exact emulation of the packed |max| and
+    of the E4M3 conversion) instead of the GPU instructions, so the tests can compare the two.
     """
     global _launchable
     from .kernels.nvfp4 import nvfp4_quant_kernel
@@ -254,6 +256,10 @@ def nvfp4_quant(x: torch.Tensor, global_scale: torch.Tensor, *, swizzled: bool =
     M, K = _check_inputs(x, global_scale)
     if _alloc not in ("empty", "zeros"):
         raise ValueError(f"_alloc must be 'empty' or 'zeros', got {_alloc!r}")
+    hw = ON_GPU if _hw is None else bool(_hw)
+    if hw and not ON_GPU:
+        raise ValueError("_hw=True needs a GPU: Triton's interpreter runs no inline PTX and mis-rounds "
+                         "casts to float8e4nv")
     n = K // 16
     # codes: program (i, j) writes rows [i*BM, +BM) x bytes [j*8*BS, +8*BS) of the real rows; the
     # grid's columns cover all K/2 bytes and its rows cover >= M rows, so every byte is written.
@@ -285,7 +291,7 @@ def nvfp4_quant(x: torch.Tensor, global_scale: torch.Tensor, *, swizzled: bool =
     nvfp4_quant_kernel[grid](
         xw, global_scale, codes, sf, M, K, sf_rows, sf_cols,
         IS_BF16=x.dtype == torch.bfloat16, BLOCK_M=bm, BLOCK_S=bs, SWIZZLED=swizzled,
-        WRITE_PADDING=not _skip_padding, num_warps=warps,
+        WRITE_PADDING=not _skip_padding, HW=hw, num_warps=warps,
     )
     return codes, sf.view(torch.float8_e4m3fn)
 

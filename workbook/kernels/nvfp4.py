@@ -5,21 +5,27 @@ it computes the E4M3 block scale, the E2M1 codes of the 16 elements, packs two c
 stores the scale byte either in the linear layout or at its address in the 128x4 swizzled layout.
 
 The kernel is written for the H200's pipes. At 2.5 bytes per element, a kernel that keeps up with
-memory may spend about 20 SASS instructions per element, and integer, compare and select
-instructions issue at half the rate of FP32 multiply-adds. So there is no division per element (see
-``e2m1_pair_bits``); each comparison is one saturating FMA that yields 0.0 or 1.0 (``lt01``); and
-everything else is exact FMA arithmetic on those values. That comes to about 20 instructions per
-element, 10 of them FMAs for the codes, so on an H200 this kernel is bound by instruction issue (and
-the 700 W power cap), not by memory: the same loads and stores with trivial arithmetic run close to
-the copy ceiling. The measured bandwidth is in workbook/data/nvfp4.json.
+memory may spend only about 18 SASS instructions per element at the clock the chip holds under its
+700 W cap, so every instruction counts:
+
+* no division per element (see ``e2m1_pair_bits``), and per block one exact division by 6 in three
+  FP32 operations (``div6_rn``) instead of ``div_rn``'s checked sequence;
+* each comparison is one saturating FMA that yields 0.0 or 1.0 (``lt01``: integer, compare and
+  select instructions issue at half the rate of FP32 multiply-adds on Hopper); everything else in the
+  codes is exact FMA arithmetic on those values;
+* on the GPU (``HW=True``) the block amax is taken on packed pairs, two elements per instruction
+  (``max.xorsign.abs.bf16x2``), and the E4M3 scale comes from the hardware conversion
+  (``cvt.rn.satfinite.e4m3x2.f32``).
+
+That is about 18 instructions per element, 10 of them FMAs for the codes. Triton's interpreter can
+run neither inline PTX nor a correct FP8 cast (its cast to float8e4nv mis-rounds), so there
+``HW=False`` computes the same amax with ordinary max and the E4M3 byte with exact integer/fp32
+arithmetic (``e4m3_rne``). Both paths give the same bytes, and the tests prove it on the GPU. The
+measured bandwidth is in workbook/data/nvfp4.json.
 
 The grid spans the *padded* scale grid in the swizzled layout, so the programs that own a padded
 128x4 tile also write its padding (zeros). ``WRITE_PADDING=False`` skips those entries: it exists
 only to reproduce the regression in the workbook.
-
-No FP8 cast anywhere: the E4M3 byte and its value are computed with exact integer/fp32 arithmetic
-(round to nearest, ties to even) and stored as uint8, so the result is the same in Triton's
-interpreter (whose cast to float8e4nv mis-rounds) and on a GPU.
 """
 import workbook.device  # noqa: F401  (TRITON_INTERPRET=1 before triton on a CPU-only machine)
 
@@ -43,6 +49,31 @@ def e4m3_rne(v):
     b_val_s = b_q - 16384.0                            # exact
     m_normal = v >= 0.015625
     return tl.where(m_normal, b_byte_n, b_byte_s), tl.where(m_normal, b_val_n, b_val_s)
+
+
+@triton.jit
+def div6_rn(y):
+    """y / 6 correctly rounded (fp32, y >= 0, normal quotient) in three FP32 operations: q1 = y * r
+    with r = RN(1/6), the remainder y - 6 q1 (exact in one FMA), and one correction step
+    q1 + rem * r (Markstein). Checked against IEEE division for every fp32 mantissa
+    (tests/test_nvfp4.py). Quotients below 2^-126 may differ in their last bit; they round to the
+    scale 0 either way."""
+    q1 = y * 0.16666667163372039795
+    return tl.math.fma(tl.math.fma(q1, -6.0, y), 0.16666667163372039795, q1)
+
+
+@triton.jit
+def _absmax_bf16x2(a, b):
+    """Per 16-bit half, the larger magnitude of two words of bf16 pairs (the sign bits are junk)."""
+    return tl.inline_asm_elementwise("max.xorsign.abs.bf16x2 $0, $1, $2;", "=r,r,r", [a, b],
+                                     dtype=tl.int32, is_pure=True, pack=1)
+
+
+@triton.jit
+def _absmax_f16x2(a, b):
+    """Per 16-bit half, the larger magnitude of two words of fp16 pairs (the sign bits are junk)."""
+    return tl.inline_asm_elementwise("max.xorsign.abs.f16x2 $0, $1, $2;", "=r,r,r", [a, b],
+                                     dtype=tl.int32, is_pure=True, pack=1)
 
 
 @triton.jit
@@ -102,6 +133,8 @@ def nvfp4_quant_kernel(
     BLOCK_S: tl.constexpr,       # 16-element blocks (scale columns) per program
     SWIZZLED: tl.constexpr,      # store scales in the 128x4 swizzled layout (else linear)
     WRITE_PADDING: tl.constexpr,  # write zeros to padded scale entries; False reproduces the regression
+    HW: tl.constexpr,            # GPU instructions: packed |max| (inline PTX) and the E4M3 conversion;
+                                 # False (required in the interpreter): their exact emulation
 ):
     pid_m = tl.program_id(0)
     pid_s = tl.program_id(1)
@@ -121,11 +154,28 @@ def nvfp4_quant_kernel(
         b_lo = (b_w & 0xFFFF).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
         b_hi = (b_w >> 16).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
 
-    # block scale: sf = e4m3(min(gs * amax / 6, 448)), correctly rounded division (once per block)
+    # block scale: sf = e4m3(min(gs * amax / 6, 448)), the division correctly rounded (div6_rn)
     b_gs = tl.load(p_gs)
-    b_amax = tl.max(tl.maximum(tl.abs(b_lo), tl.abs(b_hi)), axis=2)  # [BM, BS]
-    b_sf_want = tl.minimum(tl.math.div_rn(b_gs * b_amax, tl.full((BLOCK_M, BLOCK_S), 6.0, tl.float32)), 448.0)
-    b_sf_byte, b_sf = e4m3_rne(b_sf_want)
+    if HW:
+        # amax on packed pairs: 7 instructions for the 8 words of a block, then one pair to split
+        if IS_BF16:
+            b_m = tl.reduce(b_w, 2, _absmax_bf16x2)                  # [BM, BS]
+            b_m_lo = (b_m << 16).to(tl.float32, bitcast=True)
+            b_m_hi = (b_m & -65536).to(tl.float32, bitcast=True)
+        else:
+            b_m = tl.reduce(b_w, 2, _absmax_f16x2)
+            b_m_lo = (b_m & 0xFFFF).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+            b_m_hi = (b_m >> 16).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+        b_amax = tl.maximum(tl.abs(b_m_lo), tl.abs(b_m_hi))
+    else:
+        b_amax = tl.max(tl.maximum(tl.abs(b_lo), tl.abs(b_hi)), axis=2)  # [BM, BS]
+    b_sf_want = tl.minimum(div6_rn(b_gs * b_amax), 448.0)
+    if HW:
+        b_f8 = b_sf_want.to(tl.float8e4nv)                           # cvt.rn.satfinite.e4m3x2.f32
+        b_sf_byte = b_f8.to(tl.uint8, bitcast=True).to(tl.int32)
+        b_sf = b_f8.to(tl.float32)
+    else:
+        b_sf_byte, b_sf = e4m3_rne(b_sf_want)
 
     # codes of p = RN(gs * x) against the decision points times sf (times 2^40, see lt01). sf = 0 (an
     # all-tiny block): use s = 2^60 instead, so every point is far above every |p| and the index is 0
