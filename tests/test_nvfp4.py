@@ -239,7 +239,7 @@ def test_round_trip_within_nvfp4_error(magnitude):
 # Coverage: every byte written (two poisons), the consumer, the regression
 # --------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("M,K", [(1, 16), (90, 80), (129, 48), (300, 4096)])
+@pytest.mark.parametrize("M,K", [(1, 16), (90, 80), (129, 48), (300, 4096), (64, 512), (256, 1024)])
 @pytest.mark.parametrize("swizzled", [True, False])
 def test_whole_storage_written(M, K, swizzled):
     x = make_x(M, K, torch.bfloat16)
@@ -252,12 +252,16 @@ def test_whole_storage_written(M, K, swizzled):
                          x, gs, scope="storage")
 
 
+@pytest.mark.parametrize("shape", ["padded", "rows_padded", "exact"])
 @pytest.mark.parametrize("cfg", TUNE_CONFIGS)
-def test_every_tuned_tile_shape_writes_everything(cfg):
+def test_every_tuned_tile_shape_writes_everything(cfg, shape):
     """The GPU autotunes large inputs over TUNE_CONFIGS; each tile shape (one-row tiles included)
-    must cover the padded scale grid and give the reference's bytes, on a shape with padding in both
-    directions (M = 3 of 128 rows, K/16 = 5 of 8 scale columns)."""
-    x = make_x(3, 80, torch.bfloat16, seed=5)
+    must cover the padded scale grid and give the reference's bytes: on a shape with padding in both
+    directions (M = 3 of 128 rows, K/16 = 5 of 8 scale columns), on one whose tiles divide M and K/16
+    but not the padded rows (M = 3, K/16 = BLOCK_S), and on one the tiles cover exactly (M = 128,
+    K/16 = BLOCK_S), the only case where the kernel runs without masks (EXACT_TILES)."""
+    M, K = {"padded": (3, 80), "rows_padded": (3, 16 * cfg[1]), "exact": (128, 16 * cfg[1])}[shape]
+    x = make_x(M, K, torch.bfloat16, seed=5)
     gs = global_scale_of(x)
     cov_c, cov_s = quant_coverage(x, gs, _cfg=cfg)
     assert cov_c.storage_fully_written, cov_c.report()

@@ -292,6 +292,7 @@ def nvfp4_quant(x: torch.Tensor, global_scale: torch.Tensor, *, swizzled: bool =
         xw, global_scale, codes, sf, M, K, sf_rows, sf_cols,
         IS_BF16=x.dtype == torch.bfloat16, BLOCK_M=bm, BLOCK_S=bs, SWIZZLED=swizzled,
         WRITE_PADDING=not _skip_padding, HW=hw, num_warps=warps,
+        EXACT_TILES=M % bm == 0 and n % bs == 0 and sf_rows == M and sf_cols == n,
     )
     return codes, sf.view(torch.float8_e4m3fn)
 

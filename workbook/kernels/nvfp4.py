@@ -5,8 +5,8 @@ it computes the E4M3 block scale, the E2M1 codes of the 16 elements, packs two c
 stores the scale byte either in the linear layout or at its address in the 128x4 swizzled layout.
 
 The kernel is written for the H200's pipes. At 2.5 bytes per element, a kernel that keeps up with
-memory may spend only about 18 SASS instructions per element at the clock the chip holds under its
-700 W cap, so every instruction counts:
+memory may spend only about 16 to 20 SASS instructions per element at the clock the chip holds under
+its 700 W cap, so every instruction counts:
 
 * no division per element (see ``e2m1_pair_bits``), and per block one exact division by 6 in three
   FP32 operations (``div6_rn``) instead of ``div_rn``'s checked sequence;
@@ -15,9 +15,11 @@ memory may spend only about 18 SASS instructions per element at the clock the ch
   codes is exact FMA arithmetic on those values;
 * on the GPU (``HW=True``) the block amax is taken on packed pairs, two elements per instruction
   (``max.xorsign.abs.bf16x2``), and the E4M3 scale comes from the hardware conversion
-  (``cvt.rn.satfinite.e4m3x2.f32``).
+  (``cvt.rn.satfinite.e4m3x2.f32``);
+* when the tiles cover the input exactly and there is no padding (``EXACT_TILES``, the usual case for
+  large inputs), loads and stores carry no masks.
 
-That is about 18 instructions per element, 10 of them FMAs for the codes. Triton's interpreter can
+That is about 17 instructions per element, 10 of them FMAs for the codes. Triton's interpreter can
 run neither inline PTX nor a correct FP8 cast (its cast to float8e4nv mis-rounds), so there
 ``HW=False`` computes the same amax with ordinary max and the E4M3 byte with exact integer/fp32
 arithmetic (``e4m3_rne``). Both paths give the same bytes, and the tests prove it on the GPU. The
@@ -135,6 +137,7 @@ def nvfp4_quant_kernel(
     WRITE_PADDING: tl.constexpr,  # write zeros to padded scale entries; False reproduces the regression
     HW: tl.constexpr,            # GPU instructions: packed |max| (inline PTX) and the E4M3 conversion;
                                  # False (required in the interpreter): their exact emulation
+    EXACT_TILES: tl.constexpr,   # the tiles cover [M, K/16] exactly and there is no padding: no masks
 ):
     pid_m = tl.program_id(0)
     pid_s = tl.program_id(1)
@@ -146,7 +149,12 @@ def nvfp4_quant_kernel(
 
     # [BM, BS, 8] words = 16 elements per (row, block); the codes have the same [M, K//2] shape
     o_x = o_m[:, None, None].to(tl.int64) * (K // 2) + o_s[None, :, None] * 8 + o_w[None, None, :]
-    b_w = tl.load(p_xw + o_x, mask=m_real[:, :, None], other=0)
+    # EXACT_TILES: every block of every tile is real, so loads and stores need no masks (and the
+    # registers of masked-off loads no zeroing): about 5% fewer instructions per element
+    if EXACT_TILES:
+        b_w = tl.load(p_xw + o_x)
+    else:
+        b_w = tl.load(p_xw + o_x, mask=m_real[:, :, None], other=0)
     if IS_BF16:
         b_lo = (b_w << 16).to(tl.float32, bitcast=True)              # element 2i
         b_hi = (b_w & -65536).to(tl.float32, bitcast=True)           # element 2i+1
@@ -186,7 +194,10 @@ def nvfp4_quant_kernel(
     # the sign bits of x (bits 15 and 31 of the word) move to bits 3 and 19, next to the indices
     b_nib = b_pair | ((b_w >> 12) & 0x80008)
     b_packed = (b_nib + (b_nib >> 12)).to(tl.uint8)                   # low nibble 2i, high nibble 2i+1
-    tl.store(p_codes + o_x, b_packed, mask=m_real[:, :, None])
+    if EXACT_TILES:
+        tl.store(p_codes + o_x, b_packed)
+    else:
+        tl.store(p_codes + o_x, b_packed, mask=m_real[:, :, None])
 
     # scales
     r = o_m[:, None]
@@ -202,5 +213,8 @@ def nvfp4_quant_kernel(
     else:
         o_sf = r * n_blocks + c
         m_sf = m_real
-    b_sf_out = tl.where(m_real, b_sf_byte, 0).to(tl.uint8)
-    tl.store(p_sf + o_sf.to(tl.int64), b_sf_out, mask=m_sf)
+    if EXACT_TILES:
+        tl.store(p_sf + o_sf.to(tl.int64), b_sf_byte.to(tl.uint8))
+    else:
+        b_sf_out = tl.where(m_real, b_sf_byte, 0).to(tl.uint8)
+        tl.store(p_sf + o_sf.to(tl.int64), b_sf_out, mask=m_sf)
