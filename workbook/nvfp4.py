@@ -218,9 +218,14 @@ def _tuned_config(x, global_scale, swizzled: bool) -> tuple[int, int, int]:
     if key not in _tuned:
         from triton.testing import do_bench
 
-        times = {cfg: do_bench(lambda: nvfp4_quant(x, global_scale, swizzled=swizzled, _cfg=cfg),
-                               warmup=10, rep=40, return_mode="median") for cfg in TUNE_CONFIGS}
-        _tuned[key] = min(times, key=times.get)
+        # three rounds over all candidates, median per candidate: under the H200's power cap one
+        # round can land in a clock dip and crown the wrong tile
+        times = {cfg: [] for cfg in TUNE_CONFIGS}
+        for _ in range(3):
+            for cfg in TUNE_CONFIGS:
+                times[cfg].append(do_bench(lambda: nvfp4_quant(x, global_scale, swizzled=swizzled, _cfg=cfg),
+                                           warmup=10, rep=40, return_mode="median"))
+        _tuned[key] = min(TUNE_CONFIGS, key=lambda cfg: sorted(times[cfg])[1])
     return _tuned[key]
 
 
@@ -622,9 +627,10 @@ def benchmark(sizes=BENCH_SIZES, zeros_sizes=ZEROS_EMPTY_SIZES, sweep_sizes=SWEE
         # figure is the per-call time replayed from a CUDA graph (same kernels, no host in between)
         t_tri_eager = time_us(lambda: nvfp4_quant(x, gs))
         t_ref_eager = time_us(lambda: ref_c(x, gs, True))
-        t_tri = graph_time_us(lambda: nvfp4_quant(x, gs))
+        # median of 5 windows: this kernel runs the H200 into its power cap (see graph_time_us)
+        t_tri = graph_time_us(lambda: nvfp4_quant(x, gs), windows=5)
         try:
-            t_ref = graph_time_us(lambda: ref_c(x, gs, True))
+            t_ref = graph_time_us(lambda: ref_c(x, gs, True), windows=5)
         except Exception:  # a compiled graph that cannot be captured: fall back to eager timing
             t_ref = t_ref_eager
         nbytes = _bytes_moved(M, K)
