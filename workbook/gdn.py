@@ -111,19 +111,27 @@ def _check(q, k, v, g, beta, scale, initial_state, cu_seqlens, *, device=None, i
 # References (pure torch, fp32)
 # --------------------------------------------------------------------------------------------------
 
+def _ref_inputs(q, k, v, g, beta, scale, initial_state, cu_seqlens, use_qk_l2norm_in_kernel, dtype):
+    """What both references start from: the checked sizes and the inputs token-major in ``dtype``,
+    q and k (L2-normalised if asked) repeated to the HV value heads. Returns
+    ((B, T, HV, K, V, N, bounds, scale), (q [B*T, HV, K], k, v [B*T, HV, V], g [B*T, HV], beta))."""
+    B, T, H, HV, K, V, N, bounds = _check(q, k, v, g, beta, scale, initial_state, cu_seqlens)
+    scale = K ** -0.5 if scale is None else scale
+    qf, kf = q.reshape(B * T, H, K).to(dtype), k.reshape(B * T, H, K).to(dtype)
+    if use_qk_l2norm_in_kernel:
+        qf, kf = l2norm(qf).to(dtype), l2norm(kf).to(dtype)
+    qf, kf = qf.repeat_interleave(HV // H, dim=1), kf.repeat_interleave(HV // H, dim=1)
+    vf, gf, bf = v.reshape(B * T, HV, V).to(dtype), g.reshape(B * T, HV).to(dtype), beta.reshape(B * T, HV).to(dtype)
+    return (B, T, HV, K, V, N, bounds, scale), (qf, kf, vf, gf, bf)
+
+
 def naive_recurrent_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None,
                                      output_final_state=False, cu_seqlens=None,
                                      use_qk_l2norm_in_kernel=False, dtype=torch.float32):
     """The recurrence token by token in ``dtype`` (fp32 by default): the reference for everything.
     Returns (o [B, T, HV, V] in ``dtype``, final state [N, HV, K, V] or None)."""
-    B, T, H, HV, K, V, N, bounds = _check(q, k, v, g, beta, scale, initial_state, cu_seqlens)
-    scale = K ** -0.5 if scale is None else scale
-    rep = HV // H
-    qf, kf = q.reshape(B * T, H, K).to(dtype), k.reshape(B * T, H, K).to(dtype)
-    if use_qk_l2norm_in_kernel:
-        qf, kf = l2norm(qf).to(dtype), l2norm(kf).to(dtype)
-    qf, kf = qf.repeat_interleave(rep, dim=1), kf.repeat_interleave(rep, dim=1)
-    vf, gf, bf = v.reshape(B * T, HV, V).to(dtype), g.reshape(B * T, HV).to(dtype), beta.reshape(B * T, HV).to(dtype)
+    (B, T, HV, K, V, N, bounds, scale), (qf, kf, vf, gf, bf) = _ref_inputs(
+        q, k, v, g, beta, scale, initial_state, cu_seqlens, use_qk_l2norm_in_kernel, dtype)
     o = torch.empty(B * T, HV, V, dtype=dtype, device=q.device)  # rows filled by the loop below
     finals = []
     for n in range(N):
@@ -144,18 +152,10 @@ def chunk_gated_delta_rule_ref(q, k, v, g, beta, scale=None, initial_state=None,
     """The chunked form in pure torch (SPECS section 4): per chunk of ``chunk_size`` tokens,
     A = (I + strict_lower(diag(beta)(K K^T * Gamma)))^-1, W = A diag(beta exp(G)) K, U = A diag(beta) V,
     V' = U - W h, O = (Q exp(G)) h + (Q K^T * Gamma)_causal V', h <- exp(G_C) h + (K exp(G_C - G))^T V'."""
-    B, T, H, HV, K, V, N, bounds = _check(q, k, v, g, beta, scale, initial_state, cu_seqlens)
-    scale = K ** -0.5 if scale is None else scale
-    rep = HV // H
-    qf, kf = q.reshape(B * T, H, K).to(dtype), k.reshape(B * T, H, K).to(dtype)
-    if use_qk_l2norm_in_kernel:
-        qf, kf = l2norm(qf).to(dtype), l2norm(kf).to(dtype)
-    # head-major: [HV, T_all, D]
-    qf = qf.repeat_interleave(rep, dim=1).transpose(0, 1) * scale
-    kf = kf.repeat_interleave(rep, dim=1).transpose(0, 1)
-    vf = v.reshape(B * T, HV, V).to(dtype).transpose(0, 1)
-    gf = g.reshape(B * T, HV).to(dtype).transpose(0, 1)
-    bf = beta.reshape(B * T, HV).to(dtype).transpose(0, 1)
+    (B, T, HV, K, V, N, bounds, scale), tok = _ref_inputs(
+        q, k, v, g, beta, scale, initial_state, cu_seqlens, use_qk_l2norm_in_kernel, dtype)
+    qf, kf, vf, gf, bf = (t.transpose(0, 1) for t in tok)         # head-major: [HV, T_all, ...]
+    qf = qf * scale
     o = torch.empty(HV, B * T, V, dtype=dtype, device=q.device)  # every chunk writes its rows below
     finals = []
     for n in range(N):
