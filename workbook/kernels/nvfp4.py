@@ -65,6 +65,19 @@ def div6_rn(y):
 
 
 @triton.jit
+def unpack_pairs(w, IS_BF16: tl.constexpr):
+    """The two fp16|bf16 halves of int32 words as fp32: (element 2i from the low half, 2i+1 from the
+    high half). Exact, bf16 subnormals included."""
+    if IS_BF16:
+        lo = (w << 16).to(tl.float32, bitcast=True)
+        hi = (w & -65536).to(tl.float32, bitcast=True)
+    else:
+        lo = (w & 0xFFFF).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+        hi = (w >> 16).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+    return lo, hi
+
+
+@triton.jit
 def _absmax_bf16x2(a, b):
     """Per 16-bit half, the larger magnitude of two words of bf16 pairs (the sign bits are junk)."""
     return tl.inline_asm_elementwise("max.xorsign.abs.bf16x2 $0, $1, $2;", "=r,r,r", [a, b],
@@ -155,12 +168,7 @@ def nvfp4_quant_kernel(
         b_w = tl.load(p_xw + o_x)
     else:
         b_w = tl.load(p_xw + o_x, mask=m_real[:, :, None], other=0)
-    if IS_BF16:
-        b_lo = (b_w << 16).to(tl.float32, bitcast=True)              # element 2i
-        b_hi = (b_w & -65536).to(tl.float32, bitcast=True)           # element 2i+1
-    else:
-        b_lo = (b_w & 0xFFFF).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
-        b_hi = (b_w >> 16).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+    b_lo, b_hi = unpack_pairs(b_w, IS_BF16)                          # elements 2i, 2i+1
 
     # block scale: sf = e4m3(min(gs * amax / 6, 448)), the division correctly rounded (div6_rn)
     b_gs = tl.load(p_gs)
@@ -168,12 +176,9 @@ def nvfp4_quant_kernel(
         # amax on packed pairs: 7 instructions for the 8 words of a block, then one pair to split
         if IS_BF16:
             b_m = tl.reduce(b_w, 2, _absmax_bf16x2)                  # [BM, BS]
-            b_m_lo = (b_m << 16).to(tl.float32, bitcast=True)
-            b_m_hi = (b_m & -65536).to(tl.float32, bitcast=True)
         else:
             b_m = tl.reduce(b_w, 2, _absmax_f16x2)
-            b_m_lo = (b_m & 0xFFFF).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
-            b_m_hi = (b_m >> 16).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+        b_m_lo, b_m_hi = unpack_pairs(b_m, IS_BF16)
         b_amax = tl.maximum(tl.abs(b_m_lo), tl.abs(b_m_hi))
     else:
         b_amax = tl.max(tl.maximum(tl.abs(b_lo), tl.abs(b_hi)), axis=2)  # [BM, BS]
