@@ -26,3 +26,49 @@ def test_bad_input():
 
 def test_environment_report():
     assert "a Triton kernel ran and wrote the right values: yes" in environment_report()
+
+
+# ---- the grader of exercise 0 (notebook 00) --------------------------------------------------------
+
+from workbook.check import grade  # noqa: E402
+from workbook.start_here import check_iota_grid  # noqa: E402
+
+
+def _verdict(capsys, fn):
+    v = grade("exercise 0", lambda: check_iota_grid(fn))
+    return v, capsys.readouterr().out
+
+
+def _stub(n, block):
+    raise NotImplementedError
+
+
+def test_grid_grader_passes_the_solutions(capsys):
+    import math
+
+    import numpy as np
+    import triton
+
+    for fn in (lambda n, b: (n + b - 1) // b, triton.cdiv, lambda n, b: math.ceil(n / b),
+               lambda n, b: np.int64(-(-n // b))):
+        v, out = _verdict(capsys, fn)
+        assert v and v.status == "passed", out
+
+
+def test_grid_grader_stub_is_not_attempted(capsys):
+    v, out = _verdict(capsys, _stub)
+    assert not v and v.status == "not attempted" and "not attempted yet" in out
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (lambda n, b: n // b, "grid=0 leaves flat elements 0 unwritten"),             # floor division
+    (lambda n, b: round(n / b), "Round the division UP"),                         # rounds 1/64 to 0
+    (lambda n, b: n // b + 1, "n=64, block=64: grid=2 launches 1 program(s)"),  # one too many on multiples
+    (lambda n, b: n, "write nothing"),                                            # one program per element
+    (lambda n, b: n / b, "return a whole number of programs"),                    # a float
+    (lambda n, b: -1, "cannot be negative"),
+])
+def test_grid_grader_fails_wrong_answers_with_the_intended_message(capsys, wrong, message):
+    v, out = _verdict(capsys, wrong)
+    assert not v and v.status == "wrong", out
+    assert message in out, out

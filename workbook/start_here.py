@@ -7,7 +7,7 @@ import triton
 from .device import DEVICE, describe, require_launchable
 from .kernels.start_here import iota_kernel
 
-__all__ = ["iota", "environment_report"]
+__all__ = ["iota", "environment_report", "check_iota_grid", "GRID_CASES"]
 
 
 def iota(n: int, *, block: int = 64, grid: int | None = None) -> torch.Tensor:
@@ -39,3 +39,41 @@ def environment_report() -> str:
     ok = torch.equal(iota(100, block=32).cpu(), torch.arange(100, dtype=torch.int32))
     lines.append("a Triton kernel ran and wrote the right values: " + ("yes" if ok else "NO"))
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------------
+# Exercise grader (raises AssertionError with a message that teaches; see workbook.check.grade)
+# --------------------------------------------------------------------------------------------------
+
+GRID_CASES = [(1, 64), (64, 64), (65, 64), (200, 64), (1000, 128)]
+
+
+def check_iota_grid(fn) -> None:
+    """Grader of exercise 0: ``fn(n, block)`` -> the number of programs that writes each of the ``n``
+    elements exactly once, with no program entirely past the end (``triton.cdiv(n, block)``)."""
+    import operator
+
+    from .coverage import coverage
+
+    for n, block in GRID_CASES:
+        g = fn(n, block)
+        try:
+            g = operator.index(g)  # int, numpy integer, 0-d integer tensor
+        except TypeError:
+            raise AssertionError(
+                f"n={n}, block={block}: return a whole number of programs (an int), got {g!r} "
+                f"({type(g).__name__}). n / block is a float: round it up to an int "
+                "(math.ceil, or triton.cdiv(n, block) which stays in integers).") from None
+        if g < 0:
+            raise AssertionError(f"n={n}, block={block}: grid={g}: a grid counts programs, it cannot be negative.")
+        if g > 0 and (g - 1) * block >= n:
+            raise AssertionError(
+                f"n={n}, block={block}: grid={g} launches {g - triton.cdiv(n, block)} program(s) that start at "
+                f"or past element n={n}: they own no element and write nothing (harmless, but wasted). "
+                "The smallest G with G * block >= n is enough: when n is a multiple of block, n // block "
+                "programs already cover it.")
+        cov = coverage(iota, n, block=block, grid=g)[0]
+        if not cov.view_fully_written:
+            raise AssertionError(
+                f"n={n}, block={block}: grid={g} leaves {cov.unwritten_ranges('view')} unwritten. Those "
+                "elements keep whatever torch.empty handed out. Round the division UP.")
