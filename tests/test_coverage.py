@@ -294,3 +294,158 @@ def test_consumer_differential_refuses_a_nondeterministic_consumer():
     x = torch.randn(13, 4, device=DEVICE)
     with pytest.raises(RuntimeError, match="not deterministic"):
         consumer_differential(padded_producer, lambda v: v.float() + torch.rand(v.shape, device=v.device), x, True)
+
+
+# --- accumulation: a byte is written only when its final value is the same under both poisons ------
+
+def accumulates_into_empty(x):
+    out = torch.empty_like(x)
+    out += x                 # reads the garbage torch.empty handed out
+    return out
+
+
+def accumulates_into_zeros(x):
+    out = torch.zeros_like(x)  # zeros is a write: the accumulation starts from a defined value
+    out += x
+    return out
+
+
+def split_k(x, w, splits, first="add", alloc="empty"):
+    """out = x @ w as `splits` partial products over K, each added into the output (split-K)."""
+    out = getattr(torch, alloc)(x.shape[0], w.shape[1], dtype=x.dtype, device=x.device)
+    ks = torch.arange(x.shape[1]).tensor_split(splits)
+    for i, k in enumerate(ks):
+        part = x[:, k] @ w[k]
+        if i == 0 and first == "store":
+            out.copy_(part)  # the first split stores, the others add: no zeros needed
+        else:
+            out += part
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32, torch.uint8])
+def test_accumulating_into_empty_is_read_before_written_not_written(dtype):
+    x = (torch.randn(7, 5, device=DEVICE) * 10).to(dtype)
+    x[x == 0] = 1  # adding 0 would leave the poison itself: indistinguishable from never written
+    (cov,) = coverage(accumulates_into_empty, x)
+    assert not cov.written.any() and cov.read_before_written.all(), cov.report()
+    assert not cov.never_written.any() and not cov.nondeterministic.any()
+    assert cov.accumulated and not cov.storage_fully_written and not cov.view_fully_written
+    with pytest.raises(AssertionError, match=r"READ BEFORE WRITTEN, i\.e\. accumulated into \(rows 0\.\.6 cols 0\.\.4\)"
+                                             r".*needs torch\.zeros"):
+        assert_fully_written(accumulates_into_empty, x, scope="view")
+    (ok,) = assert_fully_written(accumulates_into_zeros, x)
+    assert ok.written.all() and not ok.accumulated
+
+
+def test_split_k_partial_sums_need_zeros_or_a_first_store():
+    x, w = torch.randn(9, 12, device=DEVICE), torch.randn(12, 5, device=DEVICE)
+    (cov,) = coverage(split_k, x, w, 3)
+    assert cov.read_before_written.all(), cov.report()
+    with pytest.raises(AssertionError, match="accumulated into"):
+        assert_fully_written(split_k, x, w, 3)
+    assert_fully_written(split_k, x, w, 3, alloc="zeros")
+    assert_fully_written(split_k, x, w, 3, first="store")
+    assert_fully_written(split_k, x, w, 1, first="store")
+
+
+def atomics_into(x, idx, n_rows, alloc, op):
+    out = getattr(torch, alloc)(n_rows, x.shape[1], dtype=x.dtype, device=x.device)
+    if op == "index_add_":
+        out.index_add_(0, idx, x)     # atomicAdd on a GPU
+    else:
+        out.scatter_add_(0, idx[:, None].expand_as(x), x)
+    return out
+
+
+@pytest.mark.parametrize("op", ["index_add_", "scatter_add_"])
+def test_atomics_into_empty(op):
+    x = torch.randint(1, 100, (6, 3), dtype=torch.int32, device=DEVICE)
+    idx = torch.tensor([0, 2, 2, 5, 0, 2], device=DEVICE)   # rows 1, 3, 4 and 6 get nothing
+    (cov,) = coverage(atomics_into, x, idx, 7, "empty", op)
+    assert cov.ranges(cov.read_before_written) == "rows 0..0 cols 0..2; rows 2..2 cols 0..2; rows 5..5 cols 0..2"
+    assert cov.never_written_ranges() == "rows 1..1 cols 0..2; rows 3..4 cols 0..2; rows 6..6 cols 0..2"
+    assert not cov.written.any()
+    with pytest.raises(AssertionError) as e:
+        assert_fully_written(atomics_into, x, idx, 7, "empty", op)
+    msg = str(e.value)
+    assert "NEVER WRITTEN (rows 1..1" in msg and "READ BEFORE WRITTEN, i.e. accumulated into (rows 0..0" in msg
+    assert "READ BEFORE WRITTEN (accumulated into) inside the view : rows 0..0" in msg
+    assert_fully_written(atomics_into, x, idx, 7, "zeros", op)
+
+
+def writes_the_poison(dtype, which):
+    """A producer whose correct output is exactly one of the poisons (a NaN, 0xA5 or 0x7F bytes)."""
+    def producer(x):
+        out = torch.empty(3, 4, dtype=dtype, device=x.device)
+        poison_(out, poisons_for(dtype)[which])   # a write like any other: the value does not depend on the buffer
+        return out
+    return producer
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float8_e4m3fn, torch.int32, torch.uint8])
+@pytest.mark.parametrize("which", [0, 1])
+def test_a_producer_that_writes_a_poison_value_counts_as_written(dtype, which):
+    (cov,) = assert_fully_written(writes_the_poison(dtype, which), torch.zeros(1, device=DEVICE))
+    assert cov.written.all() and not cov.accumulated
+
+
+def half_written_half_accumulated(x):
+    out = torch.empty(8, x.shape[1], dtype=x.dtype, device=x.device)
+    out[:3] = x[:3]           # written
+    out[3:5] += x[3:5]        # accumulated into
+    return out[:6]            # rows 5..7 never written; 6..7 outside the view
+
+
+def test_partial_writers_are_reported_class_by_class():
+    x = torch.randn(8, 2, device=DEVICE) + 5
+    (cov,) = coverage(half_written_half_accumulated, x)
+    assert cov.ranges(cov.written) == "rows 0..2 cols 0..1"
+    assert cov.read_before_written_ranges("view") == "rows 3..4 cols 0..1"
+    assert cov.never_written_ranges("view") == "rows 5..5 cols 0..1"
+    assert cov.never_written_ranges("outside") == "rows 6..7 cols 0..1"
+    assert cov.unwritten_ranges("view") == "rows 3..5 cols 0..1"   # not written: either bad class
+    rep = cov.report()
+    assert "unwritten inside the view : rows 5..5 cols 0..1" in rep
+    assert "READ BEFORE WRITTEN (accumulated into) inside the view : rows 3..4 cols 0..1" in rep
+    probs = cov.problems("view")
+    assert len(probs) == 2 and "NEVER WRITTEN (rows 5..5" in probs[0] and "accumulated into (rows 3..4" in probs[1]
+    with pytest.raises(AssertionError, match=r"(?s)NEVER WRITTEN \(rows 5\.\.5.*accumulated into \(rows 3\.\.4"):
+        assert_fully_written(half_written_half_accumulated, x, scope="view")
+
+
+def test_a_narrow_store_into_a_wide_element_is_partially_written():
+    def low_bytes_only(x):
+        out = torch.empty(4, dtype=torch.int32, device=x.device)
+        out.view(torch.uint8)[::4] = 3     # only byte 0 of each int32
+        return out
+
+    (cov,) = coverage(low_bytes_only, torch.zeros(1, device=DEVICE))
+    assert cov.partially_written.all() and not cov.accumulated and not cov.written.any()
+    with pytest.raises(AssertionError, match="NEVER WRITTEN"):
+        assert_fully_written(low_bytes_only, torch.zeros(1, device=DEVICE))
+
+
+def test_a_nondeterministic_producer_is_not_called_accumulating():
+    def noisy(x):
+        out = torch.empty_like(x)
+        out.copy_(torch.rand_like(x))      # every element written, but differently each run
+        return out
+
+    (cov,) = coverage(noisy, torch.zeros(5, 3, device=DEVICE))
+    assert cov.nondeterministic.all() and not cov.accumulated, cov.report()
+    with pytest.raises(AssertionError, match="not deterministic"):
+        assert_fully_written(noisy, torch.zeros(5, 3, device=DEVICE))
+
+
+def test_caller_owned_accumulator():
+    buf = torch.empty(4, 3, device=DEVICE)
+
+    def add_rows(b, x):
+        b[:2] += x[:2]
+        b[2:] = x[2:]
+
+    x = torch.randn(4, 3, device=DEVICE) + 3
+    (cov,) = coverage(add_rows, buf, x, out=buf)
+    assert cov.read_before_written_ranges() == "rows 0..1 cols 0..2"
+    assert cov.ranges(cov.written) == "rows 2..3 cols 0..2"

@@ -8,8 +8,12 @@ with something no correct kernel would produce (poison), run, and look at what i
 * :func:`poisoned_allocations` makes ``torch.empty`` & co. return poisoned memory, so launchers that
   allocate their own outputs can be checked unchanged.
 * :func:`coverage` runs a producer twice (two different poisons) and returns, per output, a
-  :class:`Coverage`: which storage elements were written, which lie inside the view, and a report
-  that names the unwritten index ranges. :func:`assert_fully_written` turns that into an assertion.
+  :class:`Coverage` that sorts every storage element into one of three classes: WRITTEN (its final
+  value is the same under both poisons), NEVER WRITTEN (it still holds the poison in both runs) and
+  READ BEFORE WRITTEN (its final value depends on the poison: the producer read the buffer, e.g.
+  ``out += x``, split-K partial sums, atomics), plus which elements lie inside the view, and a report
+  that names the index ranges of each bad class. :func:`assert_fully_written` turns that into an
+  assertion that fails on either bad class.
 * :func:`consumer_differential` runs producer + consumer on storage poisoned two ways: if the
   consumer's result differs, it read bytes that nobody wrote.
 * :func:`find_redundant_zero_fills` runs any callable with each zero fill (``torch.zeros``,
@@ -17,8 +21,11 @@ with something no correct kernel would produce (poison), run, and look at what i
   replaced by poison, one call site at a time, and says per ``file:line`` whether that zero fill
   changed any output.
 
-Two poisons, not one: a written byte can equal one poison by chance, never both (a deterministic
-producer writes the same value in both runs).
+Two poisons, not one, that differ in every byte: a producer may write a value equal to one poison (it
+still counts as written: the value is the same in both runs), and an accumulating producer, whose
+result depends on what the buffer held, gives different results under the two poisons. "Differs from
+the poison" is not the test for a write: ``out = torch.empty_like(x); out += x`` leaves values that
+differ from the poison, yet every one of them was computed from garbage.
 """
 from __future__ import annotations
 
@@ -152,11 +159,26 @@ def _fmt_runs(runs: list[tuple[int, int]], limit: int = 6) -> str:
 
 @dataclass
 class Coverage:
-    """Which elements of a tensor's whole storage a producer wrote.
+    """What a producer did to every element of a tensor's whole storage.
 
-    ``written`` and ``in_view`` are bool tensors (on the CPU) in the storage's natural shape (see
-    :func:`storage_view`): ``written`` marks elements the producer wrote (all their bytes), ``in_view``
-    the elements the returned view covers. Everything else in the storage is outside the view.
+    The masks are bool tensors (on the CPU) in the storage's natural shape (see :func:`storage_view`).
+    Every storage element is in exactly one class:
+
+    * ``written``: all its bytes end with the same value under both poisons (a value that happens to
+      equal a poison included): the producer wrote it without looking at what was there;
+    * ``never_written``: all its bytes still hold the poison, in both runs;
+    * ``read_before_written``: its final value depends on the poison: the producer read the element
+      before (or instead of) writing it: ``out += x``, partial sums added into the output (split-K),
+      atomics. Such a buffer needs ``zeros`` (or a first pass that stores instead of adding);
+    * ``partially_written``: some bytes written, the others still poison (a narrow store into a wide
+      element);
+    * ``nondeterministic``: two runs on the SAME poison ended with different values, so comparing the
+      two poisons proves nothing about it (checked only when some element's value depended on the
+      poison; see :func:`coverage`).
+
+    ``in_view`` marks the elements the returned view covers; everything else is outside the view.
+    "Unwritten" (``unwritten_in_view``, ``unwritten_ranges``, ...) means *not written*: any class but
+    ``written``.
     """
 
     name: str
@@ -166,10 +188,22 @@ class Coverage:
     written: torch.Tensor
     in_view: torch.Tensor
     partially_written: torch.Tensor = field(repr=False)
+    read_before_written: torch.Tensor | None = field(default=None, repr=False)
+    nondeterministic: torch.Tensor | None = field(default=None, repr=False)
+
+    def __post_init__(self):
+        if self.read_before_written is None:
+            self.read_before_written = torch.zeros_like(self.written)
+        if self.nondeterministic is None:
+            self.nondeterministic = torch.zeros_like(self.written)
 
     @property
     def storage_shape(self) -> tuple[int, ...]:
         return tuple(self.written.shape)
+
+    @property
+    def never_written(self) -> torch.Tensor:
+        return ~(self.written | self.read_before_written | self.partially_written | self.nondeterministic)
 
     @property
     def unwritten_in_view(self) -> torch.Tensor:
@@ -187,14 +221,17 @@ class Coverage:
     def storage_fully_written(self) -> bool:
         return bool(self.written.all())
 
-    def unwritten_ranges(self, where: str = "storage") -> str:
-        """Human-readable unwritten ranges; ``where`` is 'storage', 'view' or 'outside'."""
-        mask = {"storage": ~self.written, "view": self.unwritten_in_view,
-                "outside": self.unwritten_outside_view}[where]
+    @property
+    def accumulated(self) -> bool:
+        """True when some element's final value depends on what the buffer held (read before written)."""
+        return bool(self.read_before_written.any())
+
+    def ranges(self, mask: torch.Tensor) -> str:
+        """Human-readable index ranges of a bool mask in storage coordinates ('none' when empty)."""
         if not mask.any():
             return "none"
         if mask.dim() == 2:
-            # consecutive rows with the same unwritten columns form one group: an L-shaped gap reads
+            # consecutive rows with the same columns form one group: an L-shaped gap reads
             # "rows 0..0 cols 3..3; rows 1..127 cols 0..3", not as its bounding box
             groups: list[list] = []  # [first_row, last_row, column runs]
             for r in mask.any(dim=1).nonzero().flatten().tolist():
@@ -209,18 +246,67 @@ class Coverage:
         flat = mask.flatten().nonzero().flatten().tolist()
         return "flat elements " + _fmt_runs(_ranges(flat))
 
+    def _where(self, where: str) -> torch.Tensor:
+        if where not in ("storage", "view", "outside"):
+            raise ValueError(f"where must be 'storage', 'view' or 'outside', got {where!r}")
+        return {"storage": torch.ones_like(self.in_view), "view": self.in_view, "outside": ~self.in_view}[where]
+
+    def unwritten_ranges(self, where: str = "storage") -> str:
+        """Ranges not written (any class but ``written``); ``where`` is 'storage', 'view' or 'outside'."""
+        return self.ranges(self._where(where) & ~self.written)
+
+    def never_written_ranges(self, where: str = "storage") -> str:
+        return self.ranges(self._where(where) & (self.never_written | self.partially_written))
+
+    def read_before_written_ranges(self, where: str = "storage") -> str:
+        return self.ranges(self._where(where) & self.read_before_written)
+
+    def problems(self, scope: str = "storage") -> list[str]:
+        """One teaching sentence per bad class found in ``scope`` ('storage' or 'view'); [] when clean."""
+        where = self._where(scope)
+        out = []
+        never = where & (self.never_written | self.partially_written)
+        if never.any():
+            out.append(f"{self.name}: {int(never.sum())} element(s) were NEVER WRITTEN ({self.ranges(never)}): "
+                       "they still hold torch.empty's poison in both runs, so whoever reads them reads "
+                       "garbage. Write them in the producer (or keep zeros).")
+        acc = where & self.read_before_written
+        if acc.any():
+            out.append(f"{self.name}: {int(acc.sum())} element(s) were READ BEFORE WRITTEN, i.e. accumulated "
+                       f"into ({self.ranges(acc)}): their final values differ between the two poisons, so the "
+                       "producer reads the buffer (out += x, split-K partial sums, atomics) and its result "
+                       "depends on whatever torch.empty left there. This buffer needs torch.zeros, or the "
+                       "first write must store instead of add.")
+        nondet = where & self.nondeterministic
+        if nondet.any():
+            out.append(f"{self.name}: {int(nondet.sum())} element(s) differ between two runs on the SAME poison "
+                       f"({self.ranges(nondet)}): the producer is not deterministic there (e.g. float atomics "
+                       "in a varying order), so poisoning cannot prove them written. Check them with a "
+                       "deterministic variant (integer atomics, a fixed reduction order).")
+        return out
+
     def report(self) -> str:
         n, nv = self.written.numel(), int(self.in_view.sum())
+        not_acc = ~self.read_before_written & ~self.nondeterministic
         lines = [
             f"{self.name}: view {list(self.view_shape)} stride {list(self.view_stride)} "
             f"over storage {list(self.storage_shape)} {str(self.dtype).replace('torch.', '')}",
             f"  written: {int(self.written.sum())}/{n} storage elements; view elements written: "
             f"{int((self.written & self.in_view).sum())}/{nv}",
-            f"  unwritten inside the view : {self.unwritten_ranges('view')}",
-            f"  unwritten outside the view: {self.unwritten_ranges('outside')}",
+            f"  unwritten inside the view : {self.ranges(self.unwritten_in_view & not_acc)}",
+            f"  unwritten outside the view: {self.ranges(self.unwritten_outside_view & not_acc)}",
         ]
+        if self.accumulated:
+            lines += [
+                f"  READ BEFORE WRITTEN (accumulated into) inside the view : {self.read_before_written_ranges('view')}",
+                f"  READ BEFORE WRITTEN (accumulated into) outside the view: {self.read_before_written_ranges('outside')}",
+                "    (final values depend on the poison: the producer reads this buffer, so it needs zeros)",
+            ]
         if self.partially_written.any():
             lines.append(f"  partially written elements: {int(self.partially_written.sum())}")
+        if self.nondeterministic.any():
+            lines.append(f"  NONDETERMINISTIC (differ between runs on the same poison): "
+                         f"{self.ranges(self.nondeterministic)}")
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -261,20 +347,30 @@ def _itemsize(dtype: torch.dtype) -> int:
     return torch.empty(0, dtype=dtype).element_size()
 
 
-def _coverage_from_runs(name: str, a: _Snap, b: _Snap, pa: str, pb: str) -> Coverage:
-    """Element-level coverage from the same output's storage after the two poisoned runs."""
+def _coverage_from_runs(name: str, a: _Snap, b: _Snap, pa: str, pb: str, a_again: _Snap | None = None) -> Coverage:
+    """Element classes from the same output's storage after the two poisoned runs (``a_again``: a
+    second run on ``a``'s poison, to tell poison-dependence from nondeterminism)."""
     item = _itemsize(a.dtype)
-    byte_written = (a.data != _poison_bytes(a, pa)) | (b.data != _poison_bytes(b, pb))
-    per_elem = byte_written.view(-1, item)
+    A, B = a.data.view(-1, item), b.data.view(-1, item)
+    same = A == B                                                                   # per byte
+    pristine = (A == _poison_bytes(a, pa).view(-1, item)) & (B == _poison_bytes(b, pb).view(-1, item))
+    written = same.all(dim=1)            # the two poisons differ in every byte, so same and pristine
+    never = pristine.all(dim=1)          # exclude each other byte by byte
+    partial = ~written & ~never & (same | pristine).all(dim=1)
+    dependent = ~written & ~never & ~partial
+    nondet = torch.zeros_like(written)
+    if a_again is not None:
+        nondet = (A != a_again.data.view(-1, item)).any(dim=1)
+        dependent &= ~nondet
+        nondet &= ~written
     shape = a.natural_shape
-    written = per_elem.all(dim=1).view(shape)
-    partial = (per_elem.any(dim=1) & ~per_elem.all(dim=1)).view(shape)
-    n = per_elem.shape[0]
+    n = A.shape[0]
     in_view = torch.zeros(n, dtype=torch.bool)
     if math.prod(a.shape):
         idx = torch.arange(n).as_strided(a.shape, a.stride, a.offset)
         in_view[idx.reshape(-1)] = True
-    return Coverage(name, a.dtype, a.shape, a.stride, written, in_view.view(shape), partial)
+    return Coverage(name, a.dtype, a.shape, a.stride, written.view(shape), in_view.view(shape),
+                    partial.view(shape), dependent.view(shape), nondet.view(shape))
 
 
 def _clone_args(tree):
@@ -282,17 +378,21 @@ def _clone_args(tree):
 
 
 def coverage(fn: Callable, *args, out=None, names: list[str] | None = None, **kwargs) -> list[Coverage]:
-    """Run ``fn(*args, **kwargs)`` twice on poisoned memory and report what it wrote.
+    """Run ``fn(*args, **kwargs)`` on poisoned memory, once per poison, and classify every storage
+    element of its outputs (see :class:`Coverage`): written (same final value under both poisons),
+    never written (poison in both runs), or read before written (the final value depends on the
+    poison: accumulation into the buffer).
 
     * ``out=None``: ``fn`` allocates its outputs (with ``torch.empty`` or friends); they are poisoned
       through :class:`poisoned_allocations` and the returned tensors are inspected.
     * ``out=tensor or tuple``: ``fn`` writes into those caller-owned buffers (pass them in ``args``
       too); their whole storages are poisoned before each run.
 
-    Returns one :class:`Coverage` per output tensor, in order.
+    When some element's value depends on the poison, ``fn`` runs a third time on the first poison: an
+    element that differs between the two runs on the same poison is reported as nondeterministic
+    instead. ``fn`` must not change its inputs. Returns one :class:`Coverage` per output, in order.
     """
-    runs, patterns = [], []
-    for k in (0, 1):
+    def run(k: int) -> tuple[list[_Snap], list[str]]:
         if out is not None:
             outs = _tensors(out)
             pats = [poisons_for(t.dtype)[k] for t in outs]
@@ -303,20 +403,28 @@ def coverage(fn: Callable, *args, out=None, names: list[str] | None = None, **kw
             with poisoned_allocations(k):
                 outs = _tensors(fn(*args, **kwargs))
             pats = [poisons_for(t.dtype)[k] for t in outs]
-        runs.append([_Snap.of(t) for t in outs])
-        patterns.append(pats)
-    if len(runs[0]) != len(runs[1]):
+        return [_Snap.of(t) for t in outs], pats
+
+    (ra, pa), (rb, pb) = run(0), run(1)
+    if len(ra) != len(rb):
         raise RuntimeError("the producer returned a different number of tensors in the two runs")
     names = list(names or [])
-    return [
-        _coverage_from_runs(names[i] if i < len(names) else f"output[{i}]", a, b, pa, pb)
-        for i, (a, b, pa, pb) in enumerate(zip(runs[0], runs[1], patterns[0], patterns[1]))
-    ]
+    covs = [_coverage_from_runs(names[i] if i < len(names) else f"output[{i}]", a, b, x, y)
+            for i, (a, b, x, y) in enumerate(zip(ra, rb, pa, pb))]
+    if any(c.accumulated for c in covs):  # poison-dependent, or just nondeterministic? run again
+        ra2, _ = run(0)
+        covs = [_coverage_from_runs(c.name, a, b, x, y, a2)
+                for c, a, b, x, y, a2 in zip(covs, ra, rb, pa, pb, ra2)]
+    return covs
 
 
 def assert_fully_written(fn: Callable, *args, scope: str = "storage", out=None,
                          names: list[str] | None = None, why: str = "", **kwargs) -> list[Coverage]:
-    """Assert that ``fn`` writes every element of its outputs.
+    """Assert that ``fn`` writes every element of its outputs, and reads none of them first.
+
+    Fails on elements never written (they hold whatever ``torch.empty`` handed out) and on elements
+    read before written (accumulated into: the result depends on the buffer's old contents, so the
+    buffer needs ``zeros``), with a message that names the ranges of each.
 
     ``scope='storage'`` demands the whole storage (padding included: needed when a consumer reads
     whole tiles); ``scope='view'`` only the elements each returned view covers (enough when nothing
@@ -327,9 +435,11 @@ def assert_fully_written(fn: Callable, *args, scope: str = "storage", out=None,
     covs = coverage(fn, *args, out=out, names=names, **kwargs)
     bad = [c for c in covs if not (c.storage_fully_written if scope == "storage" else c.view_fully_written)]
     if bad:
-        msg = [f"{len(bad)} output(s) not fully written ({scope} scope): memory from torch.empty would "
-               "leak garbage into whoever reads it." + (f" {why}" if why else "")]
-        msg += [c.report() for c in bad]
+        msg = [f"{len(bad)} output(s) not fully written ({scope} scope), so torch.empty is not safe for "
+               "them." + (f" {why}" if why else "")]
+        for c in bad:
+            msg += c.problems(scope)
+            msg.append(c.report())
         raise AssertionError("\n".join(msg))
     return covs
 
