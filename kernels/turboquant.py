@@ -1,0 +1,352 @@
+"""TurboQuant KV cache (the ``4bit_nc`` preset): the store kernel and the attention kernels.
+
+Device code only: the launchers, the allocation policy, the batch plan and the input checks live in
+``workbook/turboquant.py``.
+
+The paged cache (one page = ``BLOCK_SIZE`` tokens; a request's block table lists its pages)::
+
+    k_codes  uint8   [num_blocks, HKV, BLOCK_SIZE, D/2]  4-bit Lloyd-Max codes of the rotated unit key
+    k_scale  float16 [num_blocks, HKV, BLOCK_SIZE]       ||k|| / ||c||  (norm correction folded in)
+    v_codes  uint8   [num_blocks, HKV, BLOCK_SIZE, D/2]  4-bit uniform codes of the value
+    v_scale  float16 [num_blocks, HKV, BLOCK_SIZE]       (max - min) / 15
+    v_zero   float16 [num_blocks, HKV, BLOCK_SIZE]       min
+
+Byte ``j`` of a row holds coordinate ``2j`` in its low nibble and ``2j + 1`` in its high nibble, so
+the kernels never interleave: the even coordinates come from the low nibbles, the odd ones from the
+high nibbles, and every dot product is split into an even half and an odd half.
+
+Keys: ``k ~= k_scale * (c[codes] @ H)`` with ``H`` the orthonormal (symmetric) Hadamard matrix. The
+attention kernels never rotate a key back: ``<q, c H> = <q H, c>``, so the launcher rotates each
+query once and the kernels dot it with the centroids directly. Values:
+``v ~= v_scale * codes + v_zero``, so ``sum_n p_n v_n = sum_n (p_n v_scale_n) codes_n +
+sum_n p_n v_zero_n``: the codes go into the matrix multiply as they are (0..15 are exact in fp16),
+the zero point is one scalar per query row.
+
+Matrix-multiply operands are fp16 on the GPU (tensor cores, fp32 accumulate). ``EMULATE`` (the
+house's one switch, ``kernels/__init__.py``): Triton's interpreter returns garbage from ``tl.dot``
+on fp16/bf16 operands (SPECS.md section 2, seen with Triton 3.9), so there the same fp16-rounded
+operands are upcast to fp32 and multiplied exactly (``input_precision="ieee"``). Heuristics turn
+``EMULATE`` into ``OP`` (operand dtype) and ``PREC`` (dot precision).
+
+Helpers are inlined by hand in the hot loops: every call of a ``@triton.jit`` helper costs the
+interpreter milliseconds, and the notebooks and tests run there.
+
+Softmax in base 2: the launcher folds ``sm_scale * log2(e)`` into the queries, the kernels use
+``exp2``; a split's log-sum-exp is stored in base 2 too.
+"""
+import workbook.device  # noqa: F401  (sets TRITON_INTERPRET=1 on a CPU-only machine before triton loads)
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def lookup_centroids(b_code, centroids, LOOKUP: tl.constexpr):
+    """Centroid values (fp32) of 4-bit codes (int32 in [0, 15]).
+
+    ``LOOKUP == 0``: a load from the 16-entry fp32 table (64 bytes, one L1 line: every lane of a
+    warp hits the same line, so the gather costs one wavefront). ``LOOKUP == 1``: no memory access;
+    the table is symmetric (c[15 - m] = -c[m]), so three bits pick one of the 8 magnitudes through a
+    tree of 7 selects and the top bit gives the sign."""
+    if LOOKUP == 0:
+        return tl.load(centroids + b_code)
+    m_pos = b_code >= 8
+    b_k = tl.where(m_pos, b_code - 8, 7 - b_code)      # magnitude index: c[8 + k] = |value|
+    c0 = tl.load(centroids + 8)
+    c1 = tl.load(centroids + 9)
+    c2 = tl.load(centroids + 10)
+    c3 = tl.load(centroids + 11)
+    c4 = tl.load(centroids + 12)
+    c5 = tl.load(centroids + 13)
+    c6 = tl.load(centroids + 14)
+    c7 = tl.load(centroids + 15)
+    m_b0 = (b_k & 1) != 0
+    m_b1 = (b_k & 2) != 0
+    m_b2 = (b_k & 4) != 0
+    b_lo = tl.where(m_b1, tl.where(m_b0, c3, c2), tl.where(m_b0, c1, c0))
+    b_hi = tl.where(m_b1, tl.where(m_b0, c7, c6), tl.where(m_b0, c5, c4))
+    b_mag = tl.where(m_b2, b_hi, b_lo)
+    return tl.where(m_pos, b_mag, -b_mag)
+
+
+@triton.jit
+def tq_store_kernel(
+    k,             # new keys [N, HKV, D] (fp16 / bf16 / fp32), contiguous
+    v,             # new values [N, HKV, D], same dtype
+    slot_mapping,  # int64 [N]: cache slot of token n = page * BLOCK_SIZE + offset; < 0 = skip (padding)
+    hadamard,      # fp32 [D, D], orthonormal and symmetric
+    centroids,     # fp32 [16], sorted, symmetric
+    boundaries,    # fp32 [16]: midpoints between neighbouring centroids, then +inf
+    k_codes,       # cache pages (layout in the module docstring)
+    k_scale,
+    v_codes,
+    v_scale,
+    v_zero,
+    num_rows,      # N * HKV: row r is token r // HKV, KV head r % HKV
+    HKV: tl.constexpr,
+    D: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,  # tokens per page
+    BLOCK_R: tl.constexpr,     # rows (token, head) per program, >= 16 (tl.dot)
+):
+    """Quantize BLOCK_R (token, KV head) rows of the new keys and values into their cache slots."""
+    HALF: tl.constexpr = D // 2
+    o_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    o_tok = o_r // HKV
+    o_h = o_r % HKV
+    b_slot = tl.load(slot_mapping + o_tok, mask=o_r < num_rows, other=-1)
+    m_r = b_slot >= 0           # real rows whose token has a slot (padding tokens have -1)
+    o_d = tl.arange(0, D)
+    o_j = tl.arange(0, HALF)
+    o_in = o_r.to(tl.int64)[:, None] * D
+    # --- keys: norm, unit vector, rotation (fp32, IEEE: the codes must match the reference) ---
+    b_k = tl.load(k + o_in + o_d[None, :], mask=m_r[:, None], other=0.0).to(tl.float32)
+    b_norm = tl.sqrt(tl.sum(b_k * b_k, axis=1))
+    b_u = b_k / tl.where(b_norm > 0, b_norm, 1.0)[:, None]
+    b_he = tl.load(hadamard + o_d[:, None] * D + 2 * o_j[None, :])      # columns 2j
+    b_ho = tl.load(hadamard + o_d[:, None] * D + 2 * o_j[None, :] + 1)  # columns 2j + 1
+    b_ye = tl.dot(b_u, b_he, input_precision="ieee")                    # [BLOCK_R, HALF]
+    b_yo = tl.dot(b_u, b_ho, input_precision="ieee")
+    # nearest centroid = number of boundaries below y (16 levels; the last boundary is +inf)
+    b_bnd = tl.load(boundaries + tl.arange(0, 16))
+    b_ce = tl.sum((b_ye[:, :, None] > b_bnd[None, None, :]).to(tl.int32), axis=2)
+    b_co = tl.sum((b_yo[:, :, None] > b_bnd[None, None, :]).to(tl.int32), axis=2)
+    b_ve = tl.load(centroids + b_ce)
+    b_vo = tl.load(centroids + b_co)
+    b_cnorm = tl.sqrt(tl.sum(b_ve * b_ve + b_vo * b_vo, axis=1))
+    b_ks = b_norm / b_cnorm  # norm correction: the dequantized key has norm ||k|| exactly
+    b_slot = tl.where(m_r, b_slot, 0)
+    o_slot = ((b_slot // BLOCK_SIZE) * HKV + o_h) * BLOCK_SIZE + b_slot % BLOCK_SIZE  # [BLOCK_R]
+    tl.store(k_codes + o_slot[:, None] * HALF + o_j[None, :], (b_ce | (b_co << 4)).to(tl.uint8),
+             mask=m_r[:, None])
+    tl.store(k_scale + o_slot, b_ks.to(tl.float16), mask=m_r)
+    # --- values: 4-bit uniform, fp16 scale and zero per (token, head) ---
+    b_v = tl.load(v + o_in + o_d[None, :], mask=m_r[:, None], other=0.0).to(tl.float32)
+    b_e = tl.load(v + o_in + 2 * o_j[None, :], mask=m_r[:, None], other=0.0).to(tl.float32)
+    b_o = tl.load(v + o_in + 2 * o_j[None, :] + 1, mask=m_r[:, None], other=0.0).to(tl.float32)
+    b_max = tl.max(b_v, axis=1)
+    b_min = tl.min(b_v, axis=1)
+    b_scale = ((b_max - b_min) / 15.0).to(tl.float16).to(tl.float32)
+    b_zero = b_min.to(tl.float16).to(tl.float32)
+    m_s = b_scale > 0
+    b_div = tl.where(m_s, b_scale, 1.0)[:, None]
+    b_qe = tl.math.div_rn(b_e - b_zero[:, None], b_div)
+    b_qo = tl.math.div_rn(b_o - b_zero[:, None], b_div)
+    b_qe = tl.where(m_s[:, None], tl.minimum(tl.maximum(tl.floor(b_qe + 0.5), 0.0), 15.0), 0.0).to(tl.int32)
+    b_qo = tl.where(m_s[:, None], tl.minimum(tl.maximum(tl.floor(b_qo + 0.5), 0.0), 15.0), 0.0).to(tl.int32)
+    tl.store(v_codes + o_slot[:, None] * HALF + o_j[None, :], (b_qe | (b_qo << 4)).to(tl.uint8),
+             mask=m_r[:, None])
+    tl.store(v_scale + o_slot, b_scale.to(tl.float16), mask=m_r)
+    tl.store(v_zero + o_slot, b_zero.to(tl.float16), mask=m_r)
+
+
+@triton.jit
+def _attend_cache(
+    b_qe, b_qo,             # [ROWS, HALF] rotated, scaled queries (even / odd coordinates), MMA operands
+    m_i, l_i, b_acc_e, b_acc_o, b_accz,  # online-softmax state
+    start, end,             # token range [start, end) of this request's cache to read
+    block_table, bt_row,    # the block table and this request's row offset in it
+    kvh,                    # KV head
+    k_codes, k_scale, v_codes, v_scale, v_zero, centroids,
+    HKV: tl.constexpr, D: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
+    LOOKUP: tl.constexpr, OP: tl.constexpr, PREC: tl.constexpr,
+):
+    """Online softmax over the quantized cache tokens [start, end): keys and values dequantized in
+    registers, one tile of BLOCK_N tokens at a time."""
+    HALF: tl.constexpr = D // 2
+    o_n = tl.arange(0, BLOCK_N)
+    o_j = tl.arange(0, HALF)
+    for t0 in range(start, end, BLOCK_N):
+        o_t = t0 + o_n
+        m_t = o_t < end
+        b_page = tl.load(block_table + bt_row + o_t // BLOCK_SIZE, mask=m_t, other=0).to(tl.int64)
+        o_slot = (b_page * HKV + kvh) * BLOCK_SIZE + o_t % BLOCK_SIZE    # [BLOCK_N]
+        p_rows = o_slot[:, None] * HALF + o_j[None, :]
+        b_kc = tl.load(k_codes + p_rows, mask=m_t[:, None], other=0).to(tl.int32)
+        b_ks = tl.load(k_scale + o_slot, mask=m_t, other=0.0).to(tl.float32)
+        if LOOKUP == 0:  # inline: a jit-helper call costs the interpreter milliseconds
+            b_ke = tl.load(centroids + (b_kc & 15)).to(tl.float16).to(OP)
+            b_ko = tl.load(centroids + (b_kc >> 4)).to(tl.float16).to(OP)
+        else:
+            b_ke = lookup_centroids(b_kc & 15, centroids, LOOKUP).to(tl.float16).to(OP)
+            b_ko = lookup_centroids(b_kc >> 4, centroids, LOOKUP).to(tl.float16).to(OP)
+        b_s = tl.dot(b_qe, tl.trans(b_ke), input_precision=PREC)
+        b_s = tl.dot(b_qo, tl.trans(b_ko), b_s, input_precision=PREC)
+        b_s = tl.where(m_t[None, :], b_s * b_ks[None, :], float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(b_s, axis=1))
+        b_alpha = tl.exp2(m_i - m_new)
+        b_p = tl.exp2(b_s - m_new[:, None])
+        l_i = l_i * b_alpha + tl.sum(b_p, axis=1)
+        b_vc = tl.load(v_codes + p_rows, mask=m_t[:, None], other=0).to(tl.int32)
+        b_vs = tl.load(v_scale + o_slot, mask=m_t, other=0.0).to(tl.float32)
+        b_vz = tl.load(v_zero + o_slot, mask=m_t, other=0.0).to(tl.float32)
+        b_ps = (b_p * b_vs[None, :]).to(tl.float16).to(OP)
+        b_acc_e = tl.dot(b_ps, (b_vc & 15).to(tl.float16).to(OP), b_acc_e * b_alpha[:, None], input_precision=PREC)
+        b_acc_o = tl.dot(b_ps, (b_vc >> 4).to(tl.float16).to(OP), b_acc_o * b_alpha[:, None], input_precision=PREC)
+        b_accz = b_accz * b_alpha + tl.sum(b_p * b_vz[None, :], axis=1)
+        m_i = m_new
+    return m_i, l_i, b_acc_e, b_acc_o, b_accz
+
+
+@triton.heuristics({"SPLIT": lambda args: args["NUM_SPLITS"] > 1})
+@triton.heuristics({"OP": lambda args: tl.float32 if args["EMULATE"] else tl.float16,
+                    "PREC": lambda args: "ieee" if args["EMULATE"] else "tf32"})
+@triton.jit
+def tq_decode_kernel(
+    q_rot,        # fp32 [N, HQ, D]: rotated queries times sm_scale * log2(e); rows [0, B) are the decode tokens
+    block_table,  # int32 [R, max_pages]
+    seq_lens,     # int32 [R]: context length per request, the new token included (already stored)
+    k_codes, k_scale, v_codes, v_scale, v_zero,
+    centroids,    # fp32 [16]
+    out,          # attn_out [N, HQ, D]: rows [0, B) written here when NUM_SPLITS == 1
+    part_out,     # fp32 [B, HQ, NUM_SPLITS, D] when NUM_SPLITS > 1 (each split's normalized output)
+    part_lse,     # fp32 [B, HQ, NUM_SPLITS] (each split's log2-sum-exp2; -inf for an empty split)
+    stride_bt,    # row stride of block_table
+    split_len,    # tokens per split (a multiple of BLOCK_N)
+    HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, BLOCK_SIZE: tl.constexpr,
+    BLOCK_G: tl.constexpr,     # next power of two >= max(HQ // HKV, 16): the query heads of one KV head
+    BLOCK_N: tl.constexpr,     # cache tokens per tile
+    NUM_SPLITS: tl.constexpr,
+    SPLIT: tl.constexpr,       # from NUM_SPLITS (heuristic): write partials for the merge kernel
+    LOOKUP: tl.constexpr, EMULATE: tl.constexpr,
+    OP: tl.constexpr, PREC: tl.constexpr,  # from EMULATE (heuristics): MMA operand dtype, tl.dot precision
+):
+    """Split-KV decode: program (request b, KV head, split s) attends the G = HQ // HKV query heads of
+    that KV head (each cache byte read once per KV head) over tokens [s * split_len, ...)."""
+    G: tl.constexpr = HQ // HKV
+    HALF: tl.constexpr = D // 2
+    b = tl.program_id(0)
+    kvh = tl.program_id(1)
+    s = tl.program_id(2)
+    L = tl.load(seq_lens + b)
+    start = s * split_len
+    end = tl.minimum(start + split_len, L)
+    o_g = tl.arange(0, BLOCK_G)
+    m_g = o_g < G
+    o_j = tl.arange(0, HALF)
+    o_hq = kvh * G + o_g
+    p_q = q_rot + (b * HQ + o_hq)[:, None].to(tl.int64) * D + 2 * o_j[None, :]
+    b_qe = (tl.load(p_q, mask=m_g[:, None], other=0.0)).to(tl.float16).to(OP)
+    b_qo = (tl.load(p_q + 1, mask=m_g[:, None], other=0.0)).to(tl.float16).to(OP)
+    m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_G], tl.float32)
+    b_accz = tl.zeros([BLOCK_G], tl.float32)
+    b_acc_e = tl.zeros([BLOCK_G, HALF], tl.float32)
+    b_acc_o = tl.zeros([BLOCK_G, HALF], tl.float32)
+    m_i, l_i, b_acc_e, b_acc_o, b_accz = _attend_cache(
+        b_qe, b_qo, m_i, l_i, b_acc_e, b_acc_o, b_accz, start, end, block_table, b * stride_bt, kvh,
+        k_codes, k_scale, v_codes, v_scale, v_zero, centroids, HKV, D, BLOCK_SIZE, BLOCK_N, LOOKUP, OP, PREC)
+    m_any = l_i > 0  # false only for an empty split (start >= L)
+    b_l = tl.where(m_any, l_i, 1.0)
+    b_oe = tl.where(m_any[:, None], (b_acc_e + b_accz[:, None]) / b_l[:, None], 0.0)
+    b_oo = tl.where(m_any[:, None], (b_acc_o + b_accz[:, None]) / b_l[:, None], 0.0)
+    if SPLIT:
+        o_row = (b * HQ + o_hq).to(tl.int64) * NUM_SPLITS + s
+        tl.store(part_out + o_row[:, None] * D + 2 * o_j[None, :], b_oe, mask=m_g[:, None])
+        tl.store(part_out + o_row[:, None] * D + 2 * o_j[None, :] + 1, b_oo, mask=m_g[:, None])
+        tl.store(part_lse + o_row, tl.where(m_any, m_i + tl.log2(b_l), float("-inf")), mask=m_g)
+    else:
+        p_o = out + (b * HQ + o_hq)[:, None].to(tl.int64) * D + 2 * o_j[None, :]
+        tl.store(p_o, b_oe.to(out.dtype.element_ty), mask=m_g[:, None])
+        tl.store(p_o + 1, b_oo.to(out.dtype.element_ty), mask=m_g[:, None])
+
+
+@triton.jit
+def tq_merge_kernel(
+    part_out,   # fp32 [B, HQ, NUM_SPLITS, D]
+    part_lse,   # fp32 [B, HQ, NUM_SPLITS]
+    out,        # attn_out [N, HQ, D]: row b, head h written by program (b, h)
+    HQ: tl.constexpr, D: tl.constexpr, NUM_SPLITS: tl.constexpr, BLOCK_S: tl.constexpr,
+):
+    """Log-sum-exp merge of the splits: out = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M)."""
+    b = tl.program_id(0)
+    h = tl.program_id(1)
+    o_s = tl.arange(0, BLOCK_S)
+    m_s = o_s < NUM_SPLITS
+    o_d = tl.arange(0, D)
+    row = (b * HQ + h).to(tl.int64) * NUM_SPLITS
+    b_lse = tl.load(part_lse + row + o_s, mask=m_s, other=float("-inf"))
+    b_w = tl.exp2(b_lse - tl.max(b_lse, axis=0))   # an empty split has lse -inf: weight 0
+    b_o = tl.load(part_out + (row + o_s)[:, None] * D + o_d[None, :], mask=m_s[:, None], other=0.0)
+    b_res = tl.sum(b_w[:, None] * b_o, axis=0) / tl.sum(b_w, axis=0)
+    tl.store(out + (b * HQ + h).to(tl.int64) * D + o_d, b_res.to(out.dtype.element_ty))
+
+
+@triton.heuristics({"OP": lambda args: tl.float32 if args["EMULATE"] else tl.float16,
+                    "PREC": lambda args: "ieee" if args["EMULATE"] else "tf32"})
+@triton.jit
+def tq_prefill_kernel(
+    q,            # new queries [N, HQ, D] (fp16 / bf16 / fp32)
+    q_rot,        # fp32 [N, HQ, D]: rotated queries times sm_scale * log2(e)
+    k,            # new keys [N, HKV, D], full precision (the prefill attends its own tokens unquantized)
+    v,            # new values [N, HKV, D]
+    query_start_loc,  # int32 [R + 1]: request r's new tokens are rows [qsl[r], qsl[r + 1])
+    seq_lens,     # int32 [R]: context length, new tokens included
+    block_table,  # int32 [R, max_pages]
+    k_codes, k_scale, v_codes, v_scale, v_zero,
+    centroids,
+    out,          # attn_out [N, HQ, D]: rows [qsl[first], qsl[R]) written here
+    first_req,    # index of the first prefill request (= number of decode requests)
+    stride_bt,
+    sm_scale_log2,  # sm_scale * log2(e)
+    HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, BLOCK_SIZE: tl.constexpr,
+    BLOCK_M: tl.constexpr,  # query tokens per program
+    BLOCK_N: tl.constexpr,  # key tokens per tile
+    LOOKUP: tl.constexpr, EMULATE: tl.constexpr,
+    OP: tl.constexpr, PREC: tl.constexpr,  # from EMULATE (heuristics): MMA operand dtype, tl.dot precision
+):
+    """Program (prefill request, query head, tile of BLOCK_M new tokens): attention over the cached
+    prefix [0, P) read from the quantized cache, then causally over the request's own new tokens
+    (full precision), P = seq_len - query_len."""
+    G: tl.constexpr = HQ // HKV
+    HALF: tl.constexpr = D // 2
+    r = first_req + tl.program_id(0)
+    hq = tl.program_id(1)
+    m0 = tl.program_id(2) * BLOCK_M
+    qs = tl.load(query_start_loc + r)
+    qlen = tl.load(query_start_loc + r + 1) - qs
+    if m0 < qlen:
+        kvh = hq // G
+        P = tl.load(seq_lens + r) - qlen
+        o_m = m0 + tl.arange(0, BLOCK_M)
+        m_m = o_m < qlen
+        o_j = tl.arange(0, HALF)
+        o_q = ((qs + o_m).to(tl.int64) * HQ + hq)[:, None] * D + 2 * o_j[None, :]
+        m_acc = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        l_i = tl.zeros([BLOCK_M], tl.float32)
+        b_accz = tl.zeros([BLOCK_M], tl.float32)
+        b_acc_e = tl.zeros([BLOCK_M, HALF], tl.float32)
+        b_acc_o = tl.zeros([BLOCK_M, HALF], tl.float32)
+        # 1. the cached prefix (a continuation chunk), dequantized in registers
+        b_qe = (tl.load(q_rot + o_q, mask=m_m[:, None], other=0.0)).to(tl.float16).to(OP)
+        b_qo = (tl.load(q_rot + o_q + 1, mask=m_m[:, None], other=0.0)).to(tl.float16).to(OP)
+        m_acc, l_i, b_acc_e, b_acc_o, b_accz = _attend_cache(
+            b_qe, b_qo, m_acc, l_i, b_acc_e, b_acc_o, b_accz, 0, P, block_table, r * stride_bt, kvh,
+            k_codes, k_scale, v_codes, v_scale, v_zero, centroids, HKV, D, BLOCK_SIZE, BLOCK_N, LOOKUP, OP, PREC)
+        # 2. the new tokens, causal, unrotated and unquantized
+        b_qe = (tl.load(q + o_q, mask=m_m[:, None], other=0.0).to(tl.float32) * sm_scale_log2).to(tl.float16).to(OP)
+        b_qo = (tl.load(q + o_q + 1, mask=m_m[:, None], other=0.0).to(tl.float32) * sm_scale_log2).to(tl.float16).to(OP)
+        o_n = tl.arange(0, BLOCK_N)
+        for j0 in range(0, tl.minimum(qlen, m0 + BLOCK_M), BLOCK_N):
+            o_t = j0 + o_n
+            m_t = o_t < qlen
+            o_kv = ((qs + o_t).to(tl.int64) * HKV + kvh)[:, None] * D + 2 * o_j[None, :]
+            b_ke = (tl.load(k + o_kv, mask=m_t[:, None], other=0.0)).to(tl.float16).to(OP)
+            b_ko = (tl.load(k + o_kv + 1, mask=m_t[:, None], other=0.0)).to(tl.float16).to(OP)
+            b_s = tl.dot(b_qe, tl.trans(b_ke), input_precision=PREC)
+            b_s = tl.dot(b_qo, tl.trans(b_ko), b_s, input_precision=PREC)
+            m_causal = m_t[None, :] & (o_t[None, :] <= o_m[:, None])
+            b_s = tl.where(m_causal, b_s, float("-inf"))
+            m_new = tl.maximum(m_acc, tl.max(b_s, axis=1))
+            b_alpha = tl.exp2(m_acc - m_new)
+            b_p = tl.exp2(b_s - m_new[:, None])
+            l_i = l_i * b_alpha + tl.sum(b_p, axis=1)
+            b_pm = (b_p).to(tl.float16).to(OP)
+            b_ve = (tl.load(v + o_kv, mask=m_t[:, None], other=0.0)).to(tl.float16).to(OP)
+            b_vo = (tl.load(v + o_kv + 1, mask=m_t[:, None], other=0.0)).to(tl.float16).to(OP)
+            b_acc_e = tl.dot(b_pm, b_ve, b_acc_e * b_alpha[:, None], input_precision=PREC)
+            b_acc_o = tl.dot(b_pm, b_vo, b_acc_o * b_alpha[:, None], input_precision=PREC)
+            b_accz = b_accz * b_alpha
+            m_acc = m_new
+        p_o = out + o_q
+        tl.store(p_o, ((b_acc_e + b_accz[:, None]) / l_i[:, None]).to(out.dtype.element_ty), mask=m_m[:, None])
+        tl.store(p_o + 1, ((b_acc_o + b_accz[:, None]) / l_i[:, None]).to(out.dtype.element_ty), mask=m_m[:, None])
