@@ -1,82 +1,411 @@
 """Command line of the workbook.
 
-    python -m workbook check                      where kernels run, versions
+    python -m workbook doctor                     where kernels run, versions, what is missing, and a
+                                                  smoke run of one small kernel per topic (alias: check)
     python -m workbook bench TOPIC [TOPIC ...]    GPU benchmarks -> workbook/data/<topic>.json
     python -m workbook execute NB.ipynb ... --out DIR   run notebooks top to bottom (nbclient), save with outputs
 
-Topics: alloc (zeros vs empty), and every topic module with a ``benchmark()`` function
-(nvfp4, fp8, turboquant, gdn, ...). ``benchmark()`` returns ``(results, ceilings)``.
+Bench topics: alloc (zeros vs empty), and every topic module with a ``benchmark()`` function
+(nvfp4, fp8, gdn, ...); ``benchmark()`` returns ``(results, ceilings)``. A command never answers with
+a traceback: an unexpected error prints one line; add --traceback (or set WORKBOOK_DEBUG=1) for the
+full trace.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
-import json
+import os
+import pkgutil
 import sys
 import time
 from pathlib import Path
 
-import workbook  # noqa: F401  (device choice first)
-
-from . import bench
-from .device import describe
+_DEBUG_HINT = "rerun with --traceback (or WORKBOOK_DEBUG=1) for the full trace"
 
 
-def _cmd_check(_args) -> int:
-    print(json.dumps(describe(), indent=1))
+class CommandError(Exception):
+    """An error the command explains in one line (exit code in ``code``)."""
+
+    def __init__(self, message: str, code: int = 1):
+        super().__init__(message)
+        self.code = code
+
+
+def _one_line(e: BaseException, limit: int = 300) -> str:
+    text = " ".join(str(e).split()) or repr(e)
+    return f"{type(e).__name__}: {text[:limit]}" + ("..." if len(text) > limit else "")
+
+
+# --------------------------------------------------------------------------------------------------
+# topics
+# --------------------------------------------------------------------------------------------------
+
+def _package_dir() -> Path:
+    return Path(__file__).resolve().parent
+
+
+def topic_modules() -> list[str]:
+    """Topic stems: companion modules ``workbook.<stem>`` that have a kernels module of the same stem."""
+    import workbook.kernels as kernels
+
+    stems = {m.name for m in pkgutil.iter_modules(kernels.__path__)} - {"common"}
+    return sorted(s for s in stems if (_package_dir() / f"{s}.py").exists())
+
+
+def bench_topics() -> list[str]:
+    """Topics ``bench`` knows: ``alloc`` (workbook.bench) and every companion module that defines
+    ``benchmark()`` (found in the source, without importing it)."""
+    found = []
+    for m in pkgutil.iter_modules([str(_package_dir())]):
+        path = _package_dir() / f"{m.name}.py"
+        if m.name not in ("bench", "__main__") and path.exists() and "\ndef benchmark(" in path.read_text():
+            found.append(m.name)
+    return ["alloc"] + sorted(found)
+
+
+# --------------------------------------------------------------------------------------------------
+# doctor
+# --------------------------------------------------------------------------------------------------
+
+# distribution -> (needed for, required). Required ones break every notebook when missing.
+PACKAGES = {
+    "torch": ("every notebook", True),
+    "triton": ("every kernel", True),
+    "numpy": ("every notebook", True),
+    "matplotlib": ("the plots", True),
+    "ipykernel": ("running notebooks (Jupyter's Python kernel)", True),
+    "jupyterlab": ("reading the notebooks in JupyterLab", False),
+    "nbclient": ("`python -m workbook execute`", False),
+    "nbformat": ("`python -m workbook execute`", False),
+    "pytest": ("the tests", False),
+    "nbval": ("running the notebooks as tests", False),
+    "tqdm": ("the progress bar of `python -m workbook bench`", False),
+}
+
+
+def _smoke_start_here():
+    import torch
+
+    from workbook.start_here import iota
+
+    got = iota(100, block=32).cpu()
+    assert torch.equal(got, torch.arange(100, dtype=torch.int32)), "iota(100) did not write 0..99"
+    return "iota(100): every element written, values exact"
+
+
+def _equal_bytes(a, b) -> bool:
+    import torch
+
+    a, b = a.detach().cpu(), b.detach().cpu()
+    if a.dtype.itemsize == 1 and b.dtype.itemsize == 1:
+        a, b = a.view(torch.uint8), b.view(torch.uint8)
+    return a.shape == b.shape and torch.equal(a, b)
+
+
+def _smoke_nvfp4():
+    import torch
+
+    from workbook import DEVICE
+    from workbook.nvfp4 import global_scale_of, nvfp4_quant, quantize_ref
+
+    x = torch.randn(3, 64, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    gs = global_scale_of(x)
+    got, ref = nvfp4_quant(x.to(DEVICE), gs.to(DEVICE)), quantize_ref(x, gs)
+    assert all(_equal_bytes(a, b) for a, b in zip(got, ref)), "codes or scales differ from quantize_ref"
+    return "nvfp4_quant [3, 64]: codes and swizzled scales equal quantize_ref"
+
+
+def _smoke_fp8():
+    import torch
+
+    from workbook import DEVICE
+    from workbook.fp8 import silu_mul_quant_fp8_packed, silu_mul_quant_fp8_reference
+
+    x = torch.randn(3, 256, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    got, ref = silu_mul_quant_fp8_packed(x.to(DEVICE)), silu_mul_quant_fp8_reference(x)
+    assert all(_equal_bytes(a, b) for a, b in zip(got, ref)), "codes or packed scales differ from the reference"
+    return "silu_mul_quant_fp8_packed [3, 256]: codes and packed UE8M0 scales equal the reference"
+
+
+def _smoke_gdn():
+    import torch
+
+    from workbook import DEVICE
+    from workbook.check import rel_err
+    from workbook.gdn import gated_rmsnorm, gated_rmsnorm_ref
+
+    gen = torch.Generator().manual_seed(0)
+    x, z, w = (torch.randn(*s, generator=gen) for s in ((5, 2, 16), (5, 2, 16), (16,)))
+    got = gated_rmsnorm(x.to(DEVICE), z.to(DEVICE), w.to(DEVICE))
+    e = rel_err(got, gated_rmsnorm_ref(x, z, w))
+    assert e <= 1e-5, f"relative error {e:.2e} against gated_rmsnorm_ref exceeds 1e-5"
+    return f"gated_rmsnorm [5, 2, 16]: relative error {e:.1e} against the reference"
+
+
+# A topic module may define its own ``smoke() -> str`` (raise on failure); these cover the rest.
+SMOKE = {"start_here": _smoke_start_here, "nvfp4": _smoke_nvfp4, "fp8": _smoke_fp8, "gdn": _smoke_gdn}
+
+
+def run_smoke(topic: str) -> tuple[bool, str]:
+    """Import ``workbook.<topic>`` and launch one small kernel against its reference: (ok, verdict)."""
+    try:
+        module = importlib.import_module(f"workbook.{topic}")
+        fn = getattr(module, "smoke", None) or SMOKE.get(topic)
+        if fn is None:
+            return True, "imported (no smoke launch defined for this topic yet)"
+        return True, fn()
+    except Exception as e:  # noqa: BLE001 - doctor reports every failure as a verdict
+        return False, _one_line(e)
+
+
+def _versions() -> tuple[dict, list[str], list[str]]:
+    from importlib import metadata
+
+    versions, missing_required, missing_optional = {}, [], []
+    for dist, (why, required) in PACKAGES.items():
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            (missing_required if required else missing_optional).append(f"{dist} (needed for {why})")
+    return versions, missing_required, missing_optional
+
+
+def _cmd_doctor(args) -> int:
+    import platform
+
+    broken = []
+    versions, missing_required, missing_optional = _versions()
+    try:
+        from workbook.device import describe
+
+        d = describe()
+    except Exception as e:  # noqa: BLE001
+        print(f"where kernels run: UNKNOWN ({_one_line(e)})")
+        return 1
+    if d["interpreted"]:
+        where = "CPU, in Triton's interpreter (no GPU here; GPU figures in the notebooks are recorded ones)"
+        if os.environ.get("TRITON_INTERPRET") != "1":
+            broken.append("TRITON_INTERPRET is not 1 although there is no GPU")
+    else:
+        where = f"GPU: {d['gpu']} ({d['sm_count']} SMs, {d['gpu_memory_GiB']} GiB), CUDA {d['cuda']}"
+    print(f"where kernels run: {where}")
+    print(f"Python {platform.python_version()} on {platform.system()} {platform.machine()}")
+    print("versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()))
+    for m in missing_required:
+        print(f"MISSING: {m}")
+    for m in missing_optional:
+        print(f"missing (optional): {m}")
+    broken += [f"missing {m}" for m in missing_required]
+
+    # the recorded GPU results the notebooks fall back to
+    from workbook import bench
+
+    names = sorted(p.stem for p in Path(bench.DATA_DIR).glob("*.json"))
+    bad = []
+    for name in names:
+        try:
+            bench.load_record(name)
+        except Exception as e:  # noqa: BLE001
+            bad.append(f"{name}.json ({_one_line(e, 120)})")
+    print("recorded GPU results (workbook/data/): " + (", ".join(names) or "none")
+          + (f"; BROKEN: {'; '.join(bad)}" if bad else ""))
+    broken += [f"broken record {b}" for b in bad]
+
+    print("smoke runs (one small kernel per topic, against its pure-torch reference):")
+    for topic in args.topics or topic_modules():
+        t0 = time.perf_counter()
+        ok, verdict = run_smoke(topic)
+        print(f"  [{'ok' if ok else 'FAILED'}] {topic}: {verdict} ({time.perf_counter() - t0:.1f} s)")
+        if not ok:
+            broken.append(f"topic {topic}")
+    if broken:
+        print("NOT READY: " + "; ".join(broken))
+        return 1
+    print("ready: every notebook's needs are met")
     return 0
+
+
+# --------------------------------------------------------------------------------------------------
+# bench
+# --------------------------------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def _count_measurements(bar):
+    """Advance ``bar`` once per ``triton.testing.do_bench`` call (every timing in the workbook goes
+    through it: workbook.bench.time_us and graph_time_us import it at call time)."""
+    import triton.testing
+
+    original = triton.testing.do_bench
+
+    def counted(*a, **k):
+        try:
+            return original(*a, **k)
+        finally:
+            bar.update(1)
+
+    triton.testing.do_bench = counted
+    try:
+        yield
+    finally:
+        triton.testing.do_bench = original
+
+
+class _Counter:
+    """Stand-in for a tqdm bar where tqdm is not installed (a GPU box without internet access)."""
+
+    def __init__(self, desc: str):
+        self.desc, self.n = desc, 0
+
+    def update(self, k: int = 1) -> None:
+        self.n += k
+        print(f"\r{self.desc}: {self.n} measurements", end="", file=sys.stderr, flush=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        print(file=sys.stderr)
+
+
+def _progress(desc: str):
+    """A progress bar over the measurements (tqdm; total unknown, so it counts and shows the rate)."""
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        return _Counter(desc)
+    return tqdm(desc=desc, unit=" measurements", file=sys.stderr)
+
+
+def _gpu_present() -> bool:
+    from workbook.device import ON_GPU
+
+    return ON_GPU
 
 
 def _cmd_bench(args) -> int:
+    known = bench_topics()
+    unknown = [t for t in args.topics if t not in known]
+    if unknown:
+        raise CommandError(f"unknown topic{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
+                           f"known topics: {', '.join(known)}", 2)
+    if not _gpu_present():
+        raise CommandError("bench measures GPU time and this machine has no GPU (kernels run in Triton's "
+                           "interpreter here); the notebooks show the H200 results recorded in workbook/data/.", 2)
+    from workbook import bench
+
     for topic in args.topics:
         module = importlib.import_module("workbook.bench" if topic == "alloc" else f"workbook.{topic}")
-        if not hasattr(module, "benchmark"):
-            raise SystemExit(f"workbook.{topic} has no benchmark()")
         t0 = time.time()
-        results, ceilings = module.benchmark()
+        with _progress(f"bench {topic}") as bar, _count_measurements(bar):
+            results, ceilings = module.benchmark()
         path = bench.save_record(topic, results, ceilings, Path(args.data) if args.data else None)
-        print(f"[{topic}] {time.time() - t0:.0f} s -> {path}")
+        n = len(results) if isinstance(results, (list, dict)) else 1
+        print(f"[{topic}] {bar.n} measurements in {time.time() - t0:.0f} s; {n} result entries -> {path}")
     return 0
 
 
-def _cmd_execute(args) -> int:
-    import nbformat
-    from nbclient import NotebookClient
+# --------------------------------------------------------------------------------------------------
+# execute
+# --------------------------------------------------------------------------------------------------
 
+def _cell_error(nb) -> str:
+    for i, cell in enumerate(nb.cells):
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "error":
+                return f"in code cell {i} ({out.get('ename')}: {' '.join(str(out.get('evalue', '')).split())[:200]})"
+    return ""
+
+
+def _cmd_execute(args) -> int:
+    try:
+        import nbformat
+        from nbclient import NotebookClient
+    except ImportError as e:
+        raise CommandError(f"execute needs nbclient and nbformat ({_one_line(e)}): "
+                           "python3 -m pip install nbclient nbformat")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     status = 0
     for nb_path in map(Path, args.notebooks):
-        nb = nbformat.read(nb_path, as_version=4)
+        if not nb_path.is_file():
+            print(f"[{nb_path}] not found: no such notebook file")
+            status = 1
+            continue
+        try:
+            nb = nbformat.read(nb_path, as_version=4)
+        except Exception as e:  # noqa: BLE001 - not JSON, not a notebook
+            print(f"[{nb_path.name}] not a readable notebook: {_one_line(e, 200)}")
+            status = 1
+            continue
         t0 = time.time()
         try:
             NotebookClient(nb, timeout=args.timeout, kernel_name=args.kernel,
                            resources={"metadata": {"path": str(nb_path.parent)}}).execute()
             print(f"[{nb_path.name}] executed in {time.time() - t0:.0f} s")
-        except Exception as e:  # keep going: the partial notebook shows where it stopped
-            print(f"[{nb_path.name}] FAILED after {time.time() - t0:.0f} s: {type(e).__name__}: {str(e)[-2000:]}")
+        except Exception as e:  # noqa: BLE001 - keep going: the partial notebook shows where it stopped
+            where = _cell_error(nb) or _one_line(e, 200)
+            print(f"[{nb_path.name}] FAILED after {time.time() - t0:.0f} s {where}; partial notebook saved")
             status = 1
         nbformat.write(nb, out / nb_path.name)
     return status
 
 
-def main(argv=None) -> int:
+# --------------------------------------------------------------------------------------------------
+# main
+# --------------------------------------------------------------------------------------------------
+
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m workbook", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("check", help="where kernels run, versions").set_defaults(fn=_cmd_check)
-    b = sub.add_parser("bench", help="run GPU benchmarks and record them")
-    b.add_argument("topics", nargs="+")
+    p.add_argument("--traceback", action="store_true", help="show the full Python traceback of an unexpected error")
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+    for name in ("doctor", "check"):
+        d = sub.add_parser(
+            name, help="where kernels run, versions, what is missing, and a smoke run per topic"
+            + (" (alias of doctor)" if name == "check" else ""),
+            description="Say where the kernels will run (GPU or Triton's interpreter), the versions and what "
+                        "is missing, check the recorded GPU results, and launch one small kernel per topic "
+                        "against its reference. Exit code 1 when something a notebook needs is broken.")
+        d.add_argument("topics", nargs="*", help="topics to smoke-test (default: every topic)")
+        d.set_defaults(fn=_cmd_doctor)
+    b = sub.add_parser("bench", help="run GPU benchmarks and record them as JSON",
+                       description="Run each topic's benchmark() on the GPU with a progress bar over the "
+                                   "measurements and write workbook/data/<topic>.json. Needs a GPU (exit "
+                                   "code 2 without one, or for an unknown topic).")
+    b.add_argument("topics", nargs="+", metavar="TOPIC", help="alloc, or a topic with a benchmark()")
     b.add_argument("--data", help="directory for the JSON records (default workbook/data)")
     b.set_defaults(fn=_cmd_bench)
-    e = sub.add_parser("execute", help="execute notebooks with nbclient and save them with outputs")
-    e.add_argument("notebooks", nargs="+")
-    e.add_argument("--out", required=True)
-    e.add_argument("--timeout", type=int, default=600, help="seconds per cell")
-    e.add_argument("--kernel", default="python3")
+    e = sub.add_parser("execute", help="execute notebooks top to bottom and save them with outputs",
+                       description="Execute each notebook with nbclient and save it, outputs included, "
+                                   "into --out. A missing or failing notebook gets one line; the others "
+                                   "still run. Exit code 1 if any failed.")
+    e.add_argument("notebooks", nargs="+", metavar="NB.ipynb")
+    e.add_argument("--out", required=True, help="directory for the executed notebooks")
+    e.add_argument("--timeout", type=int, default=600, help="seconds per cell (default 600)")
+    e.add_argument("--kernel", default="python3", help="Jupyter kernel name (default python3)")
     e.set_defaults(fn=_cmd_execute)
-    args = p.parse_args(argv)
-    return args.fn(args)
+    return p
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    debug = args.traceback or os.environ.get("WORKBOOK_DEBUG", "") not in ("", "0")
+    try:
+        import workbook  # noqa: F401  (device choice first: sets TRITON_INTERPRET=1 without a GPU)
+
+        return args.fn(args)
+    except CommandError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001 - a command line answers in one line, not a traceback
+        if debug:
+            raise
+        print(f"error: {_one_line(e)} ({_DEBUG_HINT})", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

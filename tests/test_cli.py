@@ -1,0 +1,128 @@
+"""The command line (python -m workbook ...): help for every command, one-line errors instead of
+tracebacks, doctor's verdicts and exit codes, bench's GPU guard, topic list and progress count."""
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import workbook.__main__ as cli
+from workbook.device import ON_GPU
+
+
+def run(capsys, *argv):
+    rc = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    return rc, out, err
+
+
+@pytest.mark.parametrize("cmd, words", [
+    ([], "doctor"), (["doctor"], "smoke"), (["check"], "smoke"), (["bench"], "progress bar"),
+    (["execute"], "--out"),
+])
+def test_every_command_has_help(capsys, cmd, words):
+    with pytest.raises(SystemExit) as e:
+        cli.main(cmd + ["--help"])
+    assert e.value.code == 0 and words in capsys.readouterr().out
+
+
+def test_doctor_reports_device_versions_and_a_smoke_run(capsys):
+    rc, out, _ = run(capsys, "doctor", "start_here")
+    assert rc == 0, out
+    assert ("Triton's interpreter" in out) != ON_GPU and "versions: torch" in out
+    assert "[ok] start_here: iota(100)" in out and "ready" in out
+
+
+def test_doctor_fails_on_a_broken_topic_and_a_missing_package(capsys, monkeypatch):
+    def broken():
+        raise RuntimeError("kernel wrote garbage")
+    monkeypatch.setitem(cli.SMOKE, "start_here", broken)
+    monkeypatch.setitem(cli.PACKAGES, "no-such-distribution-here", ("a notebook", True))
+    rc, out, _ = run(capsys, "check", "start_here")
+    assert rc == 1
+    assert "[FAILED] start_here: RuntimeError: kernel wrote garbage" in out
+    assert "MISSING: no-such-distribution-here" in out and "NOT READY" in out
+
+
+def test_topics_are_found_from_the_files():
+    assert {"start_here", "nvfp4", "fp8", "gdn"} <= set(cli.topic_modules())
+    assert cli.bench_topics()[0] == "alloc" and {"nvfp4", "fp8", "gdn"} <= set(cli.bench_topics())
+    assert "start_here" not in cli.bench_topics()   # no benchmark() there
+
+
+def test_bench_unknown_topic_lists_the_known_ones(capsys):
+    rc, _, err = run(capsys, "bench", "nvfp4", "nope")
+    assert rc == 2 and "unknown topic 'nope'" in err and "alloc, " in err and "nvfp4" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.skipif(ON_GPU, reason="the no-GPU message")
+def test_bench_without_a_gpu_is_one_line(capsys):
+    rc, _, err = run(capsys, "bench", "alloc")
+    assert rc == 2 and "no GPU" in err and len(err.strip().splitlines()) == 1
+
+
+def test_bench_counts_measurements_and_writes_the_record(capsys, monkeypatch, tmp_path):
+    import triton.testing
+
+    import workbook.bench as bench
+
+    monkeypatch.setattr(triton.testing, "do_bench", lambda fn, **k: 1.0)
+
+    def fake_benchmark():
+        from triton.testing import do_bench  # as workbook.bench.time_us does, at call time
+        return {"t_ms": [do_bench(None) for _ in range(3)]}, {"copy_GBps": 1.0}
+
+    monkeypatch.setattr(bench, "benchmark", fake_benchmark)
+    monkeypatch.setattr(cli, "_gpu_present", lambda: True)
+    rc, out, err = run(capsys, "bench", "alloc", "--data", str(tmp_path))
+    assert rc == 0, err
+    assert "[alloc] 3 measurements" in out and "measurements" in err   # the tqdm bar is on stderr
+    assert json.loads((tmp_path / "alloc.json").read_text())["results"] == {"t_ms": [1.0, 1.0, 1.0]}
+    assert triton.testing.do_bench.__name__ == "<lambda>"               # restored afterwards
+
+
+def test_execute_missing_and_broken_notebooks_get_one_line(capsys, tmp_path):
+    bad = tmp_path / "bad.ipynb"
+    bad.write_text("this is not json")
+    rc, out, _ = run(capsys, "execute", str(tmp_path / "missing.ipynb"), str(bad), "--out", str(tmp_path / "o"))
+    assert rc == 1
+    lines = out.strip().splitlines()
+    assert len(lines) == 2 and "not found" in lines[0] and "not a readable notebook" in lines[1]
+
+
+def test_execute_names_the_failing_cell(capsys, tmp_path):
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1"), nbformat.v4.new_code_cell("1 / 0")])
+    nbformat.write(nb, tmp_path / "fails.ipynb")
+    rc, out, _ = run(capsys, "execute", str(tmp_path / "fails.ipynb"), "--out", str(tmp_path / "o"), "--timeout", "60")
+    assert rc == 1 and "in code cell 1 (ZeroDivisionError" in out, out
+    assert (tmp_path / "o" / "fails.ipynb").exists()
+
+
+def test_unexpected_errors_are_one_line_unless_asked(capsys, monkeypatch):
+    def boom(args):
+        raise RuntimeError("something broke")
+    monkeypatch.setattr(cli, "_cmd_doctor", boom)
+    rc, _, err = run(capsys, "doctor")
+    assert rc == 1 and err.strip() == ("error: RuntimeError: something broke (rerun with --traceback "
+                                       "(or WORKBOOK_DEBUG=1) for the full trace)")
+    with pytest.raises(RuntimeError, match="something broke"):
+        cli.main(["--traceback", "doctor"])
+
+
+def test_a_real_process_answers_without_a_traceback():
+    p = subprocess.run([sys.executable, "-m", "workbook", "bench", "nope"], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 2 and "Traceback" not in p.stderr and "known topics: alloc" in p.stderr
+
+
+def test_bench_progress_without_tqdm(capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "tqdm.auto", None)   # import fails: the plain counter stands in
+    with cli._progress("bench x") as bar:
+        bar.update(1)
+        bar.update(1)
+    assert bar.n == 2 and "bench x: 2 measurements" in capsys.readouterr().err
