@@ -13,15 +13,14 @@ import triton
 import triton.language as tl
 
 
-# Triton's interpreter (3.9, seen here) returns garbage for tl.dot on bf16/fp16 operands, so there the
-# operands are upcast: products of 16-bit values are exact in fp32, as in the GPU's matrix units.
-_INTERPRETED = tl.constexpr(workbook.device.INTERPRETED)
-
-
 @triton.jit
-def _dot(a, b, F32: tl.constexpr):
-    """a @ b with fp32 accumulation; fp32 operands use 3xTF32 (fp32-accurate) on the GPU."""
-    if _INTERPRETED:
+def _dot(a, b, F32: tl.constexpr, EMULATE: tl.constexpr):
+    """a @ b with fp32 accumulation; fp32 operands use 3xTF32 (fp32-accurate) on the GPU.
+
+    EMULATE: Triton's interpreter (3.9, seen here) returns garbage for tl.dot on bf16/fp16 operands,
+    so there the operands are upcast and multiplied in IEEE fp32: products of 16-bit values are exact
+    in fp32, as in the GPU's matrix units."""
+    if EMULATE:
         return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
     elif F32:
         return tl.dot(a, b, input_precision="tf32x3")
@@ -39,6 +38,11 @@ def _l2norm_rows(b_x):
 # Recurrent form: one program owns a [K, BV] slice of one head's state and walks the tokens.
 # --------------------------------------------------------------------------------------------------
 
+@triton.heuristics({
+    "USE_H0": lambda args: args["h0"] is not None,
+    "STORE_HT": lambda args: args["ht"] is not None,
+    "IS_VARLEN": lambda args: args["cu_seqlens"] is not None,
+})
 @triton.jit
 def fused_recurrent_gdn_fwd_kernel(
     q,                          # [T_all, H, K] queries
@@ -47,9 +51,9 @@ def fused_recurrent_gdn_fwd_kernel(
     g,                          # [T_all, HV] log decay (<= 0)
     beta,                       # [T_all, HV] write strength
     o,                          # [T_all, HV, V] output (every row written by its head's programs)
-    h0,                         # [N, HV, K, V] initial state (read if USE_H0)
-    ht,                         # [N, HV, K, V] final state (written if STORE_HT; may alias h0)
-    cu_seqlens,                 # [N + 1] sequence starts (read if IS_VARLEN)
+    h0,                         # [N, HV, K, V] initial state, or None (USE_H0)
+    ht,                         # [N, HV, K, V] final state, or None (STORE_HT; may alias h0)
+    cu_seqlens,                 # [N + 1] sequence starts, or None (IS_VARLEN)
     scale,                      # query scale (fp32)
     T,                          # tokens per sequence when not IS_VARLEN
     H: tl.constexpr,            # key heads
@@ -58,10 +62,10 @@ def fused_recurrent_gdn_fwd_kernel(
     V: tl.constexpr,            # value head dim
     BK: tl.constexpr,           # next power of two >= K (whole key dim in one block)
     BV: tl.constexpr,           # value columns per program
-    USE_H0: tl.constexpr,       # start from h0 instead of zeros
-    STORE_HT: tl.constexpr,     # write the final state
-    IS_VARLEN: tl.constexpr,    # sequences given by cu_seqlens
     USE_QK_L2NORM: tl.constexpr,  # L2-normalise q and k rows in the kernel
+    USE_H0: tl.constexpr,       # h0 given: start from it instead of zeros (heuristic)
+    STORE_HT: tl.constexpr,     # ht given: write the final state (heuristic)
+    IS_VARLEN: tl.constexpr,    # cu_seqlens given (heuristic)
 ):
     i_v, i_nh = tl.program_id(0), tl.program_id(1)
     i_n, i_hv = i_nh // HV, i_nh % HV
@@ -190,15 +194,16 @@ def _ieee(a, b):
 
 
 @triton.jit
-def _store_rows16(p, b_x, t0, eos, b: tl.constexpr, i_hv, HV: tl.constexpr, D: tl.constexpr,
+def _store_rows16(y, b_x, t0, eos, b: tl.constexpr, i_hv, HV: tl.constexpr, D: tl.constexpr,
                   BD: tl.constexpr):
-    """Store a [16, BD] tile as rows [t0 + 16b, +16) of a [T_all, HV, D] tensor (rows < eos)."""
+    """Store a [16, BD] tile as rows [t0 + 16b, +16) of a [T_all, HV, D] tensor y (rows < eos)."""
     o_t = t0 + b * 16 + tl.arange(0, 16)
     o_d = tl.arange(0, BD)
-    tl.store(p + (o_t[:, None] * HV + i_hv) * D + o_d[None, :], b_x.to(p.dtype.element_ty),
+    tl.store(y + (o_t[:, None] * HV + i_hv) * D + o_d[None, :], b_x.to(y.dtype.element_ty),
              mask=(o_t < eos)[:, None] & (o_d < D)[None, :])
 
 
+@triton.heuristics({"IS_VARLEN": lambda args: args["cu_seqlens"] is not None})
 @triton.jit
 def chunk_gdn_prepare_kernel(
     k,                          # [T_all, H, K] keys
@@ -208,8 +213,8 @@ def chunk_gdn_prepare_kernel(
     G,                          # [T_all, HV] fp32 out: in-chunk cumulative sum of g
     w,                          # [T_all, HV, K] out: A diag(beta exp(G)) K
     u,                          # [T_all, HV, V] out: A diag(beta) V
-    cu_seqlens,                 # [N + 1] sequence starts (IS_VARLEN)
-    chunk_indices,              # [NT_all, 2] (sequence, chunk within it) (IS_VARLEN)
+    cu_seqlens,                 # [N + 1] sequence starts, or None (IS_VARLEN)
+    chunk_indices,              # [NT_all, 2] (sequence, chunk within it), or None when not IS_VARLEN
     T,                          # tokens per sequence when not IS_VARLEN
     H: tl.constexpr,            # key heads
     HV: tl.constexpr,           # value heads
@@ -219,7 +224,8 @@ def chunk_gdn_prepare_kernel(
     BK: tl.constexpr,           # padded K (power of two >= 16)
     BV: tl.constexpr,           # padded V (power of two >= 16)
     USE_QK_L2NORM: tl.constexpr,  # L2-normalise k rows
-    IS_VARLEN: tl.constexpr,    # chunk positions from chunk_indices
+    EMULATE: tl.constexpr,      # interpreter: tl.dot on fp32 copies (see _dot)
+    IS_VARLEN: tl.constexpr,    # cu_seqlens given: chunk positions from chunk_indices (heuristic)
 ):
     tl.static_assert(BT == 64, "the block inverse below is written for 64 = 4 x 16 rows")
     i_c, i_hv = tl.program_id(0), tl.program_id(1)
@@ -247,16 +253,16 @@ def chunk_gdn_prepare_kernel(
     # accumulation); the inverse itself in fp32 FMA arithmetic.
     dt = w.dtype.element_ty
     b_kd0, b_kd1, b_kd2, b_kd3 = b_k0.to(dt), b_k1.to(dt), b_k2.to(dt), b_k3.to(dt)
-    b_L00 = _decay_block(_dot(b_kd0, tl.trans(b_kd0), F32), b_G0, b_G0, b_b0, True)
-    b_L11 = _decay_block(_dot(b_kd1, tl.trans(b_kd1), F32), b_G1, b_G1, b_b1, True)
-    b_L22 = _decay_block(_dot(b_kd2, tl.trans(b_kd2), F32), b_G2, b_G2, b_b2, True)
-    b_L33 = _decay_block(_dot(b_kd3, tl.trans(b_kd3), F32), b_G3, b_G3, b_b3, True)
-    b_L10 = _decay_block(_dot(b_kd1, tl.trans(b_kd0), F32), b_G1, b_G0, b_b1, False)
-    b_L20 = _decay_block(_dot(b_kd2, tl.trans(b_kd0), F32), b_G2, b_G0, b_b2, False)
-    b_L21 = _decay_block(_dot(b_kd2, tl.trans(b_kd1), F32), b_G2, b_G1, b_b2, False)
-    b_L30 = _decay_block(_dot(b_kd3, tl.trans(b_kd0), F32), b_G3, b_G0, b_b3, False)
-    b_L31 = _decay_block(_dot(b_kd3, tl.trans(b_kd1), F32), b_G3, b_G1, b_b3, False)
-    b_L32 = _decay_block(_dot(b_kd3, tl.trans(b_kd2), F32), b_G3, b_G2, b_b3, False)
+    b_L00 = _decay_block(_dot(b_kd0, tl.trans(b_kd0), F32, EMULATE), b_G0, b_G0, b_b0, True)
+    b_L11 = _decay_block(_dot(b_kd1, tl.trans(b_kd1), F32, EMULATE), b_G1, b_G1, b_b1, True)
+    b_L22 = _decay_block(_dot(b_kd2, tl.trans(b_kd2), F32, EMULATE), b_G2, b_G2, b_b2, True)
+    b_L33 = _decay_block(_dot(b_kd3, tl.trans(b_kd3), F32, EMULATE), b_G3, b_G3, b_b3, True)
+    b_L10 = _decay_block(_dot(b_kd1, tl.trans(b_kd0), F32, EMULATE), b_G1, b_G0, b_b1, False)
+    b_L20 = _decay_block(_dot(b_kd2, tl.trans(b_kd0), F32, EMULATE), b_G2, b_G0, b_b2, False)
+    b_L21 = _decay_block(_dot(b_kd2, tl.trans(b_kd1), F32, EMULATE), b_G2, b_G1, b_b2, False)
+    b_L30 = _decay_block(_dot(b_kd3, tl.trans(b_kd0), F32, EMULATE), b_G3, b_G0, b_b3, False)
+    b_L31 = _decay_block(_dot(b_kd3, tl.trans(b_kd1), F32, EMULATE), b_G3, b_G1, b_b3, False)
+    b_L32 = _decay_block(_dot(b_kd3, tl.trans(b_kd2), F32, EMULATE), b_G3, b_G2, b_b3, False)
 
     # A = (I + L)^-1: diagonal blocks by forward substitution, then A_ij = -A_ii sum_{m=j}^{i-1} L_im A_mj
     b_A00 = _inv_unit_lower16(b_L00)
@@ -283,18 +289,18 @@ def chunk_gdn_prepare_kernel(
     a10, a20, a21 = b_A10.to(dt), b_A20.to(dt), b_A21.to(dt)
     a30, a31, a32 = b_A30.to(dt), b_A31.to(dt), b_A32.to(dt)
 
-    _store_rows16(w, _dot(a00, b_kb0, F32), t0, eos, 0, i_hv, HV, K, BK)
-    _store_rows16(w, _dot(a10, b_kb0, F32) + _dot(a11, b_kb1, F32), t0, eos, 1, i_hv, HV, K, BK)
-    _store_rows16(w, _dot(a20, b_kb0, F32) + _dot(a21, b_kb1, F32) + _dot(a22, b_kb2, F32),
-                  t0, eos, 2, i_hv, HV, K, BK)
-    _store_rows16(w, _dot(a30, b_kb0, F32) + _dot(a31, b_kb1, F32) + _dot(a32, b_kb2, F32)
-                  + _dot(a33, b_kb3, F32), t0, eos, 3, i_hv, HV, K, BK)
-    _store_rows16(u, _dot(a00, b_vb0, F32), t0, eos, 0, i_hv, HV, V, BV)
-    _store_rows16(u, _dot(a10, b_vb0, F32) + _dot(a11, b_vb1, F32), t0, eos, 1, i_hv, HV, V, BV)
-    _store_rows16(u, _dot(a20, b_vb0, F32) + _dot(a21, b_vb1, F32) + _dot(a22, b_vb2, F32),
-                  t0, eos, 2, i_hv, HV, V, BV)
-    _store_rows16(u, _dot(a30, b_vb0, F32) + _dot(a31, b_vb1, F32) + _dot(a32, b_vb2, F32)
-                  + _dot(a33, b_vb3, F32), t0, eos, 3, i_hv, HV, V, BV)
+    _store_rows16(w, _dot(a00, b_kb0, F32, EMULATE), t0, eos, 0, i_hv, HV, K, BK)
+    _store_rows16(w, _dot(a10, b_kb0, F32, EMULATE) + _dot(a11, b_kb1, F32, EMULATE), t0, eos, 1, i_hv, HV, K, BK)
+    _store_rows16(w, _dot(a20, b_kb0, F32, EMULATE) + _dot(a21, b_kb1, F32, EMULATE)
+                  + _dot(a22, b_kb2, F32, EMULATE), t0, eos, 2, i_hv, HV, K, BK)
+    _store_rows16(w, _dot(a30, b_kb0, F32, EMULATE) + _dot(a31, b_kb1, F32, EMULATE)
+                  + _dot(a32, b_kb2, F32, EMULATE) + _dot(a33, b_kb3, F32, EMULATE), t0, eos, 3, i_hv, HV, K, BK)
+    _store_rows16(u, _dot(a00, b_vb0, F32, EMULATE), t0, eos, 0, i_hv, HV, V, BV)
+    _store_rows16(u, _dot(a10, b_vb0, F32, EMULATE) + _dot(a11, b_vb1, F32, EMULATE), t0, eos, 1, i_hv, HV, V, BV)
+    _store_rows16(u, _dot(a20, b_vb0, F32, EMULATE) + _dot(a21, b_vb1, F32, EMULATE)
+                  + _dot(a22, b_vb2, F32, EMULATE), t0, eos, 2, i_hv, HV, V, BV)
+    _store_rows16(u, _dot(a30, b_vb0, F32, EMULATE) + _dot(a31, b_vb1, F32, EMULATE)
+                  + _dot(a32, b_vb2, F32, EMULATE) + _dot(a33, b_vb3, F32, EMULATE), t0, eos, 3, i_hv, HV, V, BV)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -302,6 +308,11 @@ def chunk_gdn_prepare_kernel(
 # head's state and walks that sequence's chunks: v' = u - w h ; h <- exp(G_C) h + (K exp(G_C - G))^T v'.
 # --------------------------------------------------------------------------------------------------
 
+@triton.heuristics({
+    "USE_H0": lambda args: args["h0"] is not None,
+    "STORE_HT": lambda args: args["ht"] is not None,
+    "IS_VARLEN": lambda args: args["cu_seqlens"] is not None,
+})
 @triton.jit
 def chunk_gdn_state_kernel(
     k,                          # [T_all, H, K] keys
@@ -310,10 +321,10 @@ def chunk_gdn_state_kernel(
     G,                          # [T_all, HV] fp32 cumulative log decay from kernel 1
     h,                          # [NT_all, HV, K, V] out: state at the start of every chunk
     v_new,                      # [T_all, HV, V] out: v' = u - w h
-    h0,                         # [N, HV, K, V] initial state (USE_H0)
-    ht,                         # [N, HV, K, V] final state (STORE_HT; may alias h0)
-    cu_seqlens,                 # [N + 1] sequence starts (IS_VARLEN)
-    chunk_offsets,              # [N + 1] first global chunk of each sequence (IS_VARLEN)
+    h0,                         # [N, HV, K, V] initial state, or None (USE_H0)
+    ht,                         # [N, HV, K, V] final state, or None (STORE_HT; may alias h0)
+    cu_seqlens,                 # [N + 1] sequence starts, or None (IS_VARLEN)
+    chunk_offsets,              # [N + 1] first global chunk of each sequence, or None when not IS_VARLEN
     T,                          # tokens per sequence when not IS_VARLEN
     H: tl.constexpr,            # key heads
     HV: tl.constexpr,           # value heads
@@ -322,10 +333,11 @@ def chunk_gdn_state_kernel(
     BT: tl.constexpr,           # chunk length
     BK: tl.constexpr,           # padded K
     BV: tl.constexpr,           # value columns per program
-    USE_H0: tl.constexpr,       # start from h0
-    STORE_HT: tl.constexpr,     # write the final state
     USE_QK_L2NORM: tl.constexpr,  # L2-normalise k rows
-    IS_VARLEN: tl.constexpr,    # sequences given by cu_seqlens
+    EMULATE: tl.constexpr,      # interpreter: tl.dot on fp32 copies (see _dot)
+    USE_H0: tl.constexpr,       # h0 given: start from it (heuristic)
+    STORE_HT: tl.constexpr,     # ht given: write the final state (heuristic)
+    IS_VARLEN: tl.constexpr,    # cu_seqlens given (heuristic)
 ):
     i_v, i_nh = tl.program_id(0), tl.program_id(1)
     i_n, i_hv = i_nh // HV, i_nh % HV
@@ -361,7 +373,7 @@ def chunk_gdn_state_kernel(
         tl.store(h + ((c0 + i_t) * HV + i_hv) * K * V + o_hkv, b_h.to(dt), mask=m_h)
         b_w = tl.load(w + (o_t[:, None] * HV + i_hv) * K + o_k[None, :], mask=m_t[:, None] & m_k[None, :], other=0)
         b_u = tl.load(u + (o_t[:, None] * HV + i_hv) * V + o_v[None, :], mask=m_t[:, None] & m_v[None, :], other=0)
-        b_v = b_u.to(tl.float32) - _dot(b_w, b_h.to(dt), F32)
+        b_v = b_u.to(tl.float32) - _dot(b_w, b_h.to(dt), F32, EMULATE)
         tl.store(v_new + (o_t[:, None] * HV + i_hv) * V + o_v[None, :], b_v.to(dt), mask=m_t[:, None] & m_v[None, :])
         t_last = tl.minimum(t0 + BT, eos) - 1
         b_glast = tl.load(G + t_last * HV + i_hv)
@@ -371,7 +383,7 @@ def chunk_gdn_state_kernel(
         if USE_QK_L2NORM:
             b_k = _l2norm_rows(b_k.to(tl.float32))
         b_vd = (b_v * tl.exp(b_glast - b_G)[:, None]).to(dt)
-        b_h = b_h * tl.exp(b_glast) + _dot(tl.trans(b_k.to(dt)), b_vd, F32)
+        b_h = b_h * tl.exp(b_glast) + _dot(tl.trans(b_k.to(dt)), b_vd, F32, EMULATE)
     if STORE_HT:
         tl.store(ht + i_nh.to(tl.int64) * K * V + o_hkv, b_h.to(ht.dtype.element_ty), mask=m_h)
 
@@ -381,6 +393,7 @@ def chunk_gdn_state_kernel(
 # O = scale * ((Q exp(G)) h + (Q K^T * Gamma, causal incl. diagonal) v')
 # --------------------------------------------------------------------------------------------------
 
+@triton.heuristics({"IS_VARLEN": lambda args: args["cu_seqlens"] is not None})
 @triton.jit
 def chunk_gdn_output_kernel(
     q,                          # [T_all, H, K] queries
@@ -389,8 +402,8 @@ def chunk_gdn_output_kernel(
     h,                          # [NT_all, HV, K, V] chunk-start states from kernel 2
     G,                          # [T_all, HV] fp32 cumulative log decay
     o,                          # [T_all, HV, V] out
-    cu_seqlens,                 # [N + 1] sequence starts (IS_VARLEN)
-    chunk_indices,              # [NT_all, 2] (sequence, chunk within it) (IS_VARLEN)
+    cu_seqlens,                 # [N + 1] sequence starts, or None (IS_VARLEN)
+    chunk_indices,              # [NT_all, 2] (sequence, chunk within it), or None when not IS_VARLEN
     scale,                      # query scale (fp32)
     T,                          # tokens per sequence when not IS_VARLEN
     H: tl.constexpr,            # key heads
@@ -401,7 +414,8 @@ def chunk_gdn_output_kernel(
     BK: tl.constexpr,           # padded K
     BV: tl.constexpr,           # value columns per program
     USE_QK_L2NORM: tl.constexpr,  # L2-normalise q and k rows
-    IS_VARLEN: tl.constexpr,    # chunk positions from chunk_indices
+    EMULATE: tl.constexpr,      # interpreter: tl.dot on fp32 copies (see _dot)
+    IS_VARLEN: tl.constexpr,    # cu_seqlens given: chunk positions from chunk_indices (heuristic)
 ):
     i_v, i_c, i_hv = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_h = i_hv // (HV // H)
@@ -426,12 +440,12 @@ def chunk_gdn_output_kernel(
                   mask=m_k[:, None] & m_v[None, :], other=0)
     b_G = tl.load(G + o_t * HV + i_hv, mask=m_t, other=0)
 
-    b_o = _dot(b_q.to(dt), b_h, F32) * tl.exp(b_G)[:, None]
+    b_o = _dot(b_q.to(dt), b_h, F32, EMULATE) * tl.exp(b_G)[:, None]
     m_a = (o_i[:, None] >= o_i[None, :]) & m_t[:, None] & m_t[None, :]
-    b_a = _dot(b_q.to(dt), tl.trans(b_k.to(dt)), F32)
+    b_a = _dot(b_q.to(dt), tl.trans(b_k.to(dt)), F32, EMULATE)
     b_a = tl.where(m_a, b_a * tl.exp(tl.where(m_a, b_G[:, None] - b_G[None, :], 0.)), 0.)
     b_vn = tl.load(v_new + (o_t[:, None] * HV + i_hv) * V + o_v[None, :], mask=m_t[:, None] & m_v[None, :], other=0)
-    b_o = (b_o + _dot(b_a.to(dt), b_vn, F32)) * scale
+    b_o = (b_o + _dot(b_a.to(dt), b_vn, F32, EMULATE)) * scale
     tl.store(o + (o_t[:, None] * HV + i_hv) * V + o_v[None, :], b_o.to(o.dtype.element_ty),
              mask=m_t[:, None] & m_v[None, :])
 
@@ -463,3 +477,42 @@ def gated_rmsnorm_kernel(
     b_r = tl.rsqrt(tl.sum(b_x * b_x, axis=1) / D + eps)
     b_y = b_x * b_r[:, None] * b_w[None, :] * (b_z * tl.sigmoid(b_z))
     tl.store(y + o_md, b_y.to(y.dtype.element_ty), mask=m)
+
+
+# --------------------------------------------------------------------------------------------------
+# Notebook 05, exercise 1: a plain solution (one decode step, state updated in place). One program
+# per (sequence, value head) holds that head's whole [K, V] state: simple, not tuned.
+# --------------------------------------------------------------------------------------------------
+
+@triton.jit
+def decode_step_solution_kernel(
+    h,                          # [N, HV, K, V] fp32 state, updated in place
+    q,                          # [N, H, K]
+    k,                          # [N, H, K]
+    v,                          # [N, HV, V]
+    g,                          # [N, HV] log decay
+    beta,                       # [N, HV] write strength
+    o,                          # [N, HV, V] out
+    scale,                      # query scale
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+    BK: tl.constexpr, BV: tl.constexpr,
+):
+    i_nh = tl.program_id(0)                  # one program per (sequence n, value head hv)
+    i_n, i_hv = i_nh // HV, i_nh % HV
+    i_h = i_hv // (HV // H)                  # the key head this value head reads
+    o_k, o_v = tl.arange(0, BK), tl.arange(0, BV)
+    m_k, m_v = o_k < K, o_v < V
+    p_h = h + i_nh * K * V + o_k[:, None] * V + o_v[None, :]
+    m_h = m_k[:, None] & m_v[None, :]
+    b_h = tl.load(p_h, mask=m_h, other=0)
+    b_q = tl.load(q + (i_n * H + i_h) * K + o_k, mask=m_k, other=0) * scale
+    b_k = tl.load(k + (i_n * H + i_h) * K + o_k, mask=m_k, other=0)
+    b_v = tl.load(v + i_nh * V + o_v, mask=m_v, other=0)
+    b_g = tl.load(g + i_nh)
+    b_beta = tl.load(beta + i_nh)
+    b_h = b_h * tl.exp(b_g)                                      # decay first
+    b_u = b_beta * (b_v - tl.sum(b_h * b_k[:, None], axis=0))   # correction, with the decayed h
+    b_h = b_h + b_k[:, None] * b_u[None, :]                      # rank-1 write
+    b_o = tl.sum(b_h * b_q[:, None], axis=0)                     # read with the updated h
+    tl.store(p_h, b_h, mask=m_h)
+    tl.store(o + i_nh * V + o_v, b_o, mask=m_v)

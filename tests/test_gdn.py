@@ -137,8 +137,9 @@ def test_outputs_fully_written_under_poison(kind):
     cu = torch.tensor([0, 15, 100, 130], device=DEVICE)
     x = gdn.make_inputs(1, 130, 1, 48, V=40, HV=2, gate="mixed", seed=10)   # K, V not powers of two
     x["initial_state"] = torch.randn(3, 2, 48, 40, device=DEVICE)
-    small = {"rec_bv": 16, "state_bv": 16, "out_bv": 16}   # several value blocks, masked edges
-    covs = assert_fully_written(lambda: fn(**x, output_final_state=True, cu_seqlens=cu, _config=small),
+    small = ({"BV": 16} if kind == "recurrent"   # several value blocks, masked edges
+             else {"state": {"BV": 16}, "output": {"BV": 16}})
+    covs = assert_fully_written(lambda: fn(**x, output_final_state=True, cu_seqlens=cu, config=small),
                                 names=["o", "final_state"])
     assert all(c.storage_fully_written for c in covs)
 
@@ -148,7 +149,7 @@ def test_chunk_intermediates_fully_written_under_poison():
     x = gdn.make_inputs(1, 130, 1, 32, HV=2, gate="mixed", seed=11)
 
     def run():
-        o, _, inter = gdn.chunk_gated_delta_rule(**x, cu_seqlens=cu, _return_intermediates=True)
+        o, _, inter = gdn.chunk_gated_delta_rule(**x, cu_seqlens=cu, return_intermediates=True)
         return (o, *inter.values())
 
     assert_fully_written(run, names=["o", "G", "w", "u", "v_new", "h"])

@@ -29,16 +29,46 @@ __all__ = [
     "l2norm", "naive_recurrent_gated_delta_rule", "chunk_gated_delta_rule_ref",
     "fused_recurrent_gated_delta_rule", "chunk_gated_delta_rule", "gated_rmsnorm", "gated_rmsnorm_ref",
     "GDNBlockParams", "make_block_params", "qwen3_next_linear_attention", "z_handoff_zero_then_copy",
-    "make_inputs", "benchmark", "plot_state", "plot_benchmark", "CHUNK", "CONFIG",
+    "make_inputs", "benchmark", "benchmark_table", "has_timing_methods", "plot_state", "plot_benchmark",
+    "CHUNK", "CONFIG", "TIMERS",
 ]
 
 CHUNK = 64
 _FLOATS = (torch.float32, torch.bfloat16, torch.float16)
-# Launch configuration (value-block widths and warps). ``benchmark()`` sweeps alternatives on the GPU.
-CONFIG = {"rec_bv": 32, "rec_warps": 4, "prep_warps": 4, "state_bv": None, "state_warps": 4,
-          "out_bv": 64, "out_warps": 4}
+# Default launch configurations, one per launcher, with the names the kernels take (BV: value columns
+# per program; None lets the launcher choose). A launcher's ``config=`` overrides some of them; the
+# chunked launcher takes one dict per kernel. ``benchmark()`` sweeps alternatives on the GPU.
+CONFIG = {
+    "recurrent": {"BV": 32, "num_warps": 4},
+    "chunk": {"prepare": {"num_warps": 4}, "state": {"BV": None, "num_warps": 4},
+              "output": {"BV": 64, "num_warps": 4}},
+    "rmsnorm": {"BM": None, "num_warps": 4},
+}
 if not ON_GPU:  # the interpreter runs programs one after another: fewer, wider programs are faster
-    CONFIG.update(rec_bv=128, state_bv=128, out_bv=128)
+    CONFIG["recurrent"]["BV"] = CONFIG["chunk"]["state"]["BV"] = CONFIG["chunk"]["output"]["BV"] = 128
+
+
+def _merge_config(default: dict, config, name: str) -> dict:
+    """``default`` updated with ``config`` (a dict, or an object with a ``.kwargs`` dict such as
+    ``triton.Config``); unknown names raise, so a typo is not silently ignored."""
+    if config is None:
+        return {n: (dict(v) if isinstance(v, dict) else v) for n, v in default.items()}
+    if not isinstance(config, dict):
+        kw = dict(getattr(config, "kwargs", {}))
+        if getattr(config, "num_warps", None) is not None:
+            kw["num_warps"] = config.num_warps
+        config = kw
+    out = _merge_config(default, None, name)
+    for n, v in config.items():
+        if n not in default:
+            raise ValueError(f"config for {name}: unknown name {n!r}; it takes {sorted(default)}")
+        out[n] = _merge_config(default[n], v, f"{name}[{n!r}]") if isinstance(default[n], dict) else v
+    return out
+
+
+def _pow2(n: int, lo: int = 16) -> int:
+    """The next power of two >= n, at least ``lo`` (tl.dot and tl.arange need powers of two >= 16)."""
+    return max(lo, triton.next_power_of_2(max(n, 1)))
 
 
 def l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -187,8 +217,14 @@ def chunk_gated_delta_rule_ref(q, k, v, g, beta, scale=None, initial_state=None,
 # Launchers
 # --------------------------------------------------------------------------------------------------
 
-def _pow2(n: int, lo: int = 16) -> int:
-    return max(lo, 1 << (max(n, 1) - 1).bit_length())
+def _emulate(emulate):
+    """The one emulation switch: default ``not ON_GPU``; ``emulate=False`` needs a GPU."""
+    if emulate is None:
+        return not ON_GPU
+    if not emulate and not ON_GPU:
+        raise ValueError("emulate=False runs tl.dot on 16-bit operands, which Triton's interpreter gets "
+                         "wrong: it needs a GPU (leave emulate=None here)")
+    return bool(emulate)
 
 
 def _final_state_buffer(initial_state, inplace, N, HV, K, V, dev):
@@ -242,21 +278,22 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=Non
                                      use_qk_l2norm_in_kernel=False, use_gate_in_kernel=False, A_log=None,
                                      dt_bias=None, use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False,
                                      state_v_first=False, cu_seqlens=None, inplace_final_state=False,
-                                     _config=None):
+                                     config=None):
     """Recurrent Gated DeltaNet in one Triton kernel (decode and short sequences).
 
     Arguments in flash-linear-attention's order (``g, gk, gv, beta``: pass beta by keyword, or
     positionally as the 7th argument as in fla). ``gk``/``gv`` and ``state_v_first`` are not
     supported (clear error). Returns ``(o [B, T, HV, V] in v's dtype, final_state [N, HV, K, V] fp32
     or None)``. With ``inplace_final_state=True`` the final state is written into ``initial_state``
-    (its dtype) and that tensor is returned.
+    (its dtype) and that tensor is returned. ``config``: launch configuration, names as in
+    ``CONFIG["recurrent"]`` (``{"BV": 32, "num_warps": 4}``).
     """
     g, beta = _fla_gates(q, v, g, beta, gk=gk, gv=gv, use_gate_in_kernel=use_gate_in_kernel, A_log=A_log,
                          dt_bias=dt_bias, use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel,
                          allow_neg_eigval=allow_neg_eigval, state_v_first=state_v_first)
     B, T, H, HV, K, V, N, _ = _check(q, k, v, g, beta, scale, initial_state, cu_seqlens,
                                      device=DEVICE, inplace=inplace_final_state)
-    cfg = {**CONFIG, **(_config or {})}
+    cfg = _merge_config(CONFIG["recurrent"], config, "fused_recurrent_gated_delta_rule")
     scale = K ** -0.5 if scale is None else float(scale)
     # empty: o[b, t, hv, :] is written by the programs of head hv of the sequence holding t, one
     # value block each, at its step t; every token belongs to exactly one sequence (checked above).
@@ -264,16 +301,14 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=Non
     store = output_final_state or inplace_final_state
     ht = _final_state_buffer(initial_state, inplace_final_state, N, HV, K, V, q.device) if store else None
     BK = _pow2(K)
-    BV = min(cfg["rec_bv"], _pow2(V))
+    BV = min(cfg["BV"], _pow2(V))
     require_launchable(kern.fused_recurrent_gdn_fwd_kernel)
+    # initial_state, ht and cu_seqlens go in as None when absent: the kernel's heuristics turn them
+    # into the constexpr flags USE_H0, STORE_HT, IS_VARLEN (no placeholder tensor anywhere).
     kern.fused_recurrent_gdn_fwd_kernel[(triton.cdiv(V, BV), N * HV)](
-        q, k, v, g, beta, o,
-        initial_state if initial_state is not None else o,   # dummy pointer when unused
-        ht if ht is not None else o,
-        cu_seqlens if cu_seqlens is not None else o,
-        scale, T, H=H, HV=HV, K=K, V=V, BK=BK, BV=BV,
-        USE_H0=initial_state is not None, STORE_HT=store, IS_VARLEN=cu_seqlens is not None,
-        USE_QK_L2NORM=bool(use_qk_l2norm_in_kernel), num_warps=cfg["rec_warps"])
+        q, k, v, g, beta, o, initial_state, ht, cu_seqlens, scale, T,
+        H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, USE_QK_L2NORM=bool(use_qk_l2norm_in_kernel),
+        num_warps=cfg["num_warps"])
     return o, ht
 
 
@@ -289,8 +324,8 @@ def _chunk_tables(bounds, dev):
 
 
 def _state_bv(cfg, N, HV, V):
-    if cfg["state_bv"]:
-        return min(cfg["state_bv"], _pow2(V))
+    if cfg["BV"]:
+        return min(cfg["BV"], _pow2(V))
     # the state pass is sequential over chunks; widen the grid until it fills the SMs
     for bv in (64, 32):
         if N * HV * triton.cdiv(V, bv) >= 256:
@@ -302,12 +337,19 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
                            use_qk_l2norm_in_kernel=False, use_beta_sigmoid_in_kernel=False,
                            allow_neg_eigval=False, state_v_first=False, cu_seqlens=None, cu_seqlens_cpu=None,
                            chunk_indices=None, *, use_gate_in_kernel=False, A_log=None, dt_bias=None,
-                           inplace_final_state=False, _config=None, _return_intermediates=False):
+                           inplace_final_state=False, config=None, return_intermediates=False,
+                           emulate: bool | None = None):
     """Chunked Gated DeltaNet (prefill), chunks of 64 tokens, three Triton kernels:
     prepare (G, w, u; parallel over chunks) -> state pass (sequential over chunks) -> output
     (parallel over chunks). Arguments in flash-linear-attention's order; returns as
     :func:`fused_recurrent_gated_delta_rule`. ``cu_seqlens_cpu`` (a host copy of cu_seqlens) is
-    checked against cu_seqlens; ``chunk_indices`` is accepted and ignored (recomputed here)."""
+    checked against cu_seqlens; ``chunk_indices`` is accepted and ignored (recomputed here).
+
+    ``config``: launch configuration, one dict per kernel, names as in ``CONFIG["chunk"]`` (e.g.
+    ``{"state": {"BV": 32, "num_warps": 8}}``). ``return_intermediates=True`` also returns the dict
+    of intermediate buffers (G, w, u, v_new, h) so that their coverage can be checked.
+    ``emulate`` (default: True without a GPU) runs ``tl.dot`` on fp32 copies, the interpreter's
+    workaround (kernels/gdn.py ``_dot``); ``emulate=False`` needs a GPU."""
     g, beta = _fla_gates(q, v, g, beta, use_gate_in_kernel=use_gate_in_kernel, A_log=A_log, dt_bias=dt_bias,
                          use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel,
                          allow_neg_eigval=allow_neg_eigval, state_v_first=state_v_first)
@@ -317,10 +359,11 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
             raise ValueError("cu_seqlens_cpu must hold the same offsets as cu_seqlens")
     B, T, H, HV, K, V, N, bounds = _check(q, k, v, g, beta, scale, initial_state, cu_seqlens,
                                           device=DEVICE, inplace=inplace_final_state)
-    cfg = {**CONFIG, **(_config or {})}
+    cfg = _merge_config(CONFIG["chunk"], config, "chunk_gated_delta_rule")
+    emulate = _emulate(emulate)
     scale = K ** -0.5 if scale is None else float(scale)
     dev = q.device
-    dt = cfg.get("inter_dtype") or q.dtype   # storage dtype of w, u, v', h (and of the matrix units)
+    dt = q.dtype   # storage dtype of w, u, v', h (and of the matrix units), as in fla
     varlen = cu_seqlens is not None
     if varlen:
         chunk_indices, chunk_offsets, NT = _chunk_tables(bounds, dev)
@@ -343,30 +386,28 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     o = torch.empty_like(v)
     store = output_final_state or inplace_final_state
     ht = _final_state_buffer(initial_state, inplace_final_state, N, HV, K, V, dev) if store else None
-    dummy = G
-    cu = cu_seqlens if varlen else dummy
+    # Absent optional inputs (initial_state, ht, cu_seqlens and its tables) go in as None; the
+    # kernels' heuristics turn them into constexpr flags.
     for kfn in (kern.chunk_gdn_prepare_kernel, kern.chunk_gdn_state_kernel, kern.chunk_gdn_output_kernel):
         require_launchable(kfn)
     l2 = bool(use_qk_l2norm_in_kernel)
     if NT:
         kern.chunk_gdn_prepare_kernel[(NT, HV)](
-            k, v, g, beta, G, w, u, cu, chunk_indices if varlen else dummy, T,
-            H=H, HV=HV, K=K, V=V, BT=CHUNK, BK=BK, BV=BVf, USE_QK_L2NORM=l2, IS_VARLEN=varlen,
-            num_warps=cfg["prep_warps"])
-    BV2 = _state_bv(cfg, N, HV, V)
+            k, v, g, beta, G, w, u, cu_seqlens, chunk_indices, T,
+            H=H, HV=HV, K=K, V=V, BT=CHUNK, BK=BK, BV=BVf, USE_QK_L2NORM=l2, EMULATE=emulate,
+            num_warps=cfg["prepare"]["num_warps"])
+    BV2 = _state_bv(cfg["state"], N, HV, V)
     kern.chunk_gdn_state_kernel[(triton.cdiv(V, BV2), N * HV)](
-        k, w, u, G, h, v_new,
-        initial_state if initial_state is not None else dummy, ht if ht is not None else dummy,
-        cu, chunk_offsets if varlen else dummy, T,
-        H=H, HV=HV, K=K, V=V, BT=CHUNK, BK=BK, BV=BV2, USE_H0=initial_state is not None,
-        STORE_HT=store, USE_QK_L2NORM=l2, IS_VARLEN=varlen, num_warps=cfg["state_warps"])
-    BV3 = min(cfg["out_bv"], BVf)
+        k, w, u, G, h, v_new, initial_state, ht, cu_seqlens, chunk_offsets, T,
+        H=H, HV=HV, K=K, V=V, BT=CHUNK, BK=BK, BV=BV2, USE_QK_L2NORM=l2, EMULATE=emulate,
+        num_warps=cfg["state"]["num_warps"])
+    BV3 = min(cfg["output"]["BV"], BVf)
     if NT:
         kern.chunk_gdn_output_kernel[(triton.cdiv(V, BV3), NT, HV)](
-            q, k, v_new, h, G, o, cu, chunk_indices if varlen else dummy, scale, T,
-            H=H, HV=HV, K=K, V=V, BT=CHUNK, BK=BK, BV=BV3, USE_QK_L2NORM=l2, IS_VARLEN=varlen,
-            num_warps=cfg["out_warps"])
-    if _return_intermediates:
+            q, k, v_new, h, G, o, cu_seqlens, chunk_indices, scale, T,
+            H=H, HV=HV, K=K, V=V, BT=CHUNK, BK=BK, BV=BV3, USE_QK_L2NORM=l2, EMULATE=emulate,
+            num_warps=cfg["output"]["num_warps"])
+    if return_intermediates:
         return o, ht, {"G": G, "w": w, "u": u, "v_new": v_new, "h": h}
     return o, ht
 
@@ -399,19 +440,21 @@ def gated_rmsnorm_ref(x, z, weight, eps=1e-6):
     return y.to(x.dtype)
 
 
-def gated_rmsnorm(x, z, weight, eps=1e-6, _block_rows=None):
-    """Gated RMSNorm (Qwen3-Next ``RMSNormGated``) per head: normalises the last dim of x."""
+def gated_rmsnorm(x, z, weight, eps=1e-6, config=None):
+    """Gated RMSNorm (Qwen3-Next ``RMSNormGated``) per head: normalises the last dim of x.
+    ``config``: names as in ``CONFIG["rmsnorm"]`` (``BM`` rows per program, ``num_warps``)."""
     _check_norm(x, z, weight, eps, device=DEVICE)
+    cfg = _merge_config(CONFIG["rmsnorm"], config, "gated_rmsnorm")
     D = x.shape[-1]
     M = x.numel() // D
     # empty: program i writes rows [i*BM, (i+1)*BM) x all D columns; the grid covers all M rows.
     y = torch.empty_like(x)
     BD = _pow2(D, 1)
-    BM = _block_rows or max(1, min(16, 4096 // BD))
+    BM = cfg["BM"] or max(1, min(16, 4096 // BD))
     require_launchable(kern.gated_rmsnorm_kernel)
     if M:
         kern.gated_rmsnorm_kernel[(triton.cdiv(M, BM),)](x, z, weight, y, M, float(eps), D=D, BD=BD, BM=BM,
-                                                         num_warps=4)
+                                                         num_warps=cfg["num_warps"])
     return y
 
 
@@ -556,22 +599,56 @@ def _fla():
 CHUNK_SHAPES = [(1, 8192, 16, 128), (4, 4096, 32, 128)]
 DECODE_SHAPE = (256, 32, 128)
 
+TIMERS = {
+    "graph_us": "GPU time per call: the call captured in a CUDA graph and replayed (workbook.bench."
+                "graph_time_us); no Python or launch work between kernels. Claims are made on this.",
+    "eager_us": "eager per-call time: the Python call timed with triton.testing.do_bench (CUDA events "
+                "around each call), so the host's work and every kernel launch are included.",
+}
 
-def benchmark(budget_s: float = 75.0):
+
+def _time_both(fn) -> dict:
+    """{"graph_us": GPU time from CUDA-graph replay, "eager_us": eager per-call time}; a call that
+    cannot be captured records why instead of a number (never silently skipped)."""
+    from .bench import graph_time_us, time_us
+
+    out = {"eager_us": time_us(fn)}
+    try:
+        out["graph_us"] = graph_time_us(fn)
+    except Exception as e:  # noqa: BLE001  (e.g. a host sync inside the call breaks capture)
+        torch.cuda.synchronize()
+        out["graph_us"] = f"capture failed: {type(e).__name__}: {e}"[:200]
+    return out
+
+
+def _put(row: dict, who: str, times: dict) -> None:
+    row[f"{who}_graph_us"], row[f"{who}_eager_us"] = times["graph_us"], times["eager_us"]
+
+
+def _ratios(row: dict) -> None:
+    for m in ("graph", "eager"):
+        a, b = row.get(f"ours_{m}_us"), row.get(f"fla_{m}_us")
+        if isinstance(a, float) and isinstance(b, float):
+            row[f"ratio_ours_over_fla_{m}"] = a / b
+
+
+def benchmark(budget_s: float = 120.0):
     """H200 benchmark: chunked prefill at CHUNK_SHAPES (bf16) and recurrent decode at DECODE_SHAPE
     (fp32 state), ours vs flash-linear-attention (when its wheel is installed) measured in the same
-    process; then, while ``budget_s`` lasts, a call-for-call cross-check against the peer on shapes
-    the tests do not use and launch-configuration sweeps (all recorded; defaults stay as shipped)."""
+    process, each call timed two ways (``TIMERS``: GPU time from CUDA-graph replay, and eager
+    per-call time); then, while ``budget_s`` lasts, launch-configuration sweeps (GPU time) and a
+    call-for-call cross-check against the peer on shapes the tests do not use (all recorded; defaults
+    stay as shipped)."""
     import time
 
-    from .bench import copy_ceiling_GBps, require_gpu, time_us
+    from .bench import copy_ceiling_GBps, graph_time_us, require_gpu
     from .check import rel_err
 
     require_gpu("gdn.benchmark")
     t_start = time.time()
     fla_chunk, fla_rec, fla_ver = _fla()
     ceil = copy_ceiling_GBps()
-    res = {"fla_version": fla_ver, "config": {a: str(b) for a, b in CONFIG.items()},
+    res = {"fla_version": fla_ver, "timers": TIMERS, "config": repr(CONFIG),
            "chunk": [], "decode": [], "sweeps": {}, "skipped": []}
     chunk_args = {}
     for (B, T, H, D) in CHUNK_SHAPES:
@@ -579,15 +656,15 @@ def benchmark(budget_s: float = 75.0):
         for l2 in (False, True):
             args = dict(q=x["q"], k=x["k"], v=x["v"], g=x["g"], beta=x["beta"], initial_state=x["initial_state"],
                         output_final_state=True, use_qk_l2norm_in_kernel=l2)
-            ours = time_us(lambda: chunk_gated_delta_rule(**args))
-            row = {"B": B, "T": T, "H": H, "D": D, "dtype": "bfloat16", "l2norm_in_kernel": l2, "ours_us": ours}
+            row = {"B": B, "T": T, "H": H, "D": D, "dtype": "bfloat16", "l2norm_in_kernel": l2}
+            _put(row, "ours", _time_both(lambda: chunk_gated_delta_rule(**args)))
             o, ht = chunk_gated_delta_rule(**args)
             if fla_chunk is not None:
-                row["fla_us"] = time_us(lambda: fla_chunk(**args))
+                _put(row, "fla", _time_both(lambda: fla_chunk(**args)))
                 fo, fht = fla_chunk(**args)
                 row["rel_err_vs_fla_o"] = rel_err(o.float(), fo.float())
                 row["rel_err_vs_fla_ht"] = rel_err(ht.float(), fht.float())
-                row["ratio_ours_over_fla"] = ours / row["fla_us"]
+            _ratios(row)
             res["chunk"].append(row)
             print("chunk", row, flush=True)
             if not l2:
@@ -598,20 +675,22 @@ def benchmark(budget_s: float = 75.0):
     state_bytes = 2 * Bd * Hd * Dd * Dd * 4   # read h0 + write ht, fp32
     dargs = dict(q=x["q"], k=x["k"], v=x["v"], g=x["g"], beta=x["beta"], initial_state=x["initial_state"],
                  output_final_state=True, use_qk_l2norm_in_kernel=True)
-    ours = time_us(lambda: fused_recurrent_gated_delta_rule(**dargs))
-    row = {"B": Bd, "T": 1, "H": Hd, "D": Dd, "dtype": "bfloat16", "state": "float32",
-           "state_bytes": state_bytes, "ours_us": ours, "ours_GBps": state_bytes / ours / 1e3}
+    row = {"B": Bd, "T": 1, "H": Hd, "D": Dd, "dtype": "bfloat16", "state": "float32", "state_bytes": state_bytes}
+    _put(row, "ours", _time_both(lambda: fused_recurrent_gated_delta_rule(**dargs)))
     h_inplace = x["initial_state"].clone()
-    row["ours_inplace_us"] = time_us(lambda: fused_recurrent_gated_delta_rule(
-        **{**dargs, "initial_state": h_inplace}, inplace_final_state=True))
+    _put(row, "ours_inplace", _time_both(lambda: fused_recurrent_gated_delta_rule(
+        **{**dargs, "initial_state": h_inplace}, inplace_final_state=True)))
     o, ht = fused_recurrent_gated_delta_rule(**dargs)
     if fla_rec is not None:
-        row["fla_us"] = time_us(lambda: fla_rec(**dargs))
-        row["fla_GBps"] = state_bytes / row["fla_us"] / 1e3
+        _put(row, "fla", _time_both(lambda: fla_rec(**dargs)))
         fo, fht = fla_rec(**dargs)
         row["rel_err_vs_fla_o"] = rel_err(o.float(), fo.float())
         row["rel_err_vs_fla_ht"] = rel_err(ht.float(), fht.float())
-        row["ratio_ours_over_fla"] = ours / row["fla_us"]
+    for who in ("ours", "fla"):
+        t = row.get(f"{who}_graph_us")
+        if isinstance(t, float):
+            row[f"{who}_graph_GBps"] = state_bytes / t / 1e3   # state traffic over GPU time
+    _ratios(row)
     res["decode"].append(row)
     print("decode", row, flush=True)
 
@@ -621,9 +700,9 @@ def benchmark(budget_s: float = 75.0):
     if left() > 0:
         sw = []
         for bv, nw in ((8, 1), (16, 2), (16, 4), (32, 8), (64, 4), (64, 8)):
-            cfg = {"rec_bv": bv, "rec_warps": nw}
-            t = time_us(lambda: fused_recurrent_gated_delta_rule(**dargs, _config=cfg))
-            sw.append({"config": cfg, "us": t, "GBps": state_bytes / t / 1e3})
+            cfg = {"BV": bv, "num_warps": nw}
+            t = graph_time_us(lambda: fused_recurrent_gated_delta_rule(**dargs, config=cfg))
+            sw.append({"config": cfg, "graph_us": t, "graph_GBps": state_bytes / t / 1e3})
         res["sweeps"]["decode"] = sw
         print("sweep decode", sw, flush=True)
     else:
@@ -634,13 +713,13 @@ def benchmark(budget_s: float = 75.0):
             res["skipped"].append(f"chunk sweep {shape}")
             continue
         sw = []
-        for cfg in ({"state_bv": 16}, {"state_bv": 32}, {"state_bv": 64}, {"state_warps": 8},
-                    {"out_bv": 128}, {"prep_warps": 8}, {"inter_dtype": torch.float32}):
+        for cfg in ({"state": {"BV": 16}}, {"state": {"BV": 32}}, {"state": {"BV": 64}},
+                    {"state": {"num_warps": 8}}, {"output": {"BV": 128}}, {"prepare": {"num_warps": 8}}):
             try:
-                t = time_us(lambda: chunk_gated_delta_rule(**args, _config=cfg))
+                t = graph_time_us(lambda: chunk_gated_delta_rule(**args, config=cfg))
             except Exception as e:  # noqa: BLE001
                 t = f"failed: {type(e).__name__}"
-            sw.append({"config": {a: str(b) for a, b in cfg.items()}, "us": t})
+            sw.append({"config": repr(cfg), "graph_us": t})
         res["sweeps"]["chunk_%dx%dx%dx%d" % shape] = sw
         print("sweep", shape, sw, flush=True)
     chunk_args.clear()
@@ -704,30 +783,80 @@ def plot_state(h: torch.Tensor, ax=None, title="state h (K x V)"):
     return ax
 
 
+def _fmt_us(t) -> str:
+    return f"{t:8.1f} us" if isinstance(t, (int, float)) else "     n/a   "
+
+
+def has_timing_methods(rec: dict) -> bool:
+    """Whether a gdn record holds both timings (graph replay and eager) per call. Records written
+    before the benchmark timed graph replay hold one eager figure per call, labelled nothing."""
+    r = rec["results"] if "results" in rec else rec
+    return bool(r.get("chunk")) and "ours_graph_us" in r["chunk"][0]
+
+
+def benchmark_table(rec: dict) -> str:
+    """The recorded rows as text, each time labelled with its method (``TIMERS``): GPU time from
+    CUDA-graph replay first, eager per-call time beside it. An old record without graph-replay
+    times says so instead of showing numbers whose method is not recorded."""
+    r = rec["results"] if "results" in rec else rec
+    if not has_timing_methods(rec):
+        return ("GPU time from CUDA-graph replay: not recorded yet (this record predates it; its single "
+                "eager per-call figures are not shown, since claims are made on GPU time). "
+                "Re-record with `python3 -m workbook bench gdn` on the GPU.")
+    copy = rec.get("ceilings", {}).get("copy_GBps")
+    lines = ["times per call; 'graph' = GPU time from CUDA-graph replay, 'eager' = eager per-call time "
+             "(Python + launches included)"]
+    for row in r["chunk"]:
+        line = (f"chunk  B={row['B']} T={row['T']:5d} H={row['H']} D={row['D']} l2norm_in_kernel="
+                f"{row['l2norm_in_kernel']!s:5}: ours graph {_fmt_us(row.get('ours_graph_us'))}, eager "
+                f"{_fmt_us(row.get('ours_eager_us'))} | fla graph {_fmt_us(row.get('fla_graph_us'))}, eager "
+                f"{_fmt_us(row.get('fla_eager_us'))}")
+        if "ratio_ours_over_fla_graph" in row:
+            line += f" | ours/fla on GPU time {row['ratio_ours_over_fla_graph']:.2f}x"
+        if "ratio_ours_over_fla_eager" in row:
+            line += f", eager {row['ratio_ours_over_fla_eager']:.2f}x"
+        lines.append(line)
+    for row in r["decode"]:
+        line = (f"decode B={row['B']} H={row['H']} D={row['D']} (fp32 state): ours graph "
+                f"{_fmt_us(row.get('ours_graph_us'))}, eager {_fmt_us(row.get('ours_eager_us'))}")
+        if isinstance(row.get("ours_graph_GBps"), float):
+            line += f" ({row['ours_graph_GBps']:.0f} GB/s of state traffic"
+            line += f" = {row['ours_graph_GBps'] / copy:.0%} of the {copy:.0f} GB/s copy ceiling)" if copy else ")"
+        line += (f", in place graph {_fmt_us(row.get('ours_inplace_graph_us'))} | fla graph "
+                 f"{_fmt_us(row.get('fla_graph_us'))}, eager {_fmt_us(row.get('fla_eager_us'))}")
+        if "ratio_ours_over_fla_graph" in row:
+            line += f" | ours/fla on GPU time {row['ratio_ours_over_fla_graph']:.2f}x"
+        lines.append(line)
+    return "\n".join(lines)
+
+
 def plot_benchmark(rec: dict, label: str = ""):
-    """Bars: ours vs flash-linear-attention per shape (chunked prefill and decode) from a record."""
+    """Bars: ours vs flash-linear-attention per shape, GPU time from CUDA-graph replay (solid) and
+    eager per-call time (hatched), from a record. Returns None (and draws nothing) for a record
+    without graph-replay times."""
     import matplotlib.pyplot as plt
 
+    if not has_timing_methods(rec):
+        return None
     r = rec["results"] if "results" in rec else rec
-    rows = [x for x in r["chunk"] if not x["l2norm_in_kernel"]] + [x for x in r["chunk"] if x["l2norm_in_kernel"]]
-    names = [f"chunk B{x['B']} T{x['T']} H{x['H']}" + (" +l2" if x["l2norm_in_kernel"] else "") for x in rows]
-    ours = [x["ours_us"] for x in rows]
-    peer = [x.get("fla_us", float("nan")) for x in rows]
-    for x in r["decode"]:
-        names.append(f"decode B{x['B']} H{x['H']}")
-        ours.append(x["ours_us"])
-        peer.append(x.get("fla_us", float("nan")))
-    fig, ax = plt.subplots(figsize=(8, 3.4))
-    idx = range(len(names))
-    ax.bar([i - 0.2 for i in idx], ours, 0.4, label="this workbook (Triton)")
-    ax.bar([i + 0.2 for i in idx], peer, 0.4, label=f"flash-linear-attention {r.get('fla_version', '')}")
-    for i, (a, b) in enumerate(zip(ours, peer)):
-        if b == b:
-            ax.text(i, max(a, b) * 1.02, f"{a / b:.2f}x", ha="center", fontsize=8)
-    ax.set_xticks(list(idx))
+    rows = r["chunk"] + r["decode"]
+    names = [(f"chunk B{x['B']} T{x['T']} H{x['H']}" + (" +l2" if x["l2norm_in_kernel"] else ""))
+             if "l2norm_in_kernel" in x else f"decode B{x['B']} H{x['H']}" for x in rows]
+    num = lambda t: t if isinstance(t, (int, float)) else float("nan")  # noqa: E731
+    fig, ax = plt.subplots(figsize=(9, 3.6))
+    w = 0.2
+    series = [("ours", "graph", "#2E5EAA", None, "this workbook, GPU time (graph replay)"),
+              ("fla", "graph", "#E8A33D", None, f"flash-linear-attention {r.get('fla_version', '')}, GPU time"),
+              ("ours", "eager", "#2E5EAA", "//", "this workbook, eager per call"),
+              ("fla", "eager", "#E8A33D", "//", "flash-linear-attention, eager per call")]
+    for j, (who, m, color, hatch, lab) in enumerate(series):
+        vals = [num(x.get(f"{who}_{m}_us")) for x in rows]
+        ax.bar([i + (j - 1.5) * w for i in range(len(rows))], vals, w, color=color, hatch=hatch,
+               edgecolor="white" if hatch else None, alpha=0.55 if hatch else 1.0, label=lab)
+    ax.set_xticks(list(range(len(rows))))
     ax.set_xticklabels(names, rotation=20, ha="right", fontsize=8)
-    ax.set_ylabel("time (us, median)")
+    ax.set_ylabel("time per call (us)")
     ax.set_title(label or "Gated DeltaNet on the GPU", fontsize=9)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     return ax
