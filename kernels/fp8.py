@@ -3,19 +3,21 @@
 Device code only: the launchers, the allocation policy and the input checks live in
 ``workbook/fp8.py``.
 
-Rounding, and where it happens (``INTERPRETER`` is a compile-time switch):
+Rounding, and where it happens (``EMULATE`` is the house's one compile-time switch, see
+``kernels/__init__.py``):
 
-* On the GPU the hardware conversions are exact: fp32 -> bf16 is ``cvt.rn.bf16.f32`` and
-  fp32 -> float8e4nv is ``cvt.rn.satfinite.e4m3x2.f32`` (round to nearest even, saturating).
+* On the GPU (``EMULATE=False``) the hardware conversions are exact: fp32 -> bf16 is
+  ``cvt.rn.bf16.f32`` and fp32 -> float8e4nv is ``cvt.rn.satfinite.e4m3x2.f32`` (round to nearest
+  even, saturating).
 * Triton's interpreter gets both casts wrong: it truncates fp32 -> bf16 (and loses bf16
   subnormals on the way up), and rounds fp32 -> float8e4nv half-up with a mantissa carry that
-  lands in the wrong bit (-124.5 -> -64). With ``INTERPRETER`` set, ``_round_to_bf16`` and
-  ``_e4m3_byte`` do the same roundings with integer operations on the bits instead.
+  lands in the wrong bit (-124.5 -> -64). With ``EMULATE`` set, ``round_to_bf16`` and ``e4m3_rne``
+  (``kernels/common.py``) do the same roundings with integer and exact fp32 operations instead.
 
-Both paths give bytes identical to torch's; the tests check each where it runs (and the integer
-path on the GPU too). Running the integer path on the GPU is correct but slow: with it (and torch's
-own silu sequence) the kernel is bound by instruction issue and reached 50% of the copy ceiling on an
-H200 at M = 16384, against 89% with the hardware conversions (notebook 03, section 10).
+Both paths give bytes identical to torch's; the tests check each where it runs, and on a GPU run
+both and demand identical bytes. Running the emulation on the GPU is correct but slower: the
+benchmark times it (``fused_integer_roundings`` in ``workbook/data/fp8.json``; notebook 03,
+section 10, prints the recorded fractions of the copy ceiling).
 
 SiLU is computed as torch computes it, gate / (1 + exp(-gate)) in fp32, then rounded to bf16.
 ``SILU_IMPL`` picks the exp and the division: bit 1 set = ``tl.exp`` (ex2.approx on the GPU) instead
@@ -30,27 +32,11 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
-
-@triton.jit
-def _bf16_to_fp32(b):
-    """bf16 -> fp32 by placing the 16 bits on top (exact, subnormals included; the interpreter's own
-    bf16 -> fp32 cast loses bf16 subnormals)."""
-    return (b.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32, bitcast=True)
+from .common import bf16_to_fp32, e4m3_rne, round_to_bf16
 
 
 @triton.jit
-def _round_to_bf16(x, INTERPRETER: tl.constexpr):
-    """fp32 -> the fp32 value of the nearest bf16 (round to nearest, ties to even)."""
-    if INTERPRETER:
-        b_bits = x.to(tl.uint32, bitcast=True)
-        b_bits = (b_bits + 0x7FFF + ((b_bits >> 16) & 1)) & 0xFFFF0000
-        return b_bits.to(tl.float32, bitcast=True)
-    else:
-        return x.to(tl.bfloat16).to(tl.float32)  # cvt.rn.bf16.f32: exact RNE on the GPU
-
-
-@triton.jit
-def _silu_mul_bf16(b_gate, b_up, SILU_IMPL: tl.constexpr, INTERPRETER: tl.constexpr):
+def _silu_mul_bf16(b_gate, b_up, SILU_IMPL: tl.constexpr, EMULATE: tl.constexpr):
     """y = bf16(bf16(silu(gate)) * up) for fp32 blocks holding bf16 values, rounded like the
     unfused torch path: silu in fp32 as gate / (1 + exp(-gate)), back to bf16, multiply, to bf16."""
     if SILU_IMPL & 2:
@@ -61,47 +47,26 @@ def _silu_mul_bf16(b_gate, b_up, SILU_IMPL: tl.constexpr, INTERPRETER: tl.conste
         b_silu = b_gate / (1.0 + b_exp)  # Triton's default (approximate on the GPU)
     else:
         b_silu = tl.math.div_rn(b_gate, 1.0 + b_exp)  # IEEE division, as torch's kernel divides
-    b_silu = _round_to_bf16(b_silu, INTERPRETER)
+    b_silu = round_to_bf16(b_silu, EMULATE)
     # bf16 * bf16 has at most 16 significant bits: exact in fp32, then one rounding to bf16
-    return _round_to_bf16(b_silu * b_up, INTERPRETER)
-
-
-@triton.jit
-def _e4m3_byte(v):
-    """The E4M3 (float8_e4m3fn) byte of fp32 ``v``, |v| <= 448: round to nearest, ties to even.
-
-    Normal range (|v| >= 2^-6): round the fp32 mantissa to 3 bits on the integer bits (a carry moves
-    into the exponent on its own), then rebias 127 -> 7. Subnormal range: |v| * 2^9 in [0, 8) rounded
-    to an integer (floor, exact remainder, ties to even); 8 lands on 2^-6, the first normal byte.
-    The sign bit is copied, so -0.0 and negatives that round to zero give 0x80, as torch does.
-    """
-    b_bits = v.to(tl.uint32, bitcast=True)
-    b_sign = (b_bits >> 24) & 0x80
-    b_abs = b_bits & 0x7FFFFFFF
-    b_normal = ((b_abs + 0x7FFFF + ((b_abs >> 20) & 1)) >> 20) - (120 << 3)
-    b_t = b_abs.to(tl.float32, bitcast=True) * 512.0  # exact: a power-of-two factor
-    b_floor = b_t.to(tl.int32)  # truncation = floor, b_t >= 0
-    b_frac = b_t - b_floor.to(tl.float32)  # exact
-    b_up = (b_frac > 0.5) | ((b_frac == 0.5) & ((b_floor & 1) == 1))
-    b_sub = (b_floor + b_up.to(tl.int32)).to(tl.uint32)
-    return tl.where(b_abs < 0x3C800000, b_sub, b_normal) | b_sign  # 0x3C800000 = 2^-6
+    return round_to_bf16(b_silu * b_up, EMULATE)
 
 
 @triton.jit
 def silu_mul_quant_fp8_kernel(
-    p_x,  # input: [M, 2N] bf16 (gate | up) when SILU_MUL, else y [M, N] bf16
-    p_q,  # output codes [M, N] E4M3, passed as uint8 (the kernel computes the bytes itself)
-    p_s,  # output scale storage int32 [ceil(G/4), tma_M]: word p of row m at p * stride_sp + m
+    x,  # input: [M, 2N] bf16 (gate | up) when SILU_MUL, else y [M, N] bf16
+    codes,  # output codes [M, N] E4M3, passed as uint8 (the kernel computes the bytes itself)
+    scales,  # output scale storage int32 [ceil(G/4), tma_M]: word p of row m at p * stride_sp + m
     M,  # rows (tokens)
     N,  # output columns (N % GROUP == 0)
     stride_xm,  # elements between rows of the input
-    stride_qm,  # elements between rows of the codes
+    stride_cm,  # elements between rows of the codes
     stride_sp,  # int32 words between consecutive packed words of one row (= tma_M)
     GROUP: tl.constexpr,  # elements sharing one UE8M0 scale (128)
     BLOCK_M: tl.constexpr,  # rows per program (power of two)
     SILU_MUL: tl.constexpr,  # True: y = silu(gate) * up fused here; False: the input is y
     SILU_IMPL: tl.constexpr,  # exp/division variant of silu (module docstring), proven exact
-    INTERPRETER: tl.constexpr,  # integer roundings instead of the casts the interpreter gets wrong
+    EMULATE: tl.constexpr,  # exact integer roundings instead of the casts the interpreter gets wrong
 ):
     # Program (pid_m, pid_p) owns rows [pid_m*BLOCK_M, +BLOCK_M) and groups 4*pid_p .. 4*pid_p+3:
     # exactly the 4 exponent bytes of packed word pid_p, so each word is written whole, once.
@@ -117,13 +82,13 @@ def silu_mul_quant_fp8_kernel(
     m_x = m_m[:, None, None] & m_g[None, :, None]
     o_row = o_m.to(tl.int64)[:, None, None]
 
-    p_in = p_x + o_row * stride_xm + o_n
+    p_in = x + o_row * stride_xm + o_n
     if SILU_MUL:
-        b_gate = _bf16_to_fp32(tl.load(p_in, mask=m_x, other=0.0))
-        b_up = _bf16_to_fp32(tl.load(p_in + N, mask=m_x, other=0.0))
-        b_y = _silu_mul_bf16(b_gate, b_up, SILU_IMPL, INTERPRETER)
+        b_gate = bf16_to_fp32(tl.load(p_in, mask=m_x, other=0.0))
+        b_up = bf16_to_fp32(tl.load(p_in + N, mask=m_x, other=0.0))
+        b_y = _silu_mul_bf16(b_gate, b_up, SILU_IMPL, EMULATE)
     else:
-        b_y = _bf16_to_fp32(tl.load(p_in, mask=m_x, other=0.0))
+        b_y = bf16_to_fp32(tl.load(p_in, mask=m_x, other=0.0))
 
     # UE8M0 exponent e = ceil(log2(max(amax / 448, 1e-10))) without a division or a log:
     # amax = f * 2^E with f in [1, 2); amax / 448 = (f / 1.75) * 2^(E - 8), and f / 1.75 lies in
@@ -136,86 +101,92 @@ def silu_mul_quant_fp8_kernel(
     b_inv = ((127 - b_e) << 23).to(tl.float32, bitcast=True)  # 2^-e, built from its bits
     # y / 2^e is exact, and |y / 2^e| <= 448 by the choice of e: no clamp needed (2^e >= amax / 448)
     b_v = b_y * b_inv[:, :, None]
-    if INTERPRETER:
-        b_q = _e4m3_byte(b_v).to(tl.uint8)
+    if EMULATE:
+        b_q = e4m3_rne(b_v)[0].to(tl.uint8)
     else:
         b_q = b_v.to(tl.float8e4nv).to(tl.uint8, bitcast=True)  # cvt.rn.satfinite.e4m3x2.f32
-    tl.store(p_q + o_m.to(tl.int64)[:, None, None] * stride_qm + o_n, b_q, mask=m_x)
+    tl.store(codes + o_m.to(tl.int64)[:, None, None] * stride_cm + o_n, b_q, mask=m_x)
 
     # little-endian packing: group 4p+j -> bits 8j..8j+7; bytes of groups >= G are zero
     b_byte = tl.where(m_g[None, :], b_e + 127, 0)
     b_word = tl.sum(b_byte << (8 * o_j)[None, :], axis=1)  # disjoint bit fields: sum == or
-    tl.store(p_s + pid_p * stride_sp + o_m, b_word, mask=m_m)
+    tl.store(scales + pid_p * stride_sp + o_m, b_word, mask=m_m)
 
 
 @triton.jit
 def e4m3_round_kernel(
-    p_v,  # input fp32 values, |v| <= 448 expected (clamped here)
-    p_q,  # output E4M3 bytes (uint8)
+    v,  # input fp32 values (clamped to +-448 here)
+    q,  # output E4M3 bytes (uint8)
     n,  # number of values
     BLOCK: tl.constexpr,  # values per program
 ):
-    """The interpreter path's E4M3 rounding alone, on any device (for tests and the notebook)."""
+    """The EMULATE path's E4M3 rounding (``common.e4m3_rne``) alone, on any device (the notebook
+    compares it with the interpreter's own cast)."""
     o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = o < n
-    b_v = tl.load(p_v + o, mask=m, other=0.0)
+    b_v = tl.load(v + o, mask=m, other=0.0)
     b_v = tl.minimum(tl.maximum(b_v, -448.0), 448.0)
-    tl.store(p_q + o, _e4m3_byte(b_v).to(tl.uint8), mask=m)
+    tl.store(q + o, e4m3_rne(b_v)[0].to(tl.uint8), mask=m)
 
 
 @triton.jit
 def e4m3_cast_kernel(
-    p_v,  # input fp32 values
-    p_q,  # output float8_e4m3fn tensor
+    v,  # input fp32 values
+    q,  # output float8_e4m3fn tensor
     n,  # number of values
     BLOCK: tl.constexpr,  # values per program
 ):
     """A plain ``.to(tl.float8e4nv)`` cast: right on the GPU, wrong in the interpreter."""
     o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = o < n
-    b_v = tl.load(p_v + o, mask=m, other=0.0)
-    tl.store(p_q + o, b_v.to(tl.float8e4nv), mask=m)
+    b_v = tl.load(v + o, mask=m, other=0.0)
+    tl.store(q + o, b_v.to(tl.float8e4nv), mask=m)
 
 
 @triton.jit
 def silu_mul_bf16_kernel(
-    p_g,  # gate values, bf16
-    p_u,  # up values, bf16
-    p_y,  # output y = silu(gate) * up, bf16
+    gate,  # gate values, bf16
+    up,  # up values, bf16
+    y,  # output y = silu(gate) * up, bf16
     n,  # number of values
     BLOCK: tl.constexpr,  # values per program
     SILU_IMPL: tl.constexpr,  # exp/division variant of silu (module docstring)
-    INTERPRETER: tl.constexpr,  # integer roundings instead of the casts the interpreter gets wrong
+    EMULATE: tl.constexpr,  # exact integer roundings instead of the casts the interpreter gets wrong
 ):
     """The kernel's SiLU-mul alone (for the exhaustive bf16 proof and test)."""
     o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = o < n
-    b_g = _bf16_to_fp32(tl.load(p_g + o, mask=m, other=0.0))
-    b_u = _bf16_to_fp32(tl.load(p_u + o, mask=m, other=0.0))
-    b_y = _silu_mul_bf16(b_g, b_u, SILU_IMPL, INTERPRETER)
+    b_g = bf16_to_fp32(tl.load(gate + o, mask=m, other=0.0))
+    b_u = bf16_to_fp32(tl.load(up + o, mask=m, other=0.0))
+    b_y = _silu_mul_bf16(b_g, b_u, SILU_IMPL, EMULATE)
     # b_y holds a bf16 value in fp32: its top 16 bits are the bf16 (no cast, so no rounding)
     b_bits = (b_y.to(tl.uint32, bitcast=True) >> 16).to(tl.uint16)
-    tl.store(p_y + o, b_bits.to(tl.bfloat16, bitcast=True), mask=m)
+    tl.store(y + o, b_bits.to(tl.bfloat16, bitcast=True), mask=m)
 
 
 @triton.jit
 def ue8m0_pack_kernel(
-    p_e,  # exponent bytes as int32 [M, G], row-major
-    p_s,  # output storage int32 [ceil(G/4), tma_M]: word p of row m at p * stride_sp + m
-    M,  # rows
-    G,  # groups per row
-    stride_em,  # elements between rows of p_e
-    stride_sp,  # int32 words between consecutive packed words of one row (= tma_M)
-    BLOCK_M: tl.constexpr,  # rows per program
+    exp_bytes,  # input exponent bytes uint8 [M, G], row-major
+    storage,  # output int32 [ceil(G/4), tma_M]: word p of token m at p * stride_sp + m
+    M,  # tokens
+    G,  # groups per token
+    stride_em,  # elements between rows of exp_bytes
+    stride_sp,  # int32 words between consecutive packed words of one token (= tma_M)
+    BLOCK_M: tl.constexpr,  # tokens per program
 ):
-    """Pack exponent bytes into the MN-major TMA-aligned layout (program (i, p): word p of BLOCK_M rows)."""
+    """Exercise 3's plain solution: pack exponent bytes into the MN-major TMA-aligned layout.
+
+    Program (i, p) builds word p of tokens [i*BLOCK_M, +BLOCK_M): it loads their bytes of groups
+    4p..4p+3 (groups past G load as 0), shifts byte j to bits 8j..8j+7, adds the four (the bit
+    fields do not overlap, so the sum is an OR), and stores one int32 per token at p * tma_M + m.
+    Tokens m >= M are masked off: the storage rows M..tma_M-1 stay as allocated."""
     pid_m = tl.program_id(0)
     pid_p = tl.program_id(1)
-    o_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    o_j = tl.arange(0, 4)
+    o_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # tokens of this program
+    o_j = tl.arange(0, 4)  # byte j of the word = group 4p + j
     m_m = o_m < M
     m_g = pid_p * 4 + o_j < G
-    b_e = tl.load(p_e + o_m[:, None] * stride_em + pid_p * 4 + o_j[None, :],
-                  mask=m_m[:, None] & m_g[None, :], other=0)  # missing groups -> 0 bits
-    b_word = tl.sum((b_e & 0xFF) << (8 * o_j)[None, :], axis=1)
-    tl.store(p_s + pid_p * stride_sp + o_m, b_word, mask=m_m)
+    p_e = exp_bytes + o_m[:, None] * stride_em + pid_p * 4 + o_j[None, :]
+    b_e = tl.load(p_e, mask=m_m[:, None] & m_g[None, :], other=0).to(tl.int32)  # [BLOCK_M, 4]
+    b_word = tl.sum(b_e << (8 * o_j)[None, :], axis=1)  # [BLOCK_M]
+    tl.store(storage + pid_p * stride_sp + o_m, b_word, mask=m_m)

@@ -23,10 +23,15 @@ import functools
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 
-from .device import DEVICE, INTERPRETED, check_tensor, require_launchable
+from .device import DEVICE, INTERPRETED, ON_GPU, check_tensor, require_launchable
 
 import triton  # noqa: E402  (after workbook.device, which chose the interpreter if needed)
+
+from .kernels.fp8 import (  # noqa: E402
+    e4m3_cast_kernel, e4m3_round_kernel, silu_mul_bf16_kernel, silu_mul_quant_fp8_kernel, ue8m0_pack_kernel,
+)
 __all__ = [
     "E4M3_MAX", "GROUP_SIZE", "EPS", "ALL_ZERO_EXPONENT_BYTE",
     "silu_mul_reference", "ue8m0_exponent_reference", "quant_fp8_group_reference",
@@ -35,8 +40,9 @@ __all__ = [
     "dequantize_fp8_packed",
     "tma_aligned_rows", "num_packed_words", "e4m3_round", "e4m3_direct_cast", "silu_mul_bf16",
     "silu_impl", "silu_impl_mismatches", "SILU_IMPL_NAMES", "SILU_CANDIDATES",
-    "benchmark", "plot_bandwidth", "plot_packing", "plot_mn_major_layout",
-    "check_exponent_byte", "check_pack", "check_pack_kernel",
+    "benchmark", "benchmark_table", "plot_bandwidth", "plot_packing", "plot_mn_major_layout",
+    "check_exponent_byte", "check_pack", "check_pack_kernel", "solution_exponent_byte", "solution_pack",
+    "resolve_emulate", "CONFIG_KEYS", "SILU_IMPL_TORCH", "METHODS",
 ]
 
 E4M3_MAX = 448.0
@@ -125,11 +131,7 @@ def _block_m(m: int) -> int:
     # GPU: 8 rows x 512 columns per program keeps 64 B of bf16 input in flight per thread and, at
     # large M, tens of thousands of programs. Interpreter: fewer, larger programs (numpy per block).
     cap = 64 if INTERPRETED else 8
-    return min(cap, _next_pow2(max(m, 1)))
-
-
-def _next_pow2(n: int) -> int:
-    return 1 << (n - 1).bit_length()
+    return min(cap, triton.next_power_of_2(max(m, 1)))
 
 
 def _quiet():
@@ -138,10 +140,52 @@ def _quiet():
     return np.errstate(over="ignore") if INTERPRETED else contextlib.nullcontext()
 
 
-def _launch(src: torch.Tensor, m: int, n: int, silu_mul: bool, block_m: int | None,
-            num_warps: int | None, integer_roundings: bool = False):
-    from .kernels.fp8 import silu_mul_quant_fp8_kernel
+def resolve_emulate(emulate) -> bool:
+    """The kernels' ``EMULATE`` switch from a launcher's ``emulate`` keyword: None -> emulate exactly
+    when there is no GPU (the interpreter's casts are wrong); True -> the exact integer roundings
+    also on a GPU (tests run both paths there); False -> the hardware casts, which need a GPU."""
+    if emulate is None:
+        return not ON_GPU
+    if not isinstance(emulate, bool):
+        raise TypeError(f"emulate must be None, True or False, got {emulate!r}")
+    if not emulate and not ON_GPU:
+        raise ValueError("emulate=False runs the GPU's own fp32 -> E4M3/bf16 conversions, and there is "
+                         "no GPU here: Triton's interpreter rounds those casts wrongly (notebook 03, "
+                         "section 3). Use emulate=None (the default) or True.")
+    return emulate
 
+
+CONFIG_KEYS = ("BLOCK_M", "num_warps", "SILU_IMPL")
+
+
+def _launch_config(m: int, config) -> dict:
+    """Defaults for M rows, overridden by ``config``: a dict or a ``triton.Config`` with the names in
+    ``CONFIG_KEYS`` (BLOCK_M: rows per program, a power of two; num_warps; SILU_IMPL: the silu
+    variant, by default the cheapest one proven exact here, :func:`silu_impl`)."""
+    cfg = {"BLOCK_M": _block_m(m), "num_warps": 4, "SILU_IMPL": None}
+    if config is not None:
+        if isinstance(config, triton.Config):
+            config = {**config.kwargs, "num_warps": config.num_warps}
+        if not isinstance(config, dict):
+            raise TypeError(f"config must be a dict or a triton.Config, got {type(config).__name__}")
+        unknown = sorted(set(config) - set(CONFIG_KEYS))
+        if unknown:
+            raise ValueError(f"config has unknown keys {unknown}; the kernel takes {list(CONFIG_KEYS)}")
+        cfg.update(config)
+    for key in ("BLOCK_M", "num_warps"):
+        v = cfg[key]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1 or v & (v - 1):
+            raise ValueError(f"config[{key!r}] must be a positive power of two, got {v!r}")
+    if cfg["SILU_IMPL"] is None:
+        cfg["SILU_IMPL"] = silu_impl()
+    elif cfg["SILU_IMPL"] not in SILU_CANDIDATES:
+        raise ValueError(f"config['SILU_IMPL'] must be one of {SILU_CANDIDATES} here, got {cfg['SILU_IMPL']!r}")
+    return cfg
+
+
+def _launch(src: torch.Tensor, m: int, n: int, silu_mul: bool, emulate, config):
+    emulate = resolve_emulate(emulate)
+    cfg = _launch_config(m, config)
     num_groups = n // GROUP_SIZE
     p = num_packed_words(num_groups)
     tma_m = tma_aligned_rows(m)
@@ -150,34 +194,37 @@ def _launch(src: torch.Tensor, m: int, n: int, silu_mul: bool, block_m: int | No
     codes = torch.empty(m, n, dtype=torch.float8_e4m3fn, device=src.device)
     # scales: storage int32 [P, tma_M]; program (i, p) writes word p of its tokens m < M (all 4
     # bytes, the unused ones as 0), so the view storage.T[:M, :] is fully written. Rows M..tma_M-1
-    # of storage.T (at most 3 int32 per word: TMA alignment) lie outside the view and are never
-    # written: no consumer reads them through the view, and a GEMM tile that loads them only feeds
-    # output rows >= M, which are never stored. So empty is safe; zeros would be a wasted memset.
+    # of storage.T (at most 3 int32 per word: TMA alignment) are not elements of the returned
+    # tensor and are never written. A consumer that indexes the view cannot reach them; a GEMM whose
+    # TMA box fetches them applies each token's scale to that token's row only, so they can reach
+    # only output rows >= M, which are never stored (notebook 03, section 8). So empty is safe;
+    # zeros would be a wasted fill kernel.
     storage = torch.empty(p, tma_m, dtype=torch.int32, device=src.device)
     scales = storage.T[:m, :]
     if m == 0:
         return codes, scales
     require_launchable(silu_mul_quant_fp8_kernel)
-    bm = block_m or _block_m(m)
-    grid = (triton.cdiv(m, bm), p)
-    impl = _TORCH_SEQUENCE if integer_roundings else silu_impl()
+    grid = (triton.cdiv(m, cfg["BLOCK_M"]), p)
     with _quiet():
         silu_mul_quant_fp8_kernel[grid](
             src, codes.view(torch.uint8), storage, m, n, src.stride(0), codes.stride(0), storage.stride(0),
-            GROUP=GROUP_SIZE, BLOCK_M=bm, SILU_MUL=silu_mul, SILU_IMPL=impl,
-            INTERPRETER=INTERPRETED or integer_roundings, num_warps=num_warps or 4,
+            GROUP=GROUP_SIZE, BLOCK_M=cfg["BLOCK_M"], SILU_MUL=silu_mul, SILU_IMPL=cfg["SILU_IMPL"],
+            EMULATE=emulate, num_warps=cfg["num_warps"],
         )
     return codes, scales
 
 
 def silu_mul_quant_fp8_packed(x: torch.Tensor, group_size: int = GROUP_SIZE, *,
-                              _block_m: int | None = None, _num_warps: int | None = None,
-                              _integer_roundings: bool = False):
+                              emulate: bool | None = None, config=None):
     """Fused y = silu(x[:, :N]) * x[:, N:] and FP8 group quantization with packed UE8M0 scales.
 
     Returns ``(codes, scales)``: codes float8_e4m3fn [M, N] (contiguous) and scales int32
     [M, ceil(N/128/4)], the view ``storage.T[:M, :]`` of an MN-major storage
     [ceil(N/512), round_up(M, 4)], strides (1, round_up(M, 4)).
+
+    ``emulate``: None (default) = exact integer roundings only where there is no GPU; True = also on a
+    GPU; False = the GPU's conversion instructions (GPU only). ``config``: launch configuration, a
+    dict or ``triton.Config`` with keys from ``CONFIG_KEYS`` (defaults chosen per M).
     """
     _check_group_size(group_size)
     _check("x", x, (torch.bfloat16,), 2)
@@ -189,38 +236,38 @@ def silu_mul_quant_fp8_packed(x: torch.Tensor, group_size: int = GROUP_SIZE, *,
     if n % group_size:
         raise ValueError(f"N = x.shape[-1] // 2 must be a multiple of group_size={group_size}; got "
                          f"N = {n} (x.shape[-1] = {two_n})")
-    return _launch(x, m, n, True, _block_m, _num_warps, _integer_roundings)
+    return _launch(x, m, n, True, emulate, config)
 
 
 def quant_fp8_packed(y: torch.Tensor, group_size: int = GROUP_SIZE, *,
-                     _block_m: int | None = None, _num_warps: int | None = None):
+                     emulate: bool | None = None, config=None):
     """The quantization alone, on an already materialized y [M, N] bf16 (the unfused path's second
-    kernel). Same outputs and layout as :func:`silu_mul_quant_fp8_packed`."""
+    kernel). Same outputs, layout and keywords as :func:`silu_mul_quant_fp8_packed`."""
     _check_group_size(group_size)
     _check("y", y, (torch.bfloat16,), 2)
     m, n = y.shape
     if n == 0 or n % group_size:
         raise ValueError(f"y's last dimension must be a positive multiple of group_size={group_size}; "
                          f"got {n}")
-    return _launch(y, m, n, False, _block_m, _num_warps)
+    return _launch(y, m, n, False, emulate, config)
 
 
 def pack_ue8m0_mn_major(exp_bytes: torch.Tensor) -> torch.Tensor:
     """Exponent bytes uint8 [M, G] -> the packed MN-major view int32 [M, ceil(G/4)], strides
-    (1, round_up(M, 4)), as the fused kernel lays it out (the notebook's kernel exercise)."""
-    from .kernels.fp8 import ue8m0_pack_kernel
-
+    (1, round_up(M, 4)), as the fused kernel lays it out. Exercise 3's plain solution (kernel:
+    ``ue8m0_pack_kernel``)."""
     _check("exp_bytes", exp_bytes, (torch.uint8,), 2)
     m, g = exp_bytes.shape
     p, tma_m = num_packed_words(g), tma_aligned_rows(m)
-    # program (i, p) writes word p of rows [i*BLOCK_M, +BLOCK_M) below M: the view is fully written;
-    # storage rows M..tma_M-1 lie outside it (same argument as the fused kernel's)
+    # program (i, p) writes word p of its tokens m < M: every element of the view storage.T[:M, :]
+    # is written, so empty is safe; storage rows M..tma_M-1 are not elements of the returned tensor
+    # (same argument as the fused kernel's)
     storage = torch.empty(p, tma_m, dtype=torch.int32, device=exp_bytes.device)
     if m and g:
         require_launchable(ue8m0_pack_kernel)
-        bm = min(64, _next_pow2(m))
-        e = exp_bytes.to(torch.int32)
-        ue8m0_pack_kernel[(triton.cdiv(m, bm), p)](e, storage, m, g, e.stride(0), storage.stride(0), BLOCK_M=bm)
+        block_m = min(64, triton.next_power_of_2(m))
+        ue8m0_pack_kernel[(triton.cdiv(m, block_m), p)](
+            exp_bytes, storage, m, g, exp_bytes.stride(0), storage.stride(0), BLOCK_M=block_m)
     return storage.T[:m, :]
 
 
@@ -271,24 +318,20 @@ def _elementwise(kernel, v: torch.Tensor, out_dtype, **meta):
 
 def e4m3_round(v: torch.Tensor) -> torch.Tensor:
     """E4M3 bytes (uint8) of fp32 values, clamped to +-448, by the kernel's exact rounding."""
-    from .kernels.fp8 import e4m3_round_kernel
-
     return _elementwise(e4m3_round_kernel, v, torch.uint8)
 
 
 def e4m3_direct_cast(v: torch.Tensor) -> torch.Tensor:
     """float8_e4m3fn values of fp32 ``v`` through a plain ``.to(tl.float8e4nv)`` (the cast the
     interpreter gets wrong)."""
-    from .kernels.fp8 import e4m3_cast_kernel
-
     return _elementwise(e4m3_cast_kernel, v, torch.float8_e4m3fn)
 
 
-def silu_mul_bf16(gate: torch.Tensor, up: torch.Tensor, impl: int | None = None) -> torch.Tensor:
+def silu_mul_bf16(gate: torch.Tensor, up: torch.Tensor, impl: int | None = None, *,
+                  emulate: bool | None = None) -> torch.Tensor:
     """The kernel's y = silu(gate) * up on 1-D bf16 tensors, with SILU_IMPL ``impl`` (default: the
-    one the fused kernel uses, :func:`silu_impl`)."""
-    from .kernels.fp8 import silu_mul_bf16_kernel
-
+    one the fused kernel uses, :func:`silu_impl`); ``emulate`` as in :func:`silu_mul_quant_fp8_packed`."""
+    emulate = resolve_emulate(emulate)
     _check("gate", gate, (torch.bfloat16,), 1)
     _check("up", up, (torch.bfloat16,), 1)
     if gate.shape != up.shape:
@@ -302,7 +345,7 @@ def silu_mul_bf16(gate: torch.Tensor, up: torch.Tensor, impl: int | None = None)
     block = 1024
     with _quiet():
         silu_mul_bf16_kernel[(triton.cdiv(gate.numel(), block),)](
-            gate, up, y, gate.numel(), BLOCK=block, SILU_IMPL=impl, INTERPRETER=INTERPRETED)
+            gate, up, y, gate.numel(), BLOCK=block, SILU_IMPL=impl, EMULATE=emulate)
     return y
 
 
@@ -315,7 +358,7 @@ SILU_IMPL_NAMES = {
     0: "libdevice expf + IEEE division (torch's own sequence)",
 }
 SILU_CANDIDATES = (3, 2) if INTERPRETED else (3, 2, 1, 0)
-_TORCH_SEQUENCE = 2 if INTERPRETED else 0  # numpy's exp is what the interpreter has
+SILU_IMPL_TORCH = 2 if INTERPRETED else 0  # torch's own sequence (numpy's exp is what the interpreter has)
 
 
 def _all_finite_bf16(device) -> torch.Tensor:
@@ -344,7 +387,7 @@ def silu_impl() -> int:
     for impl in SILU_CANDIDATES:
         if silu_impl_mismatches(impl) == 0:
             return impl
-    return _TORCH_SEQUENCE
+    return SILU_IMPL_TORCH
 
 
 # --------------------------------------------------------------------------------------------------
@@ -358,6 +401,23 @@ BENCH_M = (1, 4, 16, 64, 256, 1024, 2048, 4096, 8192, 16384)
 def _bytes_moved(m: int, n: int) -> int:
     """Fewest bytes: read x once (2N bf16 per row), write codes (N bytes) and the packed scales."""
     return m * 2 * n * 2 + m * n + num_packed_words(n // GROUP_SIZE) * m * 4
+
+
+# the benchmark's "integer roundings" peer: the EMULATE path and torch's own silu sequence, on the GPU
+_INTEGER_ROUNDINGS = {"emulate": True, "config": {"SILU_IMPL": SILU_IMPL_TORCH}}
+
+
+# Which timer produced each figure of the record (copied into it as results["methods"]).
+METHODS = {
+    "<peer>_us": "gpu_time_graph_replay: per-call GPU time, a CUDA graph of 20 calls replayed "
+                 "(triton.testing.do_bench median of the replay, divided by 20); where <peer>_timer "
+                 "is 'eager' the capture failed and the eager per-call time stands in",
+    "<peer>_eager_us": "eager_per_call: triton.testing.do_bench median of one Python call, L2 flushed "
+                       "between runs (host work and the launch path included)",
+    "<peer>_GBps": "bytes_model / <peer>_us",
+    "fused_fraction_of_copy": "fused_triton_GBps / ceilings.copy_GBps",
+    "ceilings.copy_GBps": "one 1 GiB fp32 device-to-device copy, do_bench median, bytes read + written",
+}
 
 
 def _unfused(x: torch.Tensor):
@@ -379,12 +439,12 @@ def benchmark(ms: tuple[int, ...] = BENCH_M, n: int = BENCH_N) -> tuple[dict, di
         # correctness of what is timed, on this very input
         q_ref, s_ref = silu_mul_quant_fp8_reference(x)
         exact = {}
-        for key, kw in (("fused_triton", {}), ("fused_integer_roundings", {"_integer_roundings": True})):
+        for key, kw in (("fused_triton", {}), ("fused_integer_roundings", _INTEGER_ROUNDINGS)):
             q, s = silu_mul_quant_fp8_packed(x, **kw)
             exact[key] = bool(torch.equal(q.view(torch.uint8), q_ref.view(torch.uint8)) and torch.equal(s, s_ref))
         fns = {
             "fused_triton": lambda: silu_mul_quant_fp8_packed(x),
-            "fused_integer_roundings": lambda: silu_mul_quant_fp8_packed(x, _integer_roundings=True),
+            "fused_integer_roundings": lambda: silu_mul_quant_fp8_packed(x, **_INTEGER_ROUNDINGS),
             "torch_compile": lambda: compiled(x),
             "unfused": lambda: _unfused(x),
             "torch_eager": lambda: silu_mul_quant_fp8_reference(x),
@@ -428,11 +488,29 @@ def benchmark(ms: tuple[int, ...] = BENCH_M, n: int = BENCH_N) -> tuple[dict, di
             "unfused": "eager torch silu-mul (y materialized), then this workbook's quant-only kernel",
             "torch_eager": "silu_mul_quant_fp8_reference run eagerly",
         },
+        "methods": METHODS,
         "timer": "<name>_us: per-call time replayed from a CUDA graph of 20 calls (GPU time; "
                  "<name>_timer says 'eager' where capture failed); <name>_eager_us: "
                  "triton.testing.do_bench median, L2 flushed between runs (host time included)",
     }
     return results, {"copy_GBps": round(ceiling, 1)}
+
+
+def benchmark_table(rows: list[dict]) -> str:
+    """The benchmark rows as a text table: GPU time per call from CUDA-graph replay for every peer,
+    then the fused kernel's eager per-call time (do_bench, host included) beside it."""
+    head = (f"{'M':>6} {'fused us':>9} {'GB/s':>6} {'%copy':>6} {'compile us':>11} {'unfused us':>11} "
+            f"{'eager-ref us':>12} {'int-round us':>12} {'| fused eager':>13} {'exact':>6}")
+    lines = ["GPU time per call (CUDA-graph replay) | fused eager: the same call, eager per-call (do_bench)", head]
+    for r in rows:
+        lines.append(f"{r['M']:>6} {r['fused_triton_us']:9.2f} {r['fused_triton_GBps']:6.0f} "
+                     f"{100 * r['fused_fraction_of_copy']:5.0f}% {r['torch_compile_us']:11.2f} {r['unfused_us']:11.2f} "
+                     f"{r['torch_eager_us']:12.2f} {r['fused_integer_roundings_us']:12.2f} "
+                     f"{r['fused_triton_eager_us']:13.2f} {str(r['exact'] and r['exact_integer_roundings']):>6}")
+    eager = sorted({k[:-6] for r in rows for k, v in r.items() if k.endswith("_timer") and v == "eager"})
+    if eager:
+        lines.append("timed eagerly (could not be captured in a CUDA graph): " + ", ".join(eager))
+    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -544,22 +622,46 @@ _AMAX_CASES = [0.0, 1e-12, 1e-10, 4.5e-8, 0.001, 1.0, 223.99998, 224.0, 224.0000
                448.0, 448.00003, 449.0, 896.0, 1000.0, 57344.0, 3.0e38]
 
 
+def _f32(v) -> str:
+    """The shortest decimal that names one fp32 value (223.99998 and 224.00002 stay apart, where
+    ``:g`` would print both as 224)."""
+    return str(np.float32(float(v)))
+
+
+def solution_exponent_byte(amax: torch.Tensor) -> torch.Tensor:
+    """Exercise 1's solution: clamp(ceil(log2(max(amax / 448, 1e-10))) + 127, 0, 255) as uint8."""
+    e = torch.ceil(torch.log2(torch.clamp(amax / E4M3_MAX, min=EPS)))
+    return torch.clamp(e + 127, 0, 255).to(torch.uint8)
+
+
 def check_exponent_byte(fn) -> None:
     """Grader of exercise 1: fn(amax fp32 [n]) -> exponent bytes [n] (any integer dtype)."""
     amax = torch.tensor(_AMAX_CASES, dtype=torch.float32)
-    ref = torch.clamp(ue8m0_exponent_reference(amax) + 127, 0, 255)
+    ref = torch.clamp(ue8m0_exponent_reference(amax) + 127, 0, 255).to(torch.int64)
     got = fn(amax.clone())
     if not isinstance(got, torch.Tensor) or got.shape != amax.shape:
         raise AssertionError(f"return a tensor of shape {tuple(amax.shape)}, one byte per amax; got {got!r}")
+    if got.is_floating_point() and not torch.isfinite(got).all():
+        i = int((~torch.isfinite(got)).nonzero()[0])
+        raise AssertionError(f"amax = {_f32(amax[i])}: got {float(got[i])}, not a byte. Hint: log2(0) = -inf; "
+                             "the floor max(amax/448, 1e-10) keeps an all-zero group finite.")
     got = got.to(torch.int64).cpu()
-    bad = (got != ref.to(torch.int64)).nonzero().flatten().tolist()
+    bad = (got != ref).nonzero().flatten().tolist()
     if not bad:
         return
-    lines = [f"amax = {_AMAX_CASES[i]:g}: got {int(got[i])}, expected {int(ref[i])} (0x{int(ref[i]):02X})" for i in bad[:6]]
+    # amax printed as the fp32 value it is, with amax/448 in fp32: 224.00002 / 448 is just above 2^-1
+    lines = [f"amax = {_f32(amax[i])} (amax/448 = {_f32(amax[i] / E4M3_MAX)}): got {int(got[i])}, "
+             f"expected {int(ref[i])} (0x{int(ref[i]):02X})" for i in bad]
     hint = ""
-    if all(int(got[i]) == int(ref[i]) - 1 for i in bad):
+    if all(int(got[i]) == int(ref[i]) - 127 for i in bad):
+        hint = "the byte is the exponent plus the UE8M0 bias: e + 127 (an all-zero group gives 0x5E = 94)."
+    elif any(not 0 <= int(got[i]) <= 255 for i in bad):
+        hint = ("a byte holds 0..255, and an int8 wraps above 127: compute e + 127 in a wider type "
+                "(int32 or float) and clamp it to [0, 255].")
+    elif all(int(got[i]) == int(ref[i]) - 1 for i in bad):
         hint = ("every wrong byte is one too small: round UP (ceil), since the scale must satisfy "
-                "2^e >= amax/448 so that no |y|/2^e exceeds 448.")
+                "2^e >= amax/448 so that no |y|/2^e exceeds 448. Near 224 = 448/2 the values differ in "
+                "their last fp32 bit, and so do their bytes.")
     elif _AMAX_CASES.index(0.0) in bad:
         hint = ("an all-zero group: log2(0) = -inf. The floor max(amax/448, 1e-10) gives "
                 "ceil(log2(1e-10)) = -33, byte 127 - 33 = 94 = 0x5E.")
@@ -569,6 +671,15 @@ def check_exponent_byte(fn) -> None:
     elif _AMAX_CASES.index(3.0e38) in bad:
         hint = "large amax needs large bytes: 3e38/448 is about 2^119.7, so e = 120, byte 247."
     raise AssertionError("\n  ".join(lines) + (f"\n  Hint: {hint}" if hint else ""))
+
+
+def solution_pack(exp_bytes: torch.Tensor) -> torch.Tensor:
+    """Exercise 2's solution: four bytes side by side ARE one little-endian int32; groups past G are
+    0 bytes. (Host byte order: little-endian on x86-64 and Arm, the hosts torch runs on.)"""
+    m, g = exp_bytes.shape
+    padded = torch.zeros(m, 4 * num_packed_words(g), dtype=torch.uint8, device=exp_bytes.device)
+    padded[:, :g] = exp_bytes
+    return padded.view(torch.int32)
 
 
 def check_pack(fn) -> None:
@@ -596,19 +707,52 @@ def check_pack(fn) -> None:
                 msg += " The bytes are reversed: group 4p+j goes to bits 8j..8j+7, the FIRST group in the LOWEST byte."
             elif (w ^ r) & ~0xFF == 0 or (g % 4 and j == ref.shape[1] - 1 and (w ^ r) >> (8 * (g % 4))):
                 msg += " Groups that do not exist (past G) must leave their bytes 0."
+            elif w & 0xFF == r & 0xFF and (w ^ r) >> 8:
+                msg += (" Byte 0 is right, the higher ones are not: shift in a dtype wide enough for 32 bits "
+                        "(a uint8 shifted left by 8 is 0).")
             raise AssertionError(msg)
+
+
+class _ZeroFills(TorchDispatchMode):
+    """Records the storages that a zero fill produced (torch.zeros, zeros_like, new_zeros, zero_(),
+    fill_(0), full(.., 0)): an exercise about torch.empty can then tell a zero-filled output apart."""
+
+    _OPS = {"aten::zeros", "aten::zeros_like", "aten::new_zeros", "aten::zero_", "aten::fill_", "aten::full"}
+
+    def __init__(self):
+        super().__init__()
+        self.ptrs: set[int] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        name = func._schema.name
+        if name in self._OPS and isinstance(out, torch.Tensor):
+            value = 0
+            if name in ("aten::fill_", "aten::full"):
+                value = args[1] if len(args) > 1 else (kwargs or {}).get("fill_value", (kwargs or {}).get("value"))
+                if isinstance(value, torch.Tensor) and value.numel() == 1:
+                    value = value.item()
+            if isinstance(value, (int, float, bool)) and value == 0:
+                self.ptrs.add(out.untyped_storage().data_ptr())
+        return out
 
 
 def check_pack_kernel(fn) -> None:
     """Grader of exercise 3: fn(exp_bytes uint8 [M, G] on DEVICE) -> the MN-major view int32 [M, P],
-    strides (1, round_up(M, 4)), of a storage [P, round_up(M, 4)] allocated with torch.empty."""
+    strides (1, round_up(M, 4)), of a storage [P, round_up(M, 4)] allocated with torch.empty.
+
+    Every element of the view must be written, with the reference's word. The storage rows
+    M..round_up(M, 4)-1 belong to no element of the view: the kernel may leave them alone or write
+    them (zeros, say); either passes. A zero-filled allocation does not: it is the memset the
+    exercise removes."""
     from .coverage import coverage
 
     gen = torch.Generator().manual_seed(5)
-    for m, g in [(1, 1), (5, 5), (9, 8)]:
+    for m, g in [(1, 1), (5, 5), (9, 8), (70, 6)]:
         e = torch.randint(0, 256, (m, g), generator=gen, dtype=torch.int32).to(torch.uint8).to(DEVICE)
         p, tm = num_packed_words(g), tma_aligned_rows(m)
-        got = fn(e.clone())
+        with _ZeroFills() as fills:
+            got = fn(e.clone())
         if not isinstance(got, torch.Tensor) or got.dtype != torch.int32 or tuple(got.shape) != (m, p):
             raise AssertionError(f"M={m}, G={g}: return the int32 view [M, P] = [{m}, {p}], got "
                                  f"{getattr(got, 'dtype', type(got).__name__)} {tuple(getattr(got, 'shape', ()))}")
@@ -616,16 +760,28 @@ def check_pack_kernel(fn) -> None:
             raise AssertionError(f"M={m}, G={g}: the view must be storage.T[:M, :] of an int32 storage [P, round_up(M, 4)]"
                                  f" = [{p}, {tm}]: strides (1, {tm}) over {4 * p * tm} bytes; got strides "
                                  f"{got.stride()} over {got.untyped_storage().nbytes()} bytes")
+        if got.untyped_storage().data_ptr() in fills.ptrs:
+            raise AssertionError(f"M={m}, G={g}: the storage was zero-filled (torch.zeros, zero_() or fill_(0)): "
+                                 "that is the extra memset kernel this workbook removes. Allocate it with "
+                                 "torch.empty: the kernel writes every element of the view, and the padding rows "
+                                 f"M..{tm - 1} of each word are no element of it.")
         cov = coverage(fn, e, names=["scales"])[0]
+        if bool((cov.read_before_written & cov.in_view).any()):
+            raise AssertionError(
+                f"M={m}, G={g}: view elements {cov.ranges(cov.read_before_written & cov.in_view)} end with values that "
+                "depend on what torch.empty left there: the kernel read them (added or OR-ed into them) before "
+                "writing. Build the whole word in registers and store it once.")
         if not cov.view_fully_written:
-            raise AssertionError(f"M={m}, G={g}: elements of the view were never written (they hold torch.empty's "
-                                 f"poison): {cov.unwritten_ranges('view')} (storage coordinates [word, row]).")
-        if cov.written.sum() > cov.in_view.sum():
-            raise AssertionError(f"M={m}, G={g}: the kernel wrote outside the view (storage rows M..{tm - 1}): "
-                                 "harmless but wasted, and a sign the masks are off.")
-        ref = pack_ue8m0_reference(e)
+            raise AssertionError(
+                f"M={m}, G={g}: elements of the view were never written (they still hold torch.empty's poison): "
+                f"{cov.unwritten_ranges('view')} (storage coordinates [word p, token m]). Every token m < M "
+                f"needs its word p at storage offset p * {tm} + m: does the grid cover all "
+                f"ceil(M / BLOCK_M) row blocks and all {p} words, and is the store masked with m < M?")
+        ref = pack_ue8m0_reference(e.cpu())
+        got = got.cpu()
         if not torch.equal(got, ref):
             i, j = (got != ref).nonzero()[0].tolist()
-            raise AssertionError(f"M={m}, G={g}: word [{i}, {j}] is 0x{int(got[i, j]) & 0xFFFFFFFF:08X}, expected "
-                                 f"0x{int(ref[i, j]) & 0xFFFFFFFF:08X}. Is row m's word p at storage offset "
-                                 f"p * {tm} + m?")
+            w, r = int(got[i, j]) & 0xFFFFFFFF, int(ref[i, j]) & 0xFFFFFFFF
+            hint = (" The bytes are reversed: group 4p+j goes to bits 8j..8j+7." if w == int.from_bytes(r.to_bytes(4, "little"), "big")
+                    else f" Is token m's word p stored at storage offset p * {tm} + m, and are groups past G loaded as 0?")
+            raise AssertionError(f"M={m}, G={g}: word [{i}, {j}] is 0x{w:08X}, expected 0x{r:08X}.{hint}")
