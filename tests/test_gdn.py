@@ -398,3 +398,163 @@ def test_cu_seqlens_cpu_must_agree():
     assert torch.equal(o1, o2)
     with pytest.raises(ValueError, match="cu_seqlens_cpu must hold the same offsets"):
         gdn.chunk_gated_delta_rule(**x, cu_seqlens=cu, cu_seqlens_cpu=torch.tensor([0, 4, 8]))
+
+
+# --------------------------------------------------------------------------------------------------
+# Graders of notebook 05: each passes its solution, reports the stub as not attempted, and fails
+# plausible wrong answers with the message that teaches the mistake
+# --------------------------------------------------------------------------------------------------
+
+def _stub(*args):
+    raise NotImplementedError
+
+
+def _fails(check, fn, match):
+    with pytest.raises(AssertionError, match=match):
+        check(fn)
+
+
+@pytest.mark.parametrize("check,solution", [
+    (gdn.check_decode_step, gdn.solution_decode_step),
+    (gdn.check_ut_transform, gdn.solution_ut_transform),
+    (gdn.check_chunk_spans, gdn.solution_chunk_spans),
+    (gdn.check_state_pass, gdn.solution_state_pass),
+])
+def test_grader_passes_solution_and_stub_is_not_attempted(check, solution):
+    check(solution)
+    with pytest.raises(NotImplementedError):
+        check(_stub)
+    from workbook.check import grade
+    assert grade("solution", lambda: check(solution))
+    assert not grade("stub", lambda: check(_stub))
+
+
+def _decode(heads="group", order="decay_first", scale=True, read_old=False, inplace=True, out_k=False):
+    def fn(h, q, k, v, g, beta):
+        o, hn = gdn._decode_step_torch(h, q, k, v, g, beta, heads=heads, order=order, scale=scale)
+        if read_old:
+            H, HV, K = q.shape[1], v.shape[1], q.shape[2]
+            kh = torch.arange(HV) // (HV // H)
+            o = torch.einsum("nhkv,nhk->nhv", h * g.exp()[:, :, None, None], q[:, kh] * K ** -0.5)
+        if inplace:
+            h.copy_(hn)
+        if out_k:   # the output in key space: the K/V mix-up
+            return torch.einsum("nhkv,nhv->nhk", hn, v)
+        return o
+    return fn
+
+
+def test_decode_grader_catches_wrong_answers():
+    _fails(gdn.check_decode_step, _decode(out_k=True), "VALUE space")
+    _fails(gdn.check_decode_step, _decode(heads="mod"), r"hv // \(HV // H\)")
+    _fails(gdn.check_decode_step, _decode(order="decay_after"), "decay FIRST")
+    _fails(gdn.check_decode_step, _decode(inplace=False), "not updated in place")
+    _fails(gdn.check_decode_step, _decode(read_old=True), "BEFORE this token's write")
+    _fails(gdn.check_decode_step, _decode(scale=False), "sqrt")
+
+    # h @ k contracts h's V axis with k: a shape error when K != V, reported, not raised
+    _fails(gdn.check_decode_step, lambda h, q, k, v, g, beta: h @ k[:, :, :, None], "raised")
+
+    def skips_heads(h, q, k, v, g, beta):       # writes only the first H value heads of o
+        o_ref = _decode()(h, q, k, v, g, beta)
+        o = torch.empty_like(o_ref)
+        o[:, :q.shape[1]] = o_ref[:, :q.shape[1]]
+        return o
+    _fails(gdn.check_decode_step, skips_heads, "poison")
+
+
+def _ut(beta_side="row", strict=True, how="mask_first", inverse=True):
+    def fn(k, beta, G):
+        C = k.shape[0]
+        low = torch.ones(C, C, dtype=torch.bool).tril(-1 if strict else 0)
+        if how == "mask_first":
+            gam = torch.where(low, G[:, None] - G[None, :], torch.zeros(())).exp()
+        elif how == "exp_then_tril":
+            gam = (G[:, None] - G[None, :]).exp().tril(-1 if strict else 0)
+        else:  # exp times a float mask: inf * 0
+            gam = (G[:, None] - G[None, :]).exp() * low
+        b = beta[:, None] if beta_side == "row" else beta[None, :]
+        L = torch.where(low, b * (k @ k.T) * gam, torch.zeros(()))
+        eye = torch.eye(C)
+        return torch.linalg.solve_triangular(eye + L, eye, upper=False) if inverse else eye - L
+    return fn
+
+
+def test_ut_grader_catches_wrong_answers():
+    gdn.check_ut_transform(_ut())
+    _fails(gdn.check_ut_transform, _ut(how="exp_then_tril"), "exponentiated a positive number")
+    _fails(gdn.check_ut_transform, _ut(how="exp_times_mask"), "exponentiated a positive number")
+    _fails(gdn.check_ut_transform, _ut(beta_side="col"), "wrong side")
+    _fails(gdn.check_ut_transform, _ut(strict=False), "STRICTLY lower")
+    _fails(gdn.check_ut_transform, _ut(inverse=False), "I - L")
+
+
+def test_chunk_spans_grader_catches_wrong_answers():
+    def whole_batch_grid(cu, C):       # ignores the sequence boundaries
+        return [(s, min(s + C, cu[-1])) for s in range(0, cu[-1], C)]
+
+    def floor_count(cu, C):            # drops each sequence's partial tail
+        return [(a + i * C, a + (i + 1) * C) for a, b in zip(cu, cu[1:]) for i in range((b - a) // C)]
+
+    def not_cut(cu, C):                # the last chunk keeps its full length
+        return [(s, s + C) for a, b in zip(cu, cu[1:]) for s in range(a, b, C)]
+
+    def empty_gets_a_chunk(cu, C):
+        return [(s, min(s + C, b)) for a, b in zip(cu, cu[1:]) for s in (range(a, b, C) if b > a else [a])]
+
+    _fails(gdn.check_chunk_spans, whole_batch_grid, "never spans two sequences")
+    _fails(gdn.check_chunk_spans, floor_count, r"ceil\(L / chunk\)")
+    _fails(gdn.check_chunk_spans, not_cut, "runs past the end of its sequence")
+    _fails(gdn.check_chunk_spans, empty_gets_a_chunk, "zero-length sequence has no chunks")
+    _fails(gdn.check_chunk_spans, lambda cu, C: list(reversed(gdn.solution_chunk_spans(cu, C))), "not in order")
+
+
+def test_state_pass_grader_catches_wrong_answers():
+    def variant(name):
+        return lambda k, w, u, G, h0, cu, C: gdn._state_pass_torch(k, w, u, G, h0, cu, C, variant=name)
+
+    _fails(gdn.check_state_pass, variant("carry"), "leaked from one sequence")
+    _fails(gdn.check_state_pass, variant("batch_end"), "SEQUENCE end")
+    _fails(gdn.check_state_pass, variant("first"), "LAST row")
+    _fails(gdn.check_state_pass, variant("no_weights"), r"exp\(G_C - G\)")
+
+    def skips_partial_chunk(k, w, u, G, h0, cu, C):   # floor: the partial last chunk is never processed
+        v_new, finals = torch.empty_like(u), []
+        for n in range(len(cu) - 1):
+            h = h0[n].clone()
+            for s in range(cu[n], cu[n + 1] - C + 1, C):
+                e = s + C
+                v_new[s:e] = u[s:e] - w[s:e] @ h
+                h = h * G[e - 1].exp() + (k[s:e] * (G[e - 1] - G[s:e]).exp()[:, None]).T @ v_new[s:e]
+            finals.append(h)
+        return v_new, torch.stack(finals)
+
+    _fails(gdn.check_state_pass, skips_partial_chunk, "never written")
+
+
+def test_benchmark_table_reads_old_and_new_records():
+    from workbook.bench import load_record
+    rec = load_record("gdn")
+    text = gdn.benchmark_table(rec)
+    if not gdn.has_timing_methods(rec):
+        assert "not recorded yet" in text and gdn.plot_benchmark(rec) is None
+    row = {"B": 1, "T": 64, "H": 1, "D": 16, "l2norm_in_kernel": False, "ours_graph_us": 10.0, "ours_eager_us": 30.0,
+           "fla_graph_us": 8.0, "fla_eager_us": 60.0, "ratio_ours_over_fla_graph": 1.25, "ratio_ours_over_fla_eager": 0.5}
+    drow = {"B": 2, "T": 1, "H": 1, "D": 16, "ours_graph_us": 5.0, "ours_eager_us": 20.0, "ours_graph_GBps": 100.0}
+    new = {"results": {"chunk": [row], "decode": [drow]}, "ceilings": {"copy_GBps": 200.0}}
+    text = gdn.benchmark_table(new)
+    assert "ours/fla on GPU time 1.25x" in text and "eager 0.50x" in text and "50% of the 200 GB/s" in text
+    import matplotlib
+    matplotlib.use("Agg")
+    assert gdn.plot_benchmark(new) is not None
+
+
+def test_config_is_checked():
+    x = gdn.make_inputs(1, 8, 1, 16, seed=21)
+    with pytest.raises(ValueError, match="unknown name 'rec_bv'"):
+        gdn.fused_recurrent_gated_delta_rule(**x, config={"rec_bv": 16})
+    with pytest.raises(ValueError, match=r"unknown name 'bv'"):
+        gdn.chunk_gated_delta_rule(**x, config={"state": {"bv": 16}})
+    if not ON_GPU:
+        with pytest.raises(ValueError, match="emulate=False"):
+            gdn.chunk_gated_delta_rule(**x, emulate=False)
