@@ -72,3 +72,15 @@ def test_grid_grader_fails_wrong_answers_with_the_intended_message(capsys, wrong
     v, out = _verdict(capsys, wrong)
     assert not v and v.status == "wrong", out
     assert message in out, out
+
+
+def test_notebook_map_lists_exactly_the_notebooks_that_exist(tmp_path):
+    from workbook.start_here import NOTEBOOKS, notebook_map
+
+    (tmp_path / "01_allocate_then_overwrite.ipynb").write_text("{}")
+    (tmp_path / "05_gated_deltanet.ipynb").write_text("{}")
+    table = notebook_map(tmp_path)
+    assert "`01_allocate_then_overwrite`" in table and "`05_gated_deltanet`" in table
+    assert "`02_nvfp4_quant`" not in table and len(table.splitlines()) == 2 + 2
+    assert len(notebook_map(tmp_path / "absent").splitlines()) == 2 + len(NOTEBOOKS)   # installed wheel
+    assert "`00_start_here`" not in notebook_map()                                     # the repository's own

@@ -7,7 +7,7 @@ import triton
 from .device import DEVICE, describe, require_launchable
 from .kernels.start_here import iota_kernel
 
-__all__ = ["iota", "environment_report", "check_iota_grid", "GRID_CASES"]
+__all__ = ["iota", "environment_report", "check_iota_grid", "GRID_CASES", "NOTEBOOKS", "notebook_map"]
 
 
 def iota(n: int, *, block: int = 64, grid: int | None = None) -> torch.Tensor:
@@ -28,6 +28,30 @@ def iota(n: int, *, block: int = 64, grid: int | None = None) -> torch.Tensor:
     if n and g:
         iota_kernel[(g,)](out, n, BLOCK=block)
     return out
+
+
+# The series, in order: notebook stem -> what a reader learns there (notebook 00's "where to go next").
+NOTEBOOKS = {
+    "01_allocate_then_overwrite": "what `zeros` costs and why, the caching allocator, stale bytes under CUDA graphs, "
+                                  "the poison method, the decision rule",
+    "02_nvfp4_quant": "NVFP4: E2M1 codes, E4M3 block scales, the swizzled 128x4 layout, and padding that a GEMM reads",
+    "03_fp8_silu_mul_quant": "fused SiLU-mul + FP8 group quant with packed UE8M0 scales, a view over larger storage",
+    "04_turboquant_mixed_batch": "a quantized KV cache (TurboQuant) and a mixed decode + prefill batch whose two "
+                                 "kernels share one `empty` output: the disjoint-slice proof",
+    "05_gated_deltanet": "Gated DeltaNet: recurrent and chunked kernels, gated RMSNorm, a redundant `zero_()`",
+    "06_buffers_block_fusion": "how writing into a preallocated buffer hides a pattern from the compiler's fusion pass",
+    "07_audit": "finding allocate-then-overwrite candidates in a real codebase, and proving them",
+}
+
+
+def notebook_map(directory=None) -> str:
+    """A markdown table of the notebooks of :data:`NOTEBOOKS` that exist in ``directory`` (the
+    repository's ``notebooks/``); where that folder is not there (an installed wheel), all of them."""
+    from pathlib import Path
+
+    d = Path(directory) if directory is not None else Path(__file__).resolve().parent.parent / "notebooks"
+    rows = [(stem, what) for stem, what in NOTEBOOKS.items() if not d.is_dir() or (d / f"{stem}.ipynb").exists()]
+    return "\n".join(["| notebook | what you learn |", "|---|---|"] + [f"| `{s}` | {w} |" for s, w in rows])
 
 
 def environment_report() -> str:
