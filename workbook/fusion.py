@@ -1,0 +1,826 @@
+"""How buffer passing blocks ``torch.compile`` fusion: a mini Qwen3-Next decoder in two styles, a
+tensor-parallel all-reduce as a custom op, an Inductor post-grad pattern pass that fuses
+all-reduce -> residual add -> RMSNorm, and the fused add + RMSNorm kernel it calls.
+
+The two styles compute the same function on the real tokens of a batch padded to a fixed size (as an
+engine pads for CUDA graphs: ``hidden [T_pad, D]``, of which the first ``num_tokens`` rows are real):
+
+* ``style="buffer"``: the layer allocates ``output = torch.empty_like(x)`` and each attention block
+  writes ``output[:num_tokens] = all_reduce(out_proj(...))``. In the functionalised post-grad graph
+  that slice write is a ``slice_scatter`` between the all-reduce and the residual add, so the pattern
+  all_reduce -> add -> RMSNorm is not there to match: ``Replaced 0 patterns``.
+* ``style="return"``: each attention block returns ``all_reduce(out_proj(...))`` over the padded batch
+  (the attention is causal and the padding comes last, so the real rows are unchanged); the add
+  consumes the all-reduce directly and every attention-output site matches.
+
+All-reduce sites and what the pass does with them (the accounting):
+
+* the attention out projections (one per layer): row-parallel, end in ``workbook::all_reduce``, then
+  the post-attention residual add + RMSNorm. These are the sites of the headline: 0 (buffer) vs one
+  per layer (return). The demo decoder has 2 layers (one linear-attention, one full-attention), hence
+  ``Replaced 0 patterns`` then ``Replaced 2 patterns``.
+* the MLP down projections: with ``shard_mlp=False`` (the demo's default) the MLP is replicated on
+  every rank, so it has NO all-reduce and no site at all. With ``shard_mlp=True`` (what an engine does
+  at scale, and what :func:`benchmark` runs) the down projection is row-parallel too and its
+  all-reduce is followed by the next residual add + RMSNorm (the next layer's input norm, or the final
+  norm): one more site per layer, returned by the MLP in BOTH styles, so both styles gain one match
+  per layer (0 + L vs L + L). :func:`expected_sites` states the counts.
+
+The decoder's linear-attention layers are the Gated DeltaNet block of :mod:`workbook.gdn`
+(:func:`workbook.gdn.qwen3_next_linear_attention` on this rank's heads, wrapped in an opaque custom op
+as engines register their GDN attention); the full-attention layers are a small causal attention
+written with visible torch ops.
+
+Tensor parallelism: ``world_size`` ranks each hold a slice of the heads (and, with ``shard_mlp``, of
+the MLP's intermediate columns); row-parallel projections produce partial sums that
+``workbook::all_reduce`` adds up with ``torch.distributed`` (gloo on CPU, NCCL on GPUs). With one rank
+it is the identity, but it stays in the graph as the same op, so the pass sees the same sites.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import math
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+import triton
+
+from .device import DEVICE, ON_GPU, check_tensor, require_launchable
+from .gdn import GDNBlockParams, qwen3_next_linear_attention
+from .kernels import fusion as kern
+
+__all__ = [
+    "EPS", "DecoderConfig", "DEMO", "rmsnorm", "add_rmsnorm", "add_rmsnorm_ref", "all_reduce",
+    "fused_all_reduce_add_rmsnorm", "make_decoder_weights", "shard_weights", "MiniDecoder",
+    "FusionPass", "compile_decoder", "expected_sites", "count_ops", "run_tp",
+    "benchmark", "main", "logger",
+]
+
+EPS = 1e-6
+_FLOATS = (torch.float32, torch.bfloat16, torch.float16)
+logger = logging.getLogger("workbook.fusion")
+
+# --------------------------------------------------------------------------------------------------
+# RMSNorm: the torch form (what the pattern matches) and the fused add + RMSNorm kernel
+# --------------------------------------------------------------------------------------------------
+
+
+def rmsnorm(h: torch.Tensor, weight: torch.Tensor, eps: float = EPS) -> torch.Tensor:
+    """weight * h * rsqrt(mean(h^2) + eps) over the last dim, fp32 inside, h's dtype out."""
+    hf = h.float()
+    y = hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + eps)
+    return (y * weight.float()).to(h.dtype)
+
+
+def add_rmsnorm_ref(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = EPS):
+    """The unfused chain: ``h = x + residual`` (in the tensors' dtype), ``rmsnorm(h)``; returns
+    ``(normed, h)``."""
+    h = x + residual
+    return rmsnorm(h, weight, eps), h
+
+
+def _check_add_rmsnorm(x, residual, weight, eps, device=None):
+    check_tensor("x", x, dtypes=_FLOATS, ndim=2, device=device)
+    check_tensor("residual", residual, dtypes=_FLOATS, ndim=2, device=x.device)
+    check_tensor("weight", weight, dtypes=_FLOATS, ndim=1, device=x.device)
+    if residual.shape != x.shape:
+        raise ValueError(f"residual must have x's shape {list(x.shape)}, got {list(residual.shape)}")
+    if residual.dtype != x.dtype or weight.dtype != x.dtype:
+        raise TypeError(f"x, residual and weight must share one dtype, got {x.dtype}, {residual.dtype}, "
+                        f"{weight.dtype}")
+    if weight.shape[0] != x.shape[1] or x.shape[1] == 0:
+        raise ValueError(f"weight must be [D] with D = x.shape[1] = {x.shape[1]} > 0, got {list(weight.shape)}")
+    if not (isinstance(eps, (int, float)) and eps > 0):
+        raise ValueError(f"eps must be a positive number, got {eps!r}")
+
+
+def add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = EPS, *,
+                config=None, emulate: bool | None = None):
+    """Residual add + RMSNorm in one Triton kernel. ``x, residual [M, D]``, ``weight [D]``.
+    Returns ``(normed [M, D], new_residual [M, D])`` = :func:`add_rmsnorm_ref`.
+
+    ``config``: ``{"BLOCK_M": rows per program, "num_warps": ...}``. ``emulate``: exact bf16
+    conversions with integer ops (default: on without a GPU, where the interpreter runs the kernel)."""
+    _check_add_rmsnorm(x, residual, weight, eps, device=DEVICE)
+    if emulate is None:
+        emulate = not ON_GPU
+    if not emulate and not ON_GPU:
+        raise ValueError("emulate=False needs a GPU: Triton's interpreter gets the bf16 casts wrong")
+    M, D = x.shape
+    BLOCK_D = triton.next_power_of_2(D)
+    cfg = {"BLOCK_M": max(1, min(16, 4096 // BLOCK_D)), "num_warps": 4 if BLOCK_D <= 2048 else 8}
+    if not ON_GPU:
+        cfg["BLOCK_M"] = 64   # the interpreter runs programs one after another: fewer, taller ones
+    cfg.update(dict(config or {}))
+    unknown = set(cfg) - {"BLOCK_M", "num_warps"}
+    if unknown:
+        raise ValueError(f"config takes BLOCK_M and num_warps, got unknown {sorted(unknown)}")
+    # empty, both: program i writes rows [i*BLOCK_M, (i+1)*BLOCK_M) x all D columns of out and of
+    # residual_out (masked only past M and D), and the grid cdiv(M, BLOCK_M) covers all M rows.
+    out = torch.empty_like(x)
+    residual_out = torch.empty_like(x)
+    require_launchable(kern.add_rmsnorm_kernel)
+    if M:
+        kern.add_rmsnorm_kernel[(triton.cdiv(M, cfg["BLOCK_M"]),)](
+            x, residual, weight, out, residual_out, M, D, float(eps), BLOCK_M=cfg["BLOCK_M"],
+            BLOCK_D=BLOCK_D, IS_BF16=x.dtype == torch.bfloat16, EMULATE=bool(emulate),
+            num_warps=cfg["num_warps"])
+    return out, residual_out
+
+
+# --------------------------------------------------------------------------------------------------
+# Custom ops: the all-reduce, the GDN block, the fused op
+# --------------------------------------------------------------------------------------------------
+
+def _world() -> int:
+    import torch.distributed as dist
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+@torch.library.custom_op("workbook::all_reduce", mutates_args=())
+def all_reduce(x: torch.Tensor) -> torch.Tensor:
+    """Sum ``x`` over the tensor-parallel ranks (``torch.distributed.all_reduce``); the identity with
+    one rank. Always a new tensor (a custom op may not return an alias of its input)."""
+    out = x.clone()
+    if _world() > 1:
+        import torch.distributed as dist
+        dist.all_reduce(out)
+    return out
+
+
+@all_reduce.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("workbook::fused_all_reduce_add_rmsnorm", mutates_args=())
+def fused_all_reduce_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                                 eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """What the pass puts in place of all_reduce -> add -> RMSNorm: the all-reduce, then ONE kernel
+    (:func:`add_rmsnorm`, Triton; in the interpreter on a CPU) returning ``(normed, new_residual)``."""
+    return add_rmsnorm(all_reduce(x).contiguous(), residual.contiguous(), weight.contiguous(), eps)
+
+
+@fused_all_reduce_add_rmsnorm.register_fake
+def _(x, residual, weight, eps):
+    return torch.empty_like(x), torch.empty_like(x)
+
+
+@torch.library.custom_op("workbook::gdn_block", mutates_args=())
+def gdn_block(x: torch.Tensor, in_proj_qkvz: torch.Tensor, in_proj_ba: torch.Tensor,
+              conv_weight: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor,
+              norm_weight: torch.Tensor, out_proj: torch.Tensor, num_k_heads: int, num_v_heads: int,
+              head_k_dim: int, head_v_dim: int, kernel: str) -> torch.Tensor:
+    """This rank's partial sum of a Gated DeltaNet block on one sequence ``x [T, D]`` ->
+    ``[T, D]``: :func:`workbook.gdn.qwen3_next_linear_attention` on the rank's heads. Opaque to the
+    compiler (its Triton launches are not traced), as an engine registers its GDN attention."""
+    p = GDNBlockParams(in_proj_qkvz, in_proj_ba, conv_weight, A_log, dt_bias, norm_weight, out_proj,
+                       num_k_heads, num_v_heads, head_k_dim, head_v_dim)
+    return qwen3_next_linear_attention(x.contiguous()[None], p, kernel=kernel)[0]
+
+
+@gdn_block.register_fake
+def _(x, in_proj_qkvz, in_proj_ba, conv_weight, A_log, dt_bias, norm_weight, out_proj, num_k_heads,
+      num_v_heads, head_k_dim, head_v_dim, kernel):
+    return x.new_empty(x.shape[0], out_proj.shape[0])
+
+
+# --------------------------------------------------------------------------------------------------
+# The mini decoder
+# --------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class DecoderConfig:
+    """Sizes of the mini decoder. ``layers``: 'linear' (Gated DeltaNet) or 'full' (causal attention)
+    per layer (Qwen3-Next alternates 3 linear : 1 full). Head counts are totals over all ranks and
+    must divide by the tensor-parallel world size."""
+    hidden: int = 64
+    layers: tuple = ("linear", "full")
+    gdn_k_heads: int = 2
+    gdn_v_heads: int = 4
+    gdn_head_dim: int = 16
+    attn_heads: int = 4
+    attn_head_dim: int = 16
+    intermediate: int = 96
+    shard_mlp: bool = False
+    gdn_kernel: str = "chunk"
+    dtype: torch.dtype = torch.float32
+
+
+DEMO = DecoderConfig()
+
+
+def make_decoder_weights(cfg: DecoderConfig, seed: int = 0, device=None) -> dict:
+    """Full (unsharded) random weights: ``{"layers": [dict per layer], "final_norm": [D]}``."""
+    gen = torch.Generator().manual_seed(seed)
+    dev = device or DEVICE
+    D = cfg.hidden
+
+    def r(*s, std=1.0):
+        return (torch.randn(*s, generator=gen) * std).to(dtype=cfg.dtype, device=dev)
+
+    def norm_w():
+        return (1 + 0.1 * torch.randn(D, generator=gen)).to(dtype=cfg.dtype, device=dev)
+
+    layers = []
+    for kind in cfg.layers:
+        w = {"kind": kind, "input_norm": norm_w(), "post_norm": norm_w()}
+        if kind == "linear":
+            Hk, Hv, Dh = cfg.gdn_k_heads, cfg.gdn_v_heads, cfg.gdn_head_dim
+            nk, nv = Hk * Dh, Hv * Dh
+            w.update(in_proj_qkvz=r(2 * nk + 2 * nv, D, std=D ** -0.5), in_proj_ba=r(2 * Hv, D, std=D ** -0.5),
+                     conv_weight=r(2 * nk + nv, 4, std=0.5),
+                     A_log=(torch.rand(Hv, generator=gen) * 2 - 1).to(device=dev),
+                     dt_bias=torch.rand(Hv, generator=gen).to(device=dev),
+                     norm_weight=(1 + 0.1 * torch.randn(Dh, generator=gen)).to(dtype=cfg.dtype, device=dev),
+                     out_proj=r(D, nv, std=nv ** -0.5))
+        elif kind == "full":
+            n = cfg.attn_heads * cfg.attn_head_dim
+            w.update(wq=r(n, D, std=D ** -0.5), wk=r(n, D, std=D ** -0.5), wv=r(n, D, std=D ** -0.5),
+                     wo=r(D, n, std=n ** -0.5))
+        else:
+            raise ValueError(f"layers must hold 'linear' or 'full', got {kind!r}")
+        I = cfg.intermediate
+        w.update(gate_up=r(2 * I, D, std=D ** -0.5), down=r(D, I, std=I ** -0.5))
+        layers.append(w)
+    return {"layers": layers, "final_norm": norm_w()}
+
+
+def _split(t, dim, parts, rank, sizes):
+    """Rank ``rank``'s share of each consecutive segment (of the given sizes) of ``t`` along ``dim``."""
+    out, start = [], 0
+    for s in sizes:
+        seg = t.narrow(dim, start, s)
+        out.append(seg.narrow(dim, rank * (s // parts), s // parts))
+        start += s
+    return torch.cat(out, dim).contiguous()
+
+
+def shard_weights(cfg: DecoderConfig, weights: dict, rank: int, world_size: int) -> dict:
+    """Rank ``rank``'s weights: column-parallel input projections and row-parallel output projections
+    (heads split; with ``shard_mlp`` the MLP's intermediate columns too). Norms are replicated."""
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
+    for name in ("gdn_k_heads", "gdn_v_heads", "attn_heads") + (("intermediate",) if cfg.shard_mlp else ()):
+        if getattr(cfg, name) % world_size:
+            raise ValueError(f"{name}={getattr(cfg, name)} must be divisible by world_size={world_size}")
+    W = world_size
+    layers = []
+    for w in weights["layers"]:
+        s = {"kind": w["kind"], "input_norm": w["input_norm"], "post_norm": w["post_norm"]}
+        if w["kind"] == "linear":
+            nk, nv, Hv = cfg.gdn_k_heads * cfg.gdn_head_dim, cfg.gdn_v_heads * cfg.gdn_head_dim, cfg.gdn_v_heads
+            s.update(in_proj_qkvz=_split(w["in_proj_qkvz"], 0, W, rank, [nk, nk, nv, nv]),
+                     in_proj_ba=_split(w["in_proj_ba"], 0, W, rank, [Hv, Hv]),
+                     conv_weight=_split(w["conv_weight"], 0, W, rank, [nk, nk, nv]),
+                     A_log=_split(w["A_log"], 0, W, rank, [Hv]), dt_bias=_split(w["dt_bias"], 0, W, rank, [Hv]),
+                     norm_weight=w["norm_weight"], out_proj=_split(w["out_proj"], 1, W, rank, [nv]))
+        else:
+            n = cfg.attn_heads * cfg.attn_head_dim
+            s.update(wq=_split(w["wq"], 0, W, rank, [n]), wk=_split(w["wk"], 0, W, rank, [n]),
+                     wv=_split(w["wv"], 0, W, rank, [n]), wo=_split(w["wo"], 1, W, rank, [n]))
+        I = cfg.intermediate
+        if cfg.shard_mlp:
+            s.update(gate_up=_split(w["gate_up"], 0, W, rank, [I, I]), down=_split(w["down"], 1, W, rank, [I]))
+        else:
+            s.update(gate_up=w["gate_up"], down=w["down"])
+        layers.append(s)
+    return {"layers": layers, "final_norm": weights["final_norm"]}
+
+
+class MiniDecoder(torch.nn.Module):
+    """A few Qwen3-Next-style decoder layers on one padded batch ``hidden [T_pad, D]`` whose first
+    ``num_tokens`` rows are real tokens of one sequence. ``style``: 'buffer' or 'return' (module doc).
+    Built from this rank's weights (:func:`shard_weights`); ``world_size`` ranks sum their partial
+    out projections with :func:`all_reduce`. Returns ``[T_pad, D]``; only rows ``[:num_tokens]`` are
+    defined (with ``style='buffer'`` the others hold whatever the unwritten buffer rows held)."""
+
+    def __init__(self, cfg: DecoderConfig, weights: dict, style: str, world_size: int = 1):
+        super().__init__()
+        if style not in ("buffer", "return"):
+            raise ValueError(f"style must be 'buffer' or 'return', got {style!r}")
+        if cfg.gdn_kernel not in ("chunk", "recurrent", "reference"):
+            raise ValueError(f"gdn_kernel must be 'chunk', 'recurrent' or 'reference', got {cfg.gdn_kernel!r}")
+        self.cfg, self.style, self.world_size = cfg, style, world_size
+        self.kinds = [w["kind"] for w in weights["layers"]]
+        self.layers = torch.nn.ModuleList()
+        for w in weights["layers"]:
+            m = torch.nn.Module()
+            for name, t in w.items():
+                if name != "kind":
+                    m.register_buffer(name, t)
+            self.layers.append(m)
+        self.register_buffer("final_norm", weights["final_norm"])
+
+    # the attention blocks: each computes this rank's partial out projection, then the all-reduce
+    def _linear_attention(self, m, x):
+        c = self.cfg
+        W = self.world_size
+        return gdn_block(x, m.in_proj_qkvz, m.in_proj_ba, m.conv_weight, m.A_log, m.dt_bias, m.norm_weight,
+                         m.out_proj, c.gdn_k_heads // W, c.gdn_v_heads // W, c.gdn_head_dim, c.gdn_head_dim,
+                         c.gdn_kernel)
+
+    def _full_attention(self, m, x):
+        T, H, Dh = x.shape[0], self.cfg.attn_heads // self.world_size, self.cfg.attn_head_dim
+        q, k, v = ((x @ w.T).view(T, H, Dh).transpose(0, 1) for w in (m.wq, m.wk, m.wv))
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return o.transpose(0, 1).reshape(T, H * Dh) @ m.wo.T
+
+    def _attention(self, kind, m, x, num_tokens):
+        block = self._linear_attention if kind == "linear" else self._full_attention
+        if self.style == "buffer":
+            # the engine's layer: a caller-owned output buffer, written on the real tokens only
+            output = torch.empty_like(x)
+            output[:num_tokens] = all_reduce(block(m, x[:num_tokens]))
+            return output
+        # return style: the block runs over the padded batch (causal, padding last: the real rows
+        # are the same) and returns its output
+        return all_reduce(block(m, x))
+
+    def _mlp(self, m, x):
+        gu = x @ m.gate_up.T
+        g, u = gu.chunk(2, dim=-1)
+        y = (F.silu(g) * u) @ m.down.T
+        return all_reduce(y) if self.cfg.shard_mlp else y
+
+    def forward(self, hidden: torch.Tensor, num_tokens: int) -> torch.Tensor:
+        check_tensor("hidden", hidden, dtypes=(self.cfg.dtype,), ndim=2, device=self.final_norm.device)
+        if hidden.shape[1] != self.cfg.hidden:
+            raise ValueError(f"hidden must be [T_pad, {self.cfg.hidden}], got {list(hidden.shape)}")
+        if not (isinstance(num_tokens, int) and 1 <= num_tokens <= hidden.shape[0]):
+            raise ValueError(f"num_tokens must be an int in [1, T_pad = {hidden.shape[0]}] (the real tokens "
+                             f"of the padded batch), got {num_tokens!r}")
+        residual = hidden
+        x = rmsnorm(hidden, self.layers[0].input_norm)
+        mlp_out = None
+        for kind, m in zip(self.kinds, self.layers):
+            if mlp_out is not None:      # the previous MLP's output joins the residual stream
+                residual = mlp_out + residual
+                x = rmsnorm(residual, m.input_norm)
+            a = self._attention(kind, m, x, num_tokens)
+            residual = a + residual      # the site: all_reduce -> add -> RMSNorm
+            x = rmsnorm(residual, m.post_norm)
+            mlp_out = self._mlp(m, x)
+        return rmsnorm(mlp_out + residual, self.final_norm)
+
+
+def expected_sites(cfg: DecoderConfig, style: str) -> dict:
+    """Where the pattern all_reduce -> add -> RMSNorm stands in the decoder's post-grad graph:
+    ``{"attention": matches at the attention outputs, "mlp": matches at the MLP outputs}``."""
+    L = len(cfg.layers)
+    return {"attention": 0 if style == "buffer" else L, "mlp": L if cfg.shard_mlp else 0}
+
+
+# --------------------------------------------------------------------------------------------------
+# The pass
+# --------------------------------------------------------------------------------------------------
+
+def _search(x, residual, weight):
+    h = all_reduce(x) + residual
+    return rmsnorm(h, weight), h
+
+
+def _replace(x, residual, weight):
+    return fused_all_reduce_add_rmsnorm(x, residual, weight, EPS)
+
+
+try:
+    from torch._inductor.custom_graph_pass import CustomGraphPass as _CustomGraphPass
+except ImportError:  # pragma: no cover  (torch < 2.6)
+    _CustomGraphPass = object
+
+
+class FusionPass(_CustomGraphPass):
+    """Inductor post-grad custom pass: one ``PatternMatcherPass`` holding the pattern
+    all_reduce(x) + residual -> RMSNorm (traced for ``dtype``), replaced by
+    ``workbook::fused_all_reduce_add_rmsnorm``. Each call logs ``Replaced N patterns`` and appends N
+    to ``counts`` (and the line to ``log``)."""
+
+    def __init__(self, dtype: torch.dtype = torch.float32):
+        from torch._inductor.pattern_matcher import PatternMatcherPass, fwd_only, register_replacement
+
+        self.dtype = dtype
+        self.patterns = PatternMatcherPass(pass_name="workbook_allreduce_add_rmsnorm")
+        ex = [torch.empty(8, 16, dtype=dtype), torch.empty(8, 16, dtype=dtype), torch.empty(16, dtype=dtype)]
+        with torch.no_grad():
+            register_replacement(_search, _replace, ex, fwd_only, self.patterns)
+        self.counts: list[int] = []
+        self.log: list[str] = []
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        n = self.patterns.apply(graph)
+        line = f"Replaced {n} patterns"
+        self.counts.append(n)
+        self.log.append(line)
+        logger.info(line)
+
+    def uuid(self):
+        src = Path(__file__).read_bytes() + str(self.dtype).encode()
+        return hashlib.sha256(src).hexdigest()
+
+
+def compile_decoder(model: MiniDecoder, fusion: FusionPass | None = None, *, dynamic: bool = True,
+                    before: list | None = None, after: list | None = None, reset: bool = True):
+    """``torch.compile(model)`` (Inductor, one whole graph) with ``fusion`` as the post-grad custom
+    pass. ``dynamic=True`` (the default) compiles one graph for every ``T_pad`` and ``num_tokens``, as
+    an engine does: ``num_tokens`` is then a symbol, and ``output[:num_tokens] = ...`` a partial write
+    whatever its value. The FX graph cache is off, so the pass runs (and logs) on every compilation.
+    ``before``/``after``, if given, receive a copy of each post-grad graph before/after the pass.
+    ``reset`` clears Dynamo's cache first, so that this decoder compiles (and the pass logs) anew
+    even where a graph compiled for another decoder object would pass its guards; it also drops the
+    graphs compiled before (they recompile on their next call)."""
+    if reset:
+        torch._dynamo.reset()
+    hook = _Hook(fusion, before, after)
+    return torch.compile(model, fullgraph=True, dynamic=dynamic,
+                         options={"fx_graph_cache": False, "post_grad_custom_post_pass": hook})
+
+
+class _Hook(_CustomGraphPass):
+    """The custom post-grad pass that Inductor calls: snapshots, then the fusion pass."""
+
+    def __init__(self, fusion, before, after):
+        self.fusion, self.before, self.after = fusion, before, after
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        if self.before is not None:
+            self.before.append(_copy_graph(graph))
+        if self.fusion is not None:
+            self.fusion(graph)
+        if self.after is not None:
+            self.after.append(_copy_graph(graph))
+
+    def uuid(self):
+        return "hook:" + (self.fusion.uuid() if self.fusion is not None else "none")
+
+
+def _copy_graph(graph: torch.fx.Graph) -> torch.fx.Graph:
+    g = torch.fx.Graph()
+    out = g.graph_copy(graph, {})
+    g.output(out)
+    return g
+
+
+def count_ops(graph: torch.fx.Graph) -> dict:
+    """How many call_function nodes of each target name (``all_reduce``, ``slice_scatter``, ...)."""
+    out: dict = {}
+    for n in graph.nodes:
+        if n.op == "call_function":
+            name = getattr(n.target, "__name__", str(n.target)).split(".")[0]
+            out[name] = out.get(name, 0) + 1
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Tensor parallel: worker processes (CPU + gloo here; torchrun + NCCL on GPUs)
+# --------------------------------------------------------------------------------------------------
+
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _tp_worker(rank: int, world_size: int, port: int, cfg: DecoderConfig, hidden: torch.Tensor,
+               num_tokens: int, compiled: bool, out_dir: str) -> None:
+    """One rank of :func:`run_tp`: its shard of the decoder, both styles, outputs and pass counts
+    saved to ``out_dir/rank<r>.pt``."""
+    import datetime
+
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world_size,
+                            timeout=datetime.timedelta(seconds=120))
+    try:
+        weights = shard_weights(cfg, make_decoder_weights(cfg, device="cpu"), rank, world_size)
+        res = {}
+        for style in ("buffer", "return"):
+            model = MiniDecoder(cfg, weights, style, world_size=world_size)
+            fusion = FusionPass(cfg.dtype)
+            fn = compile_decoder(model, fusion) if compiled else model
+            with torch.no_grad():
+                out = fn(hidden, num_tokens)
+            res[style] = {"out": out[:num_tokens].clone(), "counts": list(fusion.counts)}
+        torch.save(res, Path(out_dir) / f"rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def run_tp(cfg: DecoderConfig, hidden: torch.Tensor, num_tokens: int, world_size: int = 2, *,
+           compiled: bool = True, timeout_s: float = 240.0) -> list[dict]:
+    """Run the decoder with ``world_size`` tensor-parallel ranks as spawned CPU processes (gloo on
+    loopback, a free port), both styles, compiled with the fusion pass unless ``compiled=False``.
+    Returns, per rank, ``{style: {"out": real rows, "counts": pass counts}}``. The processes are
+    joined within ``timeout_s`` or killed (then a TimeoutError)."""
+    import tempfile
+
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory(prefix="fusion_tp_") as tmp:
+        ctx = mp.start_processes(_tp_worker, args=(world_size, _free_port(), cfg, hidden.cpu(), num_tokens,
+                                                   compiled, tmp),
+                                 nprocs=world_size, join=False, start_method="spawn")
+        deadline = time.monotonic() + timeout_s
+        try:
+            while not ctx.join(timeout=1.0):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"tensor-parallel workers did not finish within {timeout_s} s")
+        finally:
+            for p in ctx.processes:
+                if p.is_alive():
+                    p.kill()
+                    p.join(5)
+        return [torch.load(Path(tmp) / f"rank{r}.pt") for r in range(world_size)]
+
+
+# --------------------------------------------------------------------------------------------------
+# Benchmark (GPU): one GPU via `python3 -m workbook bench fusion`; TP=2 via torchrun (main below)
+# --------------------------------------------------------------------------------------------------
+
+BENCH = DecoderConfig(hidden=2048, layers=("linear", "linear", "linear", "full"), gdn_k_heads=16,
+                      gdn_v_heads=32, gdn_head_dim=128, attn_heads=16, attn_head_dim=128, intermediate=6144,
+                      shard_mlp=True, gdn_kernel="chunk", dtype=torch.bfloat16)
+DECODE_TOKENS = (8, 32, 64, 128, 256)
+PREFILL_TOKENS = (2048, 4096, 8192)
+SMOKE = replace(DEMO, shard_mlp=True)
+
+
+def _cfg_json(cfg: DecoderConfig) -> dict:
+    d = asdict(cfg)
+    d["dtype"] = str(cfg.dtype).replace("torch.", "")
+    d["layers"] = list(cfg.layers)
+    return d
+
+
+def _fixed_time_us(fn, iters: int, warmup: int = 3) -> float:
+    """Per-call time over a FIXED number of calls (CUDA events; every rank runs the same count, so
+    collectives inside ``fn`` stay matched across ranks; do_bench picks its count per process)."""
+    import torch.distributed as dist
+
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    if dist.is_initialized():
+        dist.barrier()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iters):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return 1e3 * start.elapsed_time(end) / iters
+
+
+def _graph_fixed_us(fn, n: int = 10, replays: int = 10) -> float:
+    """GPU time per call from replaying a CUDA graph of ``n`` calls, ``replays`` times (fixed counts)."""
+    fn()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(n):
+            fn()
+    return _fixed_time_us(g.replay, replays, warmup=2) / n
+
+
+def _bench_sizes(cfg, rank, world_size, sizes, *, timer, device, log=print):
+    """Both styles at each size: compiled decoder, pass counts, GPU/eager times, agreement."""
+    weights = shard_weights(cfg, make_decoder_weights(cfg, device=device), rank, world_size)
+    gen = torch.Generator().manual_seed(1)
+    rows = []
+    models, fns, counts = {}, {}, {}
+    for style in ("buffer", "return"):
+        models[style] = MiniDecoder(cfg, weights, style, world_size=world_size)
+        fusion = FusionPass(cfg.dtype)
+        fns[style] = compile_decoder(models[style], fusion, reset=style == "buffer")
+        warm = torch.randn(sizes[0], cfg.hidden, generator=gen).to(device, cfg.dtype)
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            fns[style](warm, sizes[0] - 1)
+        counts[style] = {"log": list(fusion.log), "counts": list(fusion.counts),
+                         "expected": expected_sites(cfg, style), "compile_s": round(time.perf_counter() - t0, 1)}
+        log(f"[fusion] {style}: {fusion.log} (compile {counts[style]['compile_s']} s)")
+    for T in sizes:
+        num_tokens = T - 1 if T > 1 else 1   # a padded batch: one slot of padding
+        hidden = (torch.randn(T, cfg.hidden, generator=gen) * 0.5).to(device, cfg.dtype)
+        row = {"T_pad": T, "num_tokens": num_tokens, "phase": "decode" if T <= 256 else "prefill"}
+        outs = {}
+        for style in ("buffer", "return"):
+            with torch.no_grad():
+                outs[style] = fns[style](hidden, num_tokens)[:num_tokens].float()
+                row[style] = timer(lambda: fns[style](hidden, num_tokens))
+        ref = outs["buffer"]
+        row["rel_diff"] = float((outs["return"] - ref).norm() / ref.norm())
+        rows.append(row)
+        log(f"[fusion] T={T}: {row}")
+    return {"config": _cfg_json(cfg), "world_size": world_size, "passes": counts, "sizes": rows}
+
+
+def _gpu_timer(fn):
+    with torch.no_grad():
+        return {"graph_us": _graph_fixed_us(fn), "eager_us": _fixed_time_us(fn, 20)}
+
+
+def benchmark():
+    """One GPU (``python3 -m workbook bench fusion``): the compiled decoder (:data:`BENCH`, bf16),
+    both styles, decode-sized and prefill-sized steps. GPU time from CUDA-graph replay
+    (:func:`workbook.bench.graph_time_us`), eager per-call time (``do_bench``) beside it. The TP=2
+    figures come from ``torchrun --nproc-per-node 2 -m workbook.fusion --bench --out PATH`` and are
+    merged in when that file is given as ``WORKBOOK_FUSION_TP2`` (environment)."""
+    from .bench import graph_time_us, require_gpu, time_us
+
+    require_gpu("fusion.benchmark")
+
+    def timer(fn):
+        with torch.no_grad():
+            return {"graph_us": graph_time_us(fn, n=10), "eager_us": time_us(fn)}
+
+    res = {"timing": "graph_us: GPU time per step from CUDA-graph replay (10 steps per graph); "
+                     "eager_us: per-call time of the compiled step (do_bench median), host work included",
+           "tp1": _bench_sizes(BENCH, 0, 1, DECODE_TOKENS + PREFILL_TOKENS, timer=timer, device=DEVICE)}
+    tp2 = os.environ.get("WORKBOOK_FUSION_TP2")
+    if tp2 and Path(tp2).exists():
+        res["tp2"] = json.loads(Path(tp2).read_text())["tp2"]
+    return res, {}
+
+
+def main(argv=None) -> int:
+    """``python -m workbook.fusion --bench --out PATH`` under ``torchrun --nproc-per-node 2`` (NCCL,
+    one GPU per rank); ``--smoke`` runs the same code on CPU with gloo at tiny sizes (CPU wall-clock
+    times, labelled so, never GPU figures). ``--check`` spawns TP=2 on CPU itself and compares with
+    TP=1 (counts and outputs)."""
+    ap = argparse.ArgumentParser(prog="python -m workbook.fusion", description=main.__doc__)
+    ap.add_argument("--bench", action="store_true", help="time the compiled decoder under torchrun")
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes, CPU + gloo (with --bench)")
+    ap.add_argument("--check", action="store_true", help="TP=2 (spawned, gloo) vs TP=1 on CPU, counts and outputs")
+    ap.add_argument("--out", help="JSON file for the results (rank 0 writes it)")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if args.check:
+        return _check_cli()
+    if not args.bench:
+        ap.error("give --bench (under torchrun) or --check")
+    import datetime
+
+    import torch.distributed as dist
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    if args.smoke or not ON_GPU:
+        if not args.smoke:
+            raise SystemExit("--bench needs GPUs (one per rank); on a CPU use --bench --smoke")
+        backend, device, cfg, sizes = "gloo", torch.device("cpu"), SMOKE, (8, 16)
+
+        def timer(fn):
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                fn()
+            return {"cpu_wall_us_smoke": 1e6 * (time.perf_counter() - t0)}
+    else:
+        torch.cuda.set_device(local)
+        backend, device, cfg, sizes = "nccl", torch.device("cuda", local), BENCH, DECODE_TOKENS + PREFILL_TOKENS
+        timer = _gpu_timer
+    if world > 1:
+        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=600),
+                                **({"device_id": device} if backend == "nccl" else {}))
+    try:
+        log = print if rank == 0 else (lambda *a: None)
+        res = _bench_sizes(cfg, rank, world, sizes, timer=timer, device=device, log=log)
+        res["backend"] = backend
+        res["timing"] = ("graph_us: GPU time per step from CUDA-graph replay (10 steps per graph, 10 "
+                         "replays, fixed counts on every rank); eager_us: per-call time of the compiled "
+                         "step over 20 calls" if backend == "nccl" else "CPU smoke run: wall-clock, not GPU")
+        if rank == 0:
+            from .device import describe
+            rec = {"recorded": datetime.date.today().isoformat(), "meta": describe(),
+                   f"tp{world}": res}
+            text = json.dumps(rec, indent=1)
+            if args.out:
+                Path(args.out).write_text(text + "\n")
+                print(f"[fusion] wrote {args.out}")
+            else:
+                print(text)
+    finally:
+        if world > 1:
+            dist.destroy_process_group()
+    return 0
+
+
+def _check_cli() -> int:
+    cfg = SMOKE
+    gen = torch.Generator().manual_seed(3)
+    hidden = torch.randn(12, cfg.hidden, generator=gen)
+    n = 9
+    ref = run_tp(cfg, hidden, n, world_size=1, compiled=True)[0]
+    tp2 = run_tp(cfg, hidden, n, world_size=2, compiled=True)
+    ok = True
+    for style in ("buffer", "return"):
+        for r, res in enumerate(tp2):
+            d = float((res[style]["out"] - ref[style]["out"]).abs().max())
+            print(f"{style} rank {r}: counts {res[style]['counts']} (TP=1: {ref[style]['counts']}), "
+                  f"max |TP2 - TP1| = {d:.2e}")
+            ok &= res[style]["counts"] == ref[style]["counts"] and d < 1e-4
+    print("OK" if ok else "MISMATCH")
+    return 0 if ok else 1
+
+
+
+# --------------------------------------------------------------------------------------------------
+# Pictures and excerpts for notebook 06
+# --------------------------------------------------------------------------------------------------
+
+_BREAKERS = ("slice_scatter", "copy_", "copy", "slice")
+
+
+def _name(n) -> str:
+    if n.op != "call_function":
+        return n.op if n.op == "output" else str(n.name)
+    return getattr(n.target, "__name__", str(n.target)).split(".")[0]
+
+
+def site_chain(graph: torch.fx.Graph, start: str = "all_reduce", which: int = 0, steps: int = 9) -> list:
+    """The data path from the ``which``-th node named ``start`` (``all_reduce`` or
+    ``fused_all_reduce_add_rmsnorm``) forward: at each step the first user in graph order, ``steps``
+    nodes at most. Returns ``[(node name, op name, [side inputs' names])]``."""
+    nodes = [n for n in graph.nodes if _name(n) == start]
+    if len(nodes) <= which:
+        raise ValueError(f"the graph has {len(nodes)} {start} node(s), asked for number {which}")
+    n, chain = nodes[which], []
+    while n is not None and len(chain) < steps:
+        prev = chain[-1][0] if chain else None
+        side = [_name(a) if a.op == "call_function" else a.name for a in n.all_input_nodes if a.name != prev]
+        chain.append((n.name, _name(n), side))
+        users = sorted(n.users, key=lambda u: list(graph.nodes).index(u))
+        n = users[0] if users and users[0].op != "output" else None
+    return chain
+
+
+def plot_site(graph: torch.fx.Graph, ax, title: str, start: str = "all_reduce", which: int = 0, steps: int = 9):
+    """Draw :func:`site_chain` top to bottom: the chain's ops in boxes, side inputs to the left;
+    nodes that break the pattern (``slice_scatter``, ``copy_``, ``slice``) in red, the all-reduce in
+    blue, the fused op in green."""
+    chain = site_chain(graph, start, which, steps)
+    colors = {"all_reduce": "#9ecae1", "fused_all_reduce_add_rmsnorm": "#a1d99b"}
+    ax.set_xlim(0, 10)
+    ax.set_ylim(-len(chain) - 0.5, 0.8)
+    ax.axis("off")
+    ax.set_title(title, fontsize=10)
+    for i, (_, op, side) in enumerate(chain):
+        y = -i
+        face = "#fb6a4a" if op in _BREAKERS else colors.get(op, "#f0f0f0")
+        ax.text(6.2, y, op, ha="center", va="center", fontsize=9, family="monospace",
+                bbox=dict(boxstyle="round,pad=0.3", fc=face, ec="black", lw=0.8))
+        if side:
+            label = ", ".join(s if len(s) < 18 else s[:16] + ".." for s in side[:2])
+            ax.text(2.2, y, label, ha="center", va="center", fontsize=7.5, family="monospace", color="#444")
+            ax.annotate("", xy=(4.5, y), xytext=(3.9, y), arrowprops=dict(arrowstyle="->", color="#888", lw=0.8))
+        if i:
+            ax.annotate("", xy=(6.2, y + 0.28), xytext=(6.2, y + 0.72), arrowprops=dict(arrowstyle="->", lw=0.9))
+    return ax
+
+
+def code_excerpt(code: str, needle: str, before: int = 1, after: int = 6, limit: int = 2) -> str:
+    """The lines around the first ``limit`` occurrences of ``needle`` in Inductor's output code."""
+    lines = code.splitlines()
+    hits = [i for i, s in enumerate(lines) if needle in s][:limit]
+    parts = []
+    for i in hits:
+        parts.append("\n".join(lines[max(0, i - before): i + after + 1]))
+    return "\n    ...\n".join(parts) if parts else f"(no line with {needle!r})"
+
+
+def load_timings():
+    """The recorded H200 results (``workbook/data/fusion.json``) or None."""
+    from .bench import load_record
+    try:
+        return load_record("fusion")
+    except FileNotFoundError:
+        return None
+
+
+def timing_table(res: dict) -> str:
+    """Text table of one benchmark block (``tp1`` or ``tp2``): per size both styles, GPU time from
+    CUDA-graph replay and eager per-call time, and the buffer/return ratio."""
+    out = [f"{'phase':8s} {'T_pad':>6s} {'tokens':>6s} | {'buffer graph':>12s} {'return graph':>12s} "
+           f"{'speedup':>7s} | {'buffer eager':>12s} {'return eager':>12s}"]
+    for r in res["sizes"]:
+        b, f = r["buffer"], r["return"]
+        out.append(f"{r['phase']:8s} {r['T_pad']:6d} {r['num_tokens']:6d} | {b['graph_us']:10.1f}us "
+                   f"{f['graph_us']:10.1f}us {b['graph_us'] / f['graph_us']:6.2f}x | {b['eager_us']:10.1f}us "
+                   f"{f['eager_us']:10.1f}us")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
