@@ -131,15 +131,16 @@ def test_direct_cast_is_right_on_the_gpu():
 
 
 def test_silu_mul_every_bf16_gate():
-    """y = silu(gate) * up for every finite bf16 gate, with up = 1 (the silu rounding alone) and up
-    random (the product's rounding), bit-equal to the unfused torch path."""
+    """y = silu(gate) * up for every finite bf16 gate with a random up (the product's rounding),
+    bit-equal to the unfused torch path. (up = 1, the silu rounding alone, is what
+    silu_impl_mismatches counts: test_silu_impl_choice_is_proven.)"""
     g = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(BF16)
     g = g[torch.isfinite(g.float())]
-    for up in (torch.ones_like(g), torch.randn(g.shape).to(BF16) * 4):
-        gd, ud = g.to(DEVICE), up.to(DEVICE)
-        y = fp8.silu_mul_bf16(gd, ud)
-        ref = fp8.silu_mul_reference(torch.cat([gd[None], ud[None]], dim=1))[0]
-        assert_exact(y, ref, "silu(gate) * up", hint=f"SILU_IMPL {fp8.silu_impl()}")
+    up = (torch.randn(g.shape, generator=torch.Generator().manual_seed(1)) * 4).to(BF16)
+    gd, ud = g.to(DEVICE), up.to(DEVICE)
+    y = fp8.silu_mul_bf16(gd, ud)
+    ref = fp8.silu_mul_reference(torch.cat([gd[None], ud[None]], dim=1))[0]
+    assert_exact(y, ref, "silu(gate) * up", hint=f"SILU_IMPL {fp8.silu_impl()}")
 
 
 def test_silu_impl_choice_is_proven():
@@ -151,7 +152,7 @@ def test_silu_impl_choice_is_proven():
         fp8.silu_mul_bf16(torch.ones(4, dtype=BF16, device=DEVICE), torch.ones(4, dtype=BF16, device=DEVICE), impl=7)
 
 
-@pytest.mark.parametrize("m,n", [(5, 640), (300, 2048)])
+@pytest.mark.parametrize("m,n", [(5, 640), (130, 1152)])
 def test_emulated_path_exact(m, n):
     """EMULATE=True (the integer roundings) with torch's own silu sequence, as the benchmark's
     integer-roundings peer runs it: compiled on a GPU, interpreted here."""
