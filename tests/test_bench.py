@@ -70,3 +70,171 @@ def test_gpu_timers_refuse_without_gpu():
         pytest.skip("a GPU is present")
     with pytest.raises(RuntimeError, match="recorded H200 results"):
         bench.time_us(lambda: None)
+
+
+# ---- per-dtype fill figures, timers, and records that predate them ---------------------------------
+
+import math  # noqa: E402
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from workbook.bench import (  # noqa: E402
+    ALLOC_TIMERS, FILL_DTYPES, NotRecorded, check_zero_fill_prediction, fill_rate_table, fill_sweep, timer_of,
+)
+from workbook.check import grade  # noqa: E402
+
+
+def _synthetic_per_dtype_record():
+    """A TEST FIXTURE, not a measurement: the recorded alloc sweep with per-dtype fill figures made up
+    by scaling the float32 ones (uint8 and bf16 slower, as the element-size story predicts), in the
+    schema benchmark() writes. Used only to exercise code paths the current record may not reach."""
+    rec = copy.deepcopy(load_record("alloc"))
+    scale = {"uint8": 0.72, "float8_e4m3fn": 0.72, "bfloat16": 0.73, "float16": 0.73, "int32": 1.0, "float32": 1.0}
+    for r in rec["results"]["sweep"]:
+        r["fill_by_dtype"] = {}
+        for name, s in scale.items():
+            us = r["fill_us"] / s
+            r["fill_by_dtype"][name] = {"us": us, "GBps": r["bytes"] / us / 1e3, "graph_us": us * 0.98,
+                                        "graph_GBps": r["bytes"] / (us * 0.98) / 1e3}
+    rec["results"]["timers"] = dict(ALLOC_TIMERS)
+    validate_record(rec)
+    return rec
+
+
+def test_fill_sweep_degrades_gracefully_on_a_record_without_per_dtype_fields():
+    rec = copy.deepcopy(load_record("alloc"))
+    for r in rec["results"]["sweep"]:
+        r.pop("fill_by_dtype", None)
+    rec["results"].pop("timers", None)
+    f32 = fill_sweep(rec, torch.float32)
+    assert [r["us"] for r in f32] == [r["fill_us"] for r in rec["results"]["sweep"]]
+    with pytest.raises(NotRecorded, match="uint8: not recorded yet"):
+        fill_sweep(rec, "uint8")
+    table = fill_rate_table(rec)
+    assert "uint8          not recorded yet" in table and "float32" in table and "TB/s" in table
+    assert "not recorded in this record" in timer_of(rec, "sweep.zeros_us")
+    assert "not recorded yet" in timer_of(rec, "sweep.zeros_overwrite_graph_us")
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        fill_sweep(rec, torch.complex64)
+
+
+def test_fill_sweep_reads_per_dtype_fields_and_timers():
+    rec = _synthetic_per_dtype_record()
+    for name in FILL_DTYPES:
+        rows = fill_sweep(rec, getattr(torch, name))
+        assert [r["bytes"] for r in rows] == SWEEP_SIZES and all(r["us"] > 0 and r["graph_us"] > 0 for r in rows)
+    assert "not recorded" not in fill_rate_table(rec)
+    assert timer_of(rec, "sweep.fill_by_dtype.graph_us").startswith("graph replay")
+    assert timer_of(rec, "sweep.zeros_us").startswith("eager")
+    assert all(v.split(":")[0] in ("eager", "graph replay", "torch.profiler (CUPTI kernel activity) over one eager call of each",
+                                   "CUDA events around back-to-back zero_() calls (no L2 flush)")
+               for v in ALLOC_TIMERS.values())
+
+
+def test_every_figure_of_the_alloc_sweep_has_a_timer():
+    rec = _synthetic_per_dtype_record()
+    for key in rec["results"]["sweep"][0]:
+        if key.endswith("_us"):
+            assert f"sweep.{key}" in ALLOC_TIMERS, key
+
+
+# ---- the grader of notebook 01's exercise 1.2 -------------------------------------------------------
+
+def predict_solution(rec, nbytes, dtype):
+    rows = fill_sweep(rec, dtype)
+    below = max((r for r in rows if r["bytes"] <= nbytes), key=lambda r: r["bytes"])
+    above = min((r for r in rows if r["bytes"] >= nbytes), key=lambda r: r["bytes"])
+    t = 0.0 if above is below else math.log(nbytes / below["bytes"]) / math.log(above["bytes"] / below["bytes"])
+    beta = below["GBps"] + t * (above["GBps"] - below["GBps"])     # GB/s, interpolated in log(size)
+    return nbytes / (beta * 1e9) * 1e6
+
+
+def _rows(rec, dtype):
+    return {r["bytes"]: r for r in fill_sweep(rec, dtype)}
+
+
+def _grade(capsys, fn, rec):
+    v = grade("exercise 1.2", lambda: check_zero_fill_prediction(fn, rec))
+    return v, capsys.readouterr().out
+
+
+def test_prediction_grader_passes_the_solution_on_the_recorded_data(capsys):
+    v, out = _grade(capsys, predict_solution, load_record("alloc"))
+    assert v and v.status == "passed", out
+
+
+def test_prediction_grader_passes_the_solution_and_numpy_scalars(capsys):
+    rec = _synthetic_per_dtype_record()
+    for fn in (predict_solution, lambda r, b, d: np.float64(predict_solution(r, b, d)),
+               lambda r, b, d: np.float32(predict_solution(r, b, d)),
+               lambda r, b, d: torch.tensor(predict_solution(r, b, d))):
+        v, out = _grade(capsys, fn, rec)
+        assert v and v.status == "passed", out
+    assert "not recorded yet" not in out
+
+
+def test_prediction_grader_stub_is_not_attempted(capsys):
+    def stub(rec, nbytes, dtype):
+        raise NotImplementedError
+
+    v, out = _grade(capsys, stub, load_record("alloc"))
+    assert not v and v.status == "not attempted"
+
+
+def _beta_mid(rec, dtype):
+    r = _rows(rec, dtype)
+    return (r[256 << 20]["GBps"] + r[1 << 30]["GBps"]) / 2 * 1e9
+
+
+WRONG_PREDICTIONS = {
+    "copy ceiling": (lambda rec, b, d: b / (rec["ceilings"]["copy_GBps"] * 1e9) * 1e6,
+                     ", 512 MiB", "the copy ceiling counts bytes read + written"),
+    "float32 rate for every dtype": (lambda rec, b, d: predict_solution(rec, b, torch.float32),
+                                     "uint8, 512 MiB", "that is the float32 rate"),
+    "the 64 MiB row": (lambda rec, b, d: b / (_rows(rec, d)[64 << 20]["GBps"] * 1e9) * 1e6,
+                       "float32, 512 MiB", "the 64 MiB row's bandwidth is lower"),
+    "512e6 bytes": (lambda rec, b, d: 512e6 / _beta_mid(rec, d) * 1e6,
+                    "float32, 512 MiB", "512 MiB is 512 * 2**20 = 536870912 bytes, not 512e6"),
+    "averaged times": (lambda rec, b, d: (_rows(rec, d)[256 << 20]["us"] + _rows(rec, d)[1 << 30]["us"]) / 2,
+                       "float32, 512 MiB", "averaging the TIMES of 256 MiB and 1 GiB"),
+    "seconds": (lambda rec, b, d: b / _beta_mid(rec, d), "float32, 512 MiB", "that is in SECONDS"),
+}
+
+
+@pytest.mark.parametrize("which", list(WRONG_PREDICTIONS))
+def test_prediction_grader_fails_wrong_answers_with_the_intended_message(capsys, which):
+    fn, where, message = WRONG_PREDICTIONS[which]
+    v, out = _grade(capsys, fn, _synthetic_per_dtype_record())
+    assert not v and v.status == "wrong", out
+    assert where in out and message in out, out
+
+
+@pytest.mark.parametrize("which", ["the 64 MiB row", "512e6 bytes", "averaged times", "seconds"])
+def test_prediction_grader_fails_wrong_answers_on_the_recorded_data_too(capsys, which):
+    fn, _, message = WRONG_PREDICTIONS[which]
+    v, out = _grade(capsys, fn, load_record("alloc"))
+    assert not v and message in out, out
+
+
+def test_prediction_grader_rejects_non_numbers(capsys):
+    v, out = _grade(capsys, lambda rec, b, d: "120 us", load_record("alloc"))
+    assert not v and "return a number of microseconds" in out
+
+
+# ---- CPU paths of the notebook's demos ----------------------------------------------------------------
+
+def test_profile_leaves_no_kineto_marker_lines_on_stderr(capfd):
+    res = bench.profile_zeros_vs_empty(1 << 16)
+    err = capfd.readouterr().err
+    assert "profiler_start" not in err and "USDT" not in err, err
+    assert any("zero" in e["name"] for e in res["zeros"])
+
+
+def test_stale_bytes_and_reuse_demos_run_here():
+    d = bench.stale_bytes_demo()
+    assert len(d["replays"]) == 2 and d["mode"]
+    assert d["replays"][1][-1] == 100.0, "the skipped element shows what was left there after step 1"
+    r = bench.reuse_demo()
+    assert set(r) >= {"same_block", "frac_previous_owner", "frac_zero", "frac_other"}
+    assert abs(r["frac_previous_owner"] + r["frac_zero"] + r["frac_other"] - 1) < 1e-9

@@ -449,3 +449,103 @@ def test_caller_owned_accumulator():
     (cov,) = coverage(add_rows, buf, x, out=buf)
     assert cov.read_before_written_ranges() == "rows 0..1 cols 0..2"
     assert cov.ranges(cov.written) == "rows 2..3 cols 0..2"
+
+
+# --- the grader of notebook 01's exercise 1.1 --------------------------------------------------------
+
+from workbook.check import grade  # noqa: E402
+from workbook.coverage import check_pad_rows  # noqa: E402
+
+
+def _round_up(m, k):
+    return (m + k - 1) // k * k
+
+
+def pad_rows_solution(x, multiple):
+    M, N = x.shape
+    out = torch.empty(_round_up(M, multiple), N, device=x.device, dtype=x.dtype)
+    out[:M] = x
+    out[M:] = 0
+    return out
+
+
+def pad_rows_stub(x, multiple):
+    raise NotImplementedError
+
+
+def pad_rows_zeros(x, multiple):
+    out = torch.zeros(_round_up(x.shape[0], multiple), x.shape[1], device=x.device, dtype=x.dtype)
+    out[: x.shape[0]] = x
+    return out
+
+
+def pad_rows_F_pad(x, multiple):
+    return torch.nn.functional.pad(x, (0, 0, 0, _round_up(x.shape[0], multiple) - x.shape[0]))
+
+
+def pad_rows_cat_new_zeros(x, multiple):
+    return torch.cat([x, x.new_zeros(_round_up(x.shape[0], multiple) - x.shape[0], x.shape[1])])
+
+
+def pad_rows_empty_then_zero_(x, multiple):
+    out = torch.empty(_round_up(x.shape[0], multiple), x.shape[1], device=x.device, dtype=x.dtype)
+    out.zero_()
+    out[: x.shape[0]] = x
+    return out
+
+
+def pad_rows_forgets_padding(x, multiple):
+    out = torch.empty(_round_up(x.shape[0], multiple), x.shape[1], device=x.device, dtype=x.dtype)
+    out[: x.shape[0]] = x
+    return out
+
+
+def pad_rows_rounds_down(x, multiple):
+    M, N = x.shape
+    out = torch.empty(max(M // multiple * multiple, multiple), N, device=x.device, dtype=x.dtype)
+    k = min(M, out.shape[0])
+    out[:k] = x[:k]
+    out[k:] = 0
+    return out
+
+
+def pad_rows_accumulates(x, multiple):
+    out = torch.empty(_round_up(x.shape[0], multiple), x.shape[1], device=x.device, dtype=x.dtype)
+    out[x.shape[0]:] = 0
+    out[: x.shape[0]] += x       # adds x to garbage
+    return out
+
+
+def pad_rows_pads_with_ones(x, multiple):
+    out = torch.empty(_round_up(x.shape[0], multiple), x.shape[1], device=x.device, dtype=x.dtype)
+    out[: x.shape[0]] = x
+    out[x.shape[0]:] = 1
+    return out
+
+
+def _grade_pad(capsys, fn):
+    v = grade("exercise 1.1", lambda: check_pad_rows(fn))
+    return v, capsys.readouterr().out
+
+
+def test_pad_rows_grader_passes_the_solution_and_not_the_stub(capsys):
+    v, out = _grade_pad(capsys, pad_rows_solution)
+    assert v and v.status == "passed", out
+    v, out = _grade_pad(capsys, pad_rows_stub)
+    assert not v and v.status == "not attempted", out
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (pad_rows_zeros, "you used torch.zeros: that fills zeros the producer did not write itself"),
+    (pad_rows_F_pad, "you used torch.nn.functional.pad"),
+    (pad_rows_cat_new_zeros, "you used Tensor.new_zeros"),
+    (pad_rows_empty_then_zero_, "you used Tensor.zero_"),
+    (pad_rows_forgets_padding, "M=13, N=6, multiple=8: padded: 18 element(s) were NEVER WRITTEN (rows 13..15"),
+    (pad_rows_rounds_down, "expected shape [16, 6] (M rounded UP"),
+    (pad_rows_accumulates, "READ BEFORE WRITTEN, i.e. accumulated into (rows 0..12"),
+    (pad_rows_pads_with_ones, "rows 13..15 hold wrong values (padding rows)"),
+])
+def test_pad_rows_grader_fails_wrong_answers_with_the_intended_message(capsys, wrong, message):
+    v, out = _grade_pad(capsys, wrong)
+    assert not v and v.status == "wrong", out
+    assert message in out, out

@@ -11,11 +11,21 @@ Record schema (checked by :func:`validate_record`)::
      "meta": {"gpu": str, "torch": str, "triton": str, "cuda": str, ...},
      "ceilings": {"copy_GBps": float, ...},
      "results": {...topic specific...}}
+
+Two timers, never mixed up: *eager* (``time_us``: ``triton.testing.do_bench``, CUDA events around
+each call, so host work and launch gaps count when the GPU work is short) and *graph replay*
+(``graph_time_us``: the calls captured in a CUDA graph, GPU time only). The alloc record names the
+timer of every figure in ``results["timers"]`` (:data:`ALLOC_TIMERS`, :func:`timer_of`).
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
+import math
+import os
+import sys
+import tempfile
 import warnings
 from pathlib import Path
 from typing import Callable
@@ -27,7 +37,9 @@ from .device import DEVICE, ON_GPU, describe
 __all__ = [
     "DATA_DIR", "require_gpu", "time_us", "graph_time_us", "copy_ceiling_GBps", "save_record", "load_record",
     "validate_record", "recorded_label", "zeros_vs_empty_sweep", "graph_decode_step",
-    "profile_zeros_vs_empty", "stale_bytes_demo", "fill_bandwidth_events", "benchmark", "SWEEP_SIZES",
+    "profile_zeros_vs_empty", "stale_bytes_demo", "reuse_demo", "fill_bandwidth_events", "fill_kernel_names",
+    "benchmark", "SWEEP_SIZES", "FILL_DTYPES", "ALLOC_TIMERS", "NotRecorded", "timer_of", "fill_sweep",
+    "fill_rate_table", "check_zero_fill_prediction",
 ]
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -149,11 +161,114 @@ def recorded_label(rec: dict) -> str:
 
 SWEEP_SIZES = [4 << 10 << (2 * i) for i in range(10)]  # 4 KiB, 16 KiB, ..., 1 GiB
 
+# The fill's bandwidth depends on the element size (notebook 01 explains why, from PyTorch's source):
+# the sweep times zero_() for each of these dtypes, on the same bytes. The scale buffers of the later
+# topics are uint8 (NVFP4 E4M3 scales), int32 (packed UE8M0) and float8_e4m3fn.
+FILL_DTYPES = ("uint8", "float8_e4m3fn", "bfloat16", "float16", "int32", "float32")
+
+# Which timer produced each figure of the alloc record ("eager" = time_us, "graph replay" =
+# graph_time_us). benchmark() stores this in results["timers"].
+ALLOC_TIMERS = {
+    "sweep.zeros_us": "eager: do_bench median of torch.zeros(n) alone (host + allocator + launch + fill)",
+    "sweep.empty_us": "eager: do_bench median of torch.empty(n) alone (host + allocator only)",
+    "sweep.zeros_overwrite_us": "eager: do_bench median of torch.zeros(n).copy_(src)",
+    "sweep.empty_overwrite_us": "eager: do_bench median of torch.empty(n).copy_(src)",
+    "sweep.fill_us": "eager: do_bench median of buf.zero_() on an existing float32 buffer",
+    "sweep.zeros_overwrite_graph_us": "graph replay: torch.zeros(n).copy_(src) captured in a CUDA graph, GPU time per call",
+    "sweep.empty_overwrite_graph_us": "graph replay: torch.empty(n).copy_(src) captured in a CUDA graph, GPU time per call",
+    "sweep.fill_by_dtype.us": "eager: do_bench median of zero_() on the same bytes viewed as each dtype",
+    "sweep.fill_by_dtype.graph_us": "graph replay: zero_() on the same bytes viewed as each dtype, GPU time per call",
+    "graph": "graph replay: one replay of the decode-like step (do_bench median of g.replay())",
+    "profile": "torch.profiler (CUPTI kernel activity) over one eager call of each",
+    "fill_events": "CUDA events around back-to-back zero_() calls (no L2 flush)",
+    "copy_GBps": "eager: do_bench median of dst.copy_(src), 1 GiB float32, bytes read + written",
+}
+
+# Records written before ALLOC_TIMERS existed carry no "timers": their figures came from the same
+# timers (bench.py of that date used do_bench for the sweep and for g.replay()), stated as such.
+_LEGACY_TIMERS_NOTE = "not recorded in this record; the bench.py of its date used the same timer"
+
+
+class NotRecorded(LookupError):
+    """A figure that the current record does not hold yet (it predates the field)."""
+
+
+def timer_of(rec: dict, key: str) -> str:
+    """Which timer produced the figure ``key`` (e.g. 'sweep.zeros_us', 'graph') of an alloc record."""
+    if key not in ALLOC_TIMERS:
+        raise KeyError(f"unknown figure {key!r}; known: {sorted(ALLOC_TIMERS)}")
+    timers = rec.get("results", {}).get("timers")
+    if timers and key in timers:
+        return timers[key]
+    if key.endswith("graph_us") or key == "sweep.fill_by_dtype.us":
+        return f"{ALLOC_TIMERS[key]} (not recorded yet)"
+    return f"{ALLOC_TIMERS[key]} ({_LEGACY_TIMERS_NOTE})"
+
+
+def _dtype_name(dtype) -> str:
+    name = str(dtype).replace("torch.", "")
+    if name not in FILL_DTYPES:
+        raise ValueError(f"dtype must be one of {FILL_DTYPES} (or the torch dtype), got {dtype!r}")
+    return name
+
+
+def fill_sweep(rec: dict, dtype="float32") -> list[dict]:
+    """The fill kernel's time per size for one dtype: ``[{"bytes", "us", "GBps", "graph_us"?}, ...]``
+    (eager do_bench medians; ``graph_us`` from graph replay when recorded). Records that predate the
+    per-dtype sweep hold float32 only (their ``fill_us``); other dtypes raise :class:`NotRecorded`."""
+    name = _dtype_name(dtype)
+    rows = []
+    for r in rec["results"]["sweep"]:
+        per = r.get("fill_by_dtype", {}).get(name)
+        if per is not None:
+            rows.append({"bytes": r["bytes"], **per})
+        elif name == "float32" and "fill_us" in r:
+            rows.append({"bytes": r["bytes"], "us": r["fill_us"], "GBps": r["fill_GBps"]})
+        else:
+            raise NotRecorded(f"fill bandwidth of {name}: not recorded yet in this record ({recorded_label(rec)}); "
+                              "`python3 -m workbook bench alloc` on a GPU records it")
+    return rows
+
+
+def fill_rate_table(rec: dict, nbytes: int = 1 << 30) -> str:
+    """One line per dtype: the fill's bandwidth at ``nbytes`` against the copy ceiling, or 'not
+    recorded yet'."""
+    copy = rec["ceilings"].get("copy_GBps")
+    lines = [f"zero_() at {nbytes >> 20} MiB, eager do_bench median ({recorded_label(rec)}):"]
+    for name in FILL_DTYPES:
+        try:
+            row = next(r for r in fill_sweep(rec, name) if r["bytes"] == nbytes)
+        except NotRecorded:
+            lines.append(f"  {name:<14} not recorded yet")
+            continue
+        except StopIteration:
+            lines.append(f"  {name:<14} size not in the sweep")
+            continue
+        rel = f" = {row['GBps'] / copy:.2f} x the copy ceiling" if copy else ""
+        lines.append(f"  {name:<14} {row['GBps'] / 1e3:5.2f} TB/s ({row['us']:.1f} us){rel}")
+    if copy:
+        lines.append(f"  copy ceiling   {copy / 1e3:5.2f} TB/s (bytes read + written, {timer_of(rec, 'copy_GBps').split(':')[0]})")
+    return "\n".join(lines)
+
+
+def _fill_per_dtype(nbytes: int) -> dict:
+    """zero_() over the same ``nbytes`` viewed as each of :data:`FILL_DTYPES`: eager and graph replay."""
+    raw = torch.empty(nbytes, dtype=torch.uint8, device=DEVICE)
+    out = {}
+    for name in FILL_DTYPES:
+        buf = raw.view(getattr(torch, name))
+        us = time_us(buf.zero_)
+        gus = graph_time_us(buf.zero_, n=20 if nbytes <= (16 << 20) else 5)
+        out[name] = {"us": us, "GBps": nbytes / (us * 1e-6) / 1e9, "graph_us": gus,
+                     "graph_GBps": nbytes / (gus * 1e-6) / 1e9}
+    return out
+
 
 def zeros_vs_empty_sweep(sizes=SWEEP_SIZES) -> list[dict]:
     """Per size: ``torch.zeros`` vs ``torch.empty`` alone (host + launch + memset), each followed by a
-    full overwrite (``copy_`` from a source, the allocate-then-overwrite pattern), and the bandwidth of
-    the fill kernel itself (``zero_`` on an existing buffer, bytes written / time)."""
+    full overwrite (``copy_`` from a source, the allocate-then-overwrite pattern), eager and from
+    CUDA-graph replay, and the fill kernel itself (``zero_`` on an existing buffer) per dtype.
+    Which timer gave which figure: :data:`ALLOC_TIMERS`."""
     require_gpu("zeros_vs_empty_sweep")
     rows = []
     for nbytes in sizes:
@@ -167,6 +282,7 @@ def zeros_vs_empty_sweep(sizes=SWEEP_SIZES) -> list[dict]:
         def empty_copy():
             torch.empty(n, device=DEVICE).copy_(src)
 
+        reps = 20 if nbytes <= (16 << 20) else 3   # calls per graph: 3 x 1 GiB is plenty of GPU time
         row = {
             "bytes": nbytes,
             "zeros_us": time_us(lambda: torch.zeros(n, device=DEVICE)),
@@ -174,18 +290,24 @@ def zeros_vs_empty_sweep(sizes=SWEEP_SIZES) -> list[dict]:
             "zeros_overwrite_us": time_us(zeros_copy),
             "empty_overwrite_us": time_us(empty_copy),
             "fill_us": time_us(buf.zero_),
+            "zeros_overwrite_graph_us": graph_time_us(zeros_copy, n=reps),
+            "empty_overwrite_graph_us": graph_time_us(empty_copy, n=reps),
         }
         row["fill_GBps"] = nbytes / (row["fill_us"] * 1e-6) / 1e9
         row["overwrite_ratio"] = row["zeros_overwrite_us"] / row["empty_overwrite_us"]
-        rows.append(row)
+        row["overwrite_graph_ratio"] = row["zeros_overwrite_graph_us"] / row["empty_overwrite_graph_us"]
         del src, buf
+        torch.cuda.empty_cache()
+        row["fill_by_dtype"] = _fill_per_dtype(nbytes)
+        rows.append(row)
         torch.cuda.empty_cache()
     return rows
 
 
 def graph_decode_step(n_buffers: int = 50, nbytes: int = 16 << 10) -> dict:
     """A decode-like step: ``n_buffers`` small outputs, each allocated and then written once by a
-    kernel, captured in a CUDA graph. The graph with ``zeros`` carries one memset node per buffer."""
+    kernel, captured in a CUDA graph. The graph with ``zeros`` carries one fill-kernel node per
+    buffer (PyTorch's FillFunctor elementwise kernel, not a memset node)."""
     require_gpu("graph_decode_step")
     n = nbytes // 4
     srcs = [torch.randn(n, device=DEVICE) for _ in range(n_buffers)]
@@ -209,31 +331,93 @@ def graph_decode_step(n_buffers: int = 50, nbytes: int = 16 << 10) -> dict:
 
 
 def stale_bytes_demo(n: int = 8) -> dict:
-    """Why a buffer from ``empty`` inside a CUDA graph is not 'fresh': replay the same graph twice;
-    an element the kernel skips keeps the previous replay's value."""
-    require_gpu("stale_bytes_demo")
-    step_in = torch.zeros(1, device=DEVICE)
+    """Why a buffer from ``empty`` inside a CUDA graph is not 'fresh': replay the same step twice; an
+    element the step skips keeps what the previous replay, or anyone else, left there.
+
+    On a GPU the step is captured in a real CUDA graph. Without one there is no graph to capture, so
+    the step runs on a *static buffer* allocated once, which is what a captured graph does with its
+    ``empty`` outputs (the same memory on every replay); the result says which one ran."""
     holder = {}
+    if ON_GPU:
+        step_in = torch.zeros(1, device=DEVICE)
 
-    def step():
-        buf = torch.empty(n, device=DEVICE)
-        buf[: n - 1] = step_in + torch.arange(n - 1, device=DEVICE)  # forgets the last element
-        holder["buf"] = buf
-        return buf
+        def step():
+            buf = torch.empty(n, device=DEVICE)
+            buf[: n - 1] = step_in + torch.arange(n - 1, device=DEVICE)  # forgets the last element
+            holder["buf"] = buf
+            return buf
 
-    step()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
         step()
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            step()
+        replay, mode = g.replay, "CUDA graph replay"
+    else:
+        step_in = torch.zeros(1)
+        static = torch.empty(n)   # allocated once, reused by every "replay", like a graph's buffers
+        static.fill_(-1.0)        # what the memory held before the first step (made visible)
+
+        def replay():
+            static[: n - 1] = step_in + torch.arange(n - 1)  # forgets the last element
+            holder["buf"] = static
+
+        mode = "static buffer reused by each step (what a CUDA graph does), no graph: no GPU here"
     seen = []
     for value in (100.0, 200.0):
         step_in.fill_(value)
-        g.replay()
-        torch.cuda.synchronize()
+        replay()
+        if ON_GPU:
+            torch.cuda.synchronize()
         seen.append(holder["buf"].tolist())
         holder["buf"][n - 1] = value  # something else wrote there between steps
-    return {"replays": seen}
+    return {"replays": seen, "mode": mode}
+
+
+def reuse_demo(nbytes: int = 16 << 10) -> dict:
+    """Free a tensor full of 7.0 and ask ``torch.empty`` for the same size at once: did the allocator
+    hand back the same block, and what does it hold? On a GPU PyTorch's caching allocator keeps freed
+    blocks (same stream, same size class) and returns them with their bytes. On a CPU ``torch.empty``
+    is ``malloc``: a small freed block often comes back at the same address with the old bytes except
+    the first few, where malloc keeps its free-list pointers, and large blocks go back to the OS, which
+    hands out zeroed pages. Nothing is promised either way; the result says what happened here."""
+    n = nbytes // 4
+    x = torch.full((n,), 7.0, device=DEVICE)
+    ptr = x.data_ptr()
+    del x
+    y = torch.empty(n, device=DEVICE)
+    same = y.data_ptr() == ptr
+    v = y.cpu()
+    frac_prev = float((v == 7.0).float().mean())
+    frac_zero = float((v == 0.0).float().mean())
+    return {"device": str(DEVICE), "bytes": nbytes, "same_block": same, "head": v[:6].tolist(),
+            "frac_previous_owner": frac_prev, "frac_zero": frac_zero,
+            "frac_other": 1.0 - frac_prev - frac_zero}
+
+
+@contextlib.contextmanager
+def _quiet_kineto():
+    """Drop kineto's 'USDT: ... profiler_start / profiler_stop' marker lines, which libkineto (the
+    profiler's C++ backend) writes to the process's stderr at every profiling session, even on a CPU;
+    anything else it writes (warnings, errors) is passed on to ``sys.stderr``."""
+    try:
+        saved = os.dup(2)      # kineto writes to file descriptor 2, whatever sys.stderr is
+    except OSError:
+        yield
+        return
+    with tempfile.TemporaryFile(mode="w+b") as tmp:
+        sys.stderr.flush()
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            text = tmp.read().decode(errors="replace")
+            keep = [ln for ln in text.splitlines(keepends=True) if not ln.startswith(("USDT:", "STAGE:"))]
+            if keep:
+                sys.stderr.write("".join(keep))
 
 
 def profile_zeros_vs_empty(nbytes: int = 64 << 20) -> dict:
@@ -253,11 +437,12 @@ def profile_zeros_vs_empty(nbytes: int = 64 << 20) -> dict:
             torch.cuda.synchronize()
         with warnings.catch_warnings():  # torch's note that each profiling cycle clears events
             warnings.filterwarnings("ignore", message=".*Profiler clears events.*")
-            with profile(activities=activities) as prof:
-                make(n, device=DEVICE).copy_(src)
-                if ON_GPU:
-                    torch.cuda.synchronize()
-            averages = prof.key_averages()
+            with _quiet_kineto():
+                with profile(activities=activities) as prof:
+                    make(n, device=DEVICE).copy_(src)
+                    if ON_GPU:
+                        torch.cuda.synchronize()
+                averages = prof.key_averages()
         events = []
         for e in averages:
             dev_us = getattr(e, "device_time_total", getattr(e, "cuda_time_total", 0.0))
@@ -276,6 +461,30 @@ def profile_zeros_vs_empty(nbytes: int = 64 << 20) -> dict:
 def _is_kernel(e) -> bool:
     dt = getattr(e, "device_type", None)
     return dt is not None and "CUDA" in str(dt) and not e.key.startswith(("aten::", "cuda"))
+
+
+def fill_kernel_names(nbytes: int = 64 << 20) -> dict:
+    """The device kernel that ``zero_()`` launches for each of :data:`FILL_DTYPES`, as the profiler
+    names it (PyTorch's elementwise ``FillFunctor`` kernel; its first template argument is the
+    vector width in elements that PyTorch picked for that dtype)."""
+    require_gpu("fill_kernel_names")
+    from torch.profiler import ProfilerActivity, profile
+
+    raw = torch.empty(nbytes, dtype=torch.uint8, device=DEVICE)
+    names = {}
+    for name in FILL_DTYPES:
+        buf = raw.view(getattr(torch, name))
+        buf.zero_()
+        torch.cuda.synchronize()
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*Profiler clears events.*")
+            with _quiet_kineto():
+                with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                    buf.zero_()
+                    torch.cuda.synchronize()
+                kernels = [e.key for e in prof.key_averages() if _is_kernel(e)]
+        names[name] = kernels[0][:160] if kernels else "(no kernel seen)"
+    return names
 
 
 def fill_bandwidth_events(nbytes: int = 1 << 30, iters: int = 20) -> dict:
@@ -303,7 +512,90 @@ def benchmark() -> tuple[dict, dict]:
         "sweep": zeros_vs_empty_sweep(),
         "graph": graph_decode_step(),
         "profile": profile_zeros_vs_empty(),
+        "fill_kernels": fill_kernel_names(),
         "stale_bytes": stale_bytes_demo(),
         "fill_events": fill_bandwidth_events(),
+        "timers": dict(ALLOC_TIMERS),
     }
     return results, {"copy_GBps": ceiling}
+
+
+# --------------------------------------------------------------------------------------------------
+# Grader of notebook 01's exercise 1.2 (raises AssertionError with a message that teaches)
+# --------------------------------------------------------------------------------------------------
+
+PREDICTION_BYTES = 512 << 20   # not a measured size: the prediction must interpolate
+_PREDICTION_DTYPES = ("float32", "uint8", "int32")
+_TOLERANCE = 0.01               # run-to-run noise of the large-size fill timings
+
+
+def _as_float(p, what: str) -> float:
+    if isinstance(p, (bool, str, bytes)) or p is None:
+        raise AssertionError(f"{what}: return a number of microseconds (a float), got {p!r}")
+    try:
+        v = float(p)  # float, int, numpy scalar, 0-d tensor
+    except (TypeError, ValueError):
+        raise AssertionError(f"{what}: return a number of microseconds (a float), got {p!r} "
+                             f"({type(p).__name__})") from None
+    if not math.isfinite(v) or v <= 0:
+        raise AssertionError(f"{what}: return a positive, finite number of microseconds, got {v!r}")
+    return v
+
+
+def check_zero_fill_prediction(fn, rec: dict) -> None:
+    """Grader of exercise 1.2: ``fn(rec, nbytes, dtype)`` -> the time [us] ``torch.zeros`` adds to
+    allocate-then-overwrite for a ``nbytes`` buffer of ``dtype`` (a torch dtype), by the cost model
+    extra = nbytes / beta_fill(dtype, size), beta interpolated from the recorded fill sweep.
+
+    What the data supports at 512 MiB: the fill's bandwidth grows with size, so its time lies between
+    1 GiB's time / 2 and 256 MiB's time x 2 (each within the timing noise). Checked for float32, and
+    for uint8 and int32 when the record holds them (it says 'not recorded yet' otherwise)."""
+    B = PREDICTION_BYTES
+    copy = rec["ceilings"].get("copy_GBps")
+    checked = []
+    for name in _PREDICTION_DTYPES:
+        try:
+            rows = {r["bytes"]: r for r in fill_sweep(rec, name)}
+        except NotRecorded:
+            print(f"    ({name}: not recorded yet in this record, so not checked)")
+            continue
+        lo_row, hi_row = rows[256 << 20], rows[1 << 30]
+        bounds = sorted((hi_row["us"] * B / hi_row["bytes"], lo_row["us"] * B / lo_row["bytes"]))
+        lo, hi = bounds[0] * (1 - _TOLERANCE), bounds[1] * (1 + _TOLERANCE)
+        what = f"{name}, 512 MiB"
+        p = _as_float(fn(rec, B, getattr(torch, name)), what)
+        if lo <= p <= hi:
+            checked.append(name)
+            continue
+        # name the likely mistake
+        beta_mid = (lo_row["GBps"] + hi_row["GBps"]) / 2 * 1e9
+        hints = [
+            (B / beta_mid * 1e0, "that is in SECONDS: multiply by 1e6 for microseconds"),
+            (B / beta_mid * 1e3, "that is in MILLISECONDS: microseconds are 1e6 per second"),
+            (512e6 / beta_mid * 1e6, "512 MiB is 512 * 2**20 = 536870912 bytes, not 512e6"),
+            ((lo_row["us"] + hi_row["us"]) / 2, "averaging the TIMES of 256 MiB and 1 GiB mixes two sizes; "
+             "time scales with bytes: interpolate the bandwidth (or scale each time by 512 MiB / its size)"),
+            (rows[64 << 20]["us"] * 8 if (64 << 20) in rows else -1.0,
+             "the 64 MiB row's bandwidth is lower (the launch still shows there): use the rows around 512 MiB"),
+        ]
+        if copy:
+            hints.append((B / (copy * 1e9) * 1e6, "the copy ceiling counts bytes read + written; a fill only "
+                          "writes, at its own rate: use the fill bandwidth of this dtype"))
+            hints.append((2 * B / (copy * 1e9) * 1e6, "the copy ceiling is not the fill's rate: use the fill "
+                          "bandwidth of this dtype"))
+        if name != "float32":
+            try:
+                f32 = {r["bytes"]: r for r in fill_sweep(rec, "float32")}
+                hints.append((B / ((f32[256 << 20]["GBps"] + f32[1 << 30]["GBps"]) / 2 * 1e9) * 1e6,
+                              f"that is the float32 rate; the fill kernel writes {name} at a different rate "
+                              "(the element size sets its vector width and bytes per thread): use this dtype's rows"))
+            except (NotRecorded, KeyError):
+                pass
+        why = next((h for v, h in hints if v > 0 and abs(p - v) <= 0.015 * v), None)
+        raise AssertionError(
+            f"{what}: your prediction {p:.1f} us is outside what the recorded data supports, "
+            f"{lo:.1f}..{hi:.1f} us (1 GiB's fill time / 2 .. 256 MiB's x 2, {_TOLERANCE:.0%} noise)."
+            + (f" Likely cause: {why}." if why else
+               " Model: extra = bytes / fill bandwidth, bandwidth in bytes/s (GB/s * 1e9), result * 1e6 for us."))
+    if not checked:
+        raise AssertionError("nothing to check: the record holds no fill sweep")
