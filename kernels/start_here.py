@@ -6,11 +6,11 @@ import triton.language as tl
 
 @triton.jit
 def iota_kernel(
-    p_out,                  # *int32 [n]: output, allocated with torch.empty by the launcher
+    out,                    # *int32 [n]: output, allocated with torch.empty by the launcher
     n,                      # number of elements to write
     BLOCK: tl.constexpr,    # elements per program
 ):
     pid = tl.program_id(0)
     o_i = pid * BLOCK + tl.arange(0, BLOCK)   # the elements this program owns
     m_i = o_i < n                             # the last program may own fewer than BLOCK
-    tl.store(p_out + o_i, o_i.to(tl.int32), mask=m_i)
+    tl.store(out + o_i, o_i.to(tl.int32), mask=m_i)

@@ -1,25 +1,36 @@
 import pytest
 import torch
+import triton
 
 from workbook.coverage import assert_fully_written, coverage
 from workbook.start_here import environment_report, iota
 
 
-@pytest.mark.parametrize("n", [1, 63, 64, 65, 200])
-def test_iota_writes_every_element(n):
-    (cov,) = assert_fully_written(iota, n, block=64)
+@pytest.mark.parametrize("n, block", [(1, 64), (63, 64), (64, 64), (65, 64), (200, 64), (200, 16)])
+def test_iota_writes_every_element(n, block):
+    # the output is poisoned two ways (workbook.coverage) and its whole storage checked
+    (cov,) = assert_fully_written(iota, n, config={"BLOCK": block})
     assert cov.storage_shape == (n,)
-    assert torch.equal(iota(n).cpu(), torch.arange(n, dtype=torch.int32))
+    assert torch.equal(iota(n, config={"BLOCK": block}).cpu(), torch.arange(n, dtype=torch.int32))
 
 
 def test_a_short_grid_leaves_the_tail_unwritten():
-    (cov,) = coverage(iota, 200, block=64, grid=200 // 64)
+    (cov,) = coverage(iota, 200, config={"BLOCK": 64}, grid=200 // 64)
     assert cov.unwritten_ranges("view") == "flat elements 192..199"
 
 
+def test_config_as_a_triton_config():
+    cfg = triton.Config({"BLOCK": 32}, num_warps=2)
+    assert torch.equal(iota(70, config=cfg).cpu(), torch.arange(70, dtype=torch.int32))
+
+
 def test_bad_input():
-    with pytest.raises(ValueError, match="block must be a power of two"):
-        iota(10, block=48)
+    with pytest.raises(ValueError, match=r"config\['BLOCK'\] must be a positive power of two"):
+        iota(10, config={"BLOCK": 48})
+    with pytest.raises(ValueError, match=r"unknown keys \['block'\]"):
+        iota(10, config={"block": 64})
+    with pytest.raises(TypeError, match="config must be a dict or a triton.Config"):
+        iota(10, config=64)
     with pytest.raises(ValueError, match="n must be a non-negative int"):
         iota(-1)
 

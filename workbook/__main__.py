@@ -89,7 +89,7 @@ def _smoke_start_here():
 
     from workbook.start_here import iota
 
-    got = iota(100, block=32).cpu()
+    got = iota(100, config={"BLOCK": 32}).cpu()
     assert torch.equal(got, torch.arange(100, dtype=torch.int32)), "iota(100) did not write 0..99"
     return "iota(100): every element written, values exact"
 

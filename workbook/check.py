@@ -259,7 +259,7 @@ def grade(title: str, check: Callable[[], object]) -> Verdict:
         print(msg)
         return Verdict(False, "not attempted", msg)
     except AssertionError as e:
-        text = str(e).strip() or "the grader's check failed (no message)"
+        text = str(e) or "the grader's check failed (no message)"
         msg = f"[x] {title}: not yet.\n{text}"
         print(msg)
         return Verdict(False, "wrong", msg)

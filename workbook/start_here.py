@@ -7,26 +7,48 @@ import triton
 from .device import DEVICE, describe, require_launchable
 from .kernels.start_here import iota_kernel
 
-__all__ = ["iota", "environment_report", "check_iota_grid", "GRID_CASES", "NOTEBOOKS", "notebook_map"]
+__all__ = ["iota", "DEFAULT_CONFIG", "environment_report", "check_iota_grid", "GRID_CASES", "NOTEBOOKS", "notebook_map"]
 
 
-def iota(n: int, *, block: int = 64, grid: int | None = None) -> torch.Tensor:
+DEFAULT_CONFIG = {"BLOCK": 64, "num_warps": 4}
+
+
+def _launch_config(config) -> dict:
+    """``DEFAULT_CONFIG`` overridden by ``config`` (a dict or a ``triton.Config`` with those names)."""
+    cfg = dict(DEFAULT_CONFIG)
+    if config is not None:
+        if isinstance(config, triton.Config):
+            config = {**config.kwargs, "num_warps": config.num_warps}
+        if not isinstance(config, dict):
+            raise TypeError(f"config must be a dict or a triton.Config, got {type(config).__name__}")
+        unknown = sorted(set(config) - set(DEFAULT_CONFIG))
+        if unknown:
+            raise ValueError(f"config has unknown keys {unknown}; iota_kernel takes {list(DEFAULT_CONFIG)}")
+        cfg.update(config)
+    for key, v in cfg.items():
+        if not isinstance(v, int) or v <= 0 or v & (v - 1):
+            raise ValueError(f"config[{key!r}] must be a positive power of two (Triton's tl.arange), got {v!r}")
+    return cfg
+
+
+def iota(n: int, *, grid: int | None = None, config=None) -> torch.Tensor:
     """``out[i] = i`` for ``i < n``, written by a Triton kernel into a ``torch.empty`` buffer.
 
-    ``grid`` defaults to ``cdiv(n, block)`` programs; pass another to see what a wrong grid leaves
-    unwritten (notebook 00's exercise).
+    ``config``: the launch configuration, ``{"BLOCK": elements per program, "num_warps": ...}`` (a dict
+    or a ``triton.Config``; defaults in ``DEFAULT_CONFIG``). ``grid`` defaults to ``cdiv(n, BLOCK)``
+    programs; pass another to see what a wrong grid leaves unwritten (notebook 00's exercise).
     """
     if not isinstance(n, int) or n < 0:
         raise ValueError(f"n must be a non-negative int, got {n!r}")
-    if block <= 0 or block & (block - 1):
-        raise ValueError(f"block must be a power of two (Triton's tl.arange), got {block}")
+    cfg = _launch_config(config)
+    block = cfg["BLOCK"]
     require_launchable(iota_kernel)
-    # empty is right: program p writes [p*block, (p+1)*block) ∩ [0, n), and the cdiv(n, block)
+    # empty is right: program p writes [p*BLOCK, (p+1)*BLOCK) ∩ [0, n), and the cdiv(n, BLOCK)
     # programs tile [0, n) exactly: every element is written once. (A smaller grid breaks this.)
     out = torch.empty(n, dtype=torch.int32, device=DEVICE)
     g = triton.cdiv(n, block) if grid is None else grid
     if n and g:
-        iota_kernel[(g,)](out, n, BLOCK=block)
+        iota_kernel[(g,)](out, n, BLOCK=block, num_warps=cfg["num_warps"])
     return out
 
 
@@ -60,7 +82,7 @@ def environment_report() -> str:
     if d.get("gpu"):
         lines.append(f"GPU: {d['gpu']} ({d['sm_count']} SMs, {d['gpu_memory_GiB']} GiB), CUDA {d['cuda']}")
     lines.append(f"torch {d['torch']}, Triton {d['triton']}, Python {d['python']}")
-    ok = torch.equal(iota(100, block=32).cpu(), torch.arange(100, dtype=torch.int32))
+    ok = torch.equal(iota(100, config={"BLOCK": 32}).cpu(), torch.arange(100, dtype=torch.int32))
     lines.append("a Triton kernel ran and wrote the right values: " + ("yes" if ok else "NO"))
     return "\n".join(lines)
 
@@ -96,7 +118,7 @@ def check_iota_grid(fn) -> None:
                 f"or past element n={n}: they own no element and write nothing (harmless, but wasted). "
                 "The smallest G with G * block >= n is enough: when n is a multiple of block, n // block "
                 "programs already cover it.")
-        cov = coverage(iota, n, block=block, grid=g)[0]
+        cov = coverage(iota, n, grid=g, config={"BLOCK": block})[0]
         if not cov.view_fully_written:
             raise AssertionError(
                 f"n={n}, block={block}: grid={g} leaves {cov.unwritten_ranges('view')} unwritten. Those "
