@@ -48,8 +48,14 @@ def test_doctor_fails_on_a_broken_topic_and_a_missing_package(capsys, monkeypatc
 
 def test_topics_are_found_from_the_files():
     assert {"start_here", "nvfp4", "fp8", "gdn"} <= set(cli.topic_modules())
+    assert cli.topic_modules()[0] == "start_here"                      # in the notebooks' order
     assert cli.bench_topics()[0] == "alloc" and {"nvfp4", "fp8", "gdn"} <= set(cli.bench_topics())
     assert "start_here" not in cli.bench_topics()   # no benchmark() there
+
+
+def test_doctor_unknown_topic_lists_the_known_ones(capsys):
+    rc, _, err = run(capsys, "doctor", "nope")
+    assert rc == 2 and "unknown topic 'nope'; known topics: start_here, " in err
 
 
 def test_bench_unknown_topic_lists_the_known_ones(capsys):

@@ -50,7 +50,11 @@ def topic_modules() -> list[str]:
     import workbook.kernels as kernels
 
     stems = {m.name for m in pkgutil.iter_modules(kernels.__path__)} - {"common"}
-    return sorted(s for s in stems if (_package_dir() / f"{s}.py").exists())
+    found = [s for s in stems if (_package_dir() / f"{s}.py").exists()]
+    return sorted(found, key=lambda s: (_SERIES.index(s) if s in _SERIES else len(_SERIES), s))
+
+
+_SERIES = ["start_here", "nvfp4", "fp8", "turboquant", "gdn", "fusion"]   # the notebooks' order
 
 
 def bench_topics() -> list[str]:
@@ -143,8 +147,36 @@ def _smoke_gdn():
     return f"gated_rmsnorm [5, 2, 16]: relative error {e:.1e} against the reference"
 
 
+def _smoke_turboquant():
+    from workbook.check import rel_err
+    from workbook.turboquant import make_example, mixed_attention, reference_mixed_attention
+
+    q, k, v, cache, batch = make_example([1, 3], [9, 5], 1)   # one decode request, one prefill chunk
+    out = mixed_attention(q, k, v, cache, batch)
+    e = rel_err(out, reference_mixed_attention(q, k, v, cache, batch))
+    assert e <= 2e-3, f"relative error {e:.2e} against reference_mixed_attention exceeds 2e-3"
+    return f"mixed_attention (1 decode + 1 prefill request): relative error {e:.1e} against the reference"
+
+
+def _smoke_fusion():
+    import torch
+
+    from workbook import DEVICE
+    from workbook.check import rel_err
+    from workbook.fusion import add_rmsnorm, add_rmsnorm_ref
+
+    gen = torch.Generator().manual_seed(0)
+    x, r, w = (torch.randn(*s, generator=gen).to(DEVICE) for s in ((3, 40), (3, 40), (40,)))
+    (out, h), (ref, ref_h) = add_rmsnorm(x, r, w), add_rmsnorm_ref(x, r, w)
+    assert torch.equal(h, ref_h), "the new residual x + residual is not exact"
+    e = rel_err(out, ref)
+    assert e <= 1e-5, f"relative error {e:.2e} against add_rmsnorm_ref exceeds 1e-5"
+    return f"add_rmsnorm [3, 40]: relative error {e:.1e} against the unfused chain"
+
+
 # A topic module may define its own ``smoke() -> str`` (raise on failure); these cover the rest.
-SMOKE = {"start_here": _smoke_start_here, "nvfp4": _smoke_nvfp4, "fp8": _smoke_fp8, "gdn": _smoke_gdn}
+SMOKE = {"start_here": _smoke_start_here, "nvfp4": _smoke_nvfp4, "fp8": _smoke_fp8, "gdn": _smoke_gdn,
+         "turboquant": _smoke_turboquant, "fusion": _smoke_fusion}
 
 
 def run_smoke(topic: str) -> tuple[bool, str]:
@@ -174,6 +206,11 @@ def _versions() -> tuple[dict, list[str], list[str]]:
 def _cmd_doctor(args) -> int:
     import platform
 
+    known = topic_modules()
+    unknown = [t for t in args.topics if t not in known]
+    if unknown:
+        raise CommandError(f"unknown topic{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
+                           f"known topics: {', '.join(known)}", 2)
     broken = []
     versions, missing_required, missing_optional = _versions()
     try:
@@ -211,9 +248,13 @@ def _cmd_doctor(args) -> int:
     print("recorded GPU results (workbook/data/): " + (", ".join(names) or "none")
           + (f"; BROKEN: {'; '.join(bad)}" if bad else ""))
     broken += [f"broken record {b}" for b in bad]
+    unrecorded = [t for t in bench_topics() if t not in names]
+    if unrecorded:
+        print(f"not recorded yet: {', '.join(unrecorded)} (without a GPU their notebooks have no recorded "
+              f"GPU figures; record them on a GPU with `python3 -m workbook bench {' '.join(unrecorded)}`)")
 
     print("smoke runs (one small kernel per topic, against its pure-torch reference):")
-    for topic in args.topics or topic_modules():
+    for topic in args.topics or known:
         t0 = time.perf_counter()
         ok, verdict = run_smoke(topic)
         print(f"  [{'ok' if ok else 'FAILED'}] {topic}: {verdict} ({time.perf_counter() - t0:.1f} s)")
