@@ -102,7 +102,8 @@ def silu_mul_quant_fp8_kernel(
     # y / 2^e is exact, and |y / 2^e| <= 448 by the choice of e: no clamp needed (2^e >= amax / 448)
     b_v = b_y * b_inv[:, :, None]
     if EMULATE:
-        b_q = e4m3_rne(b_v)[0].to(tl.uint8)
+        b_code, _ = e4m3_rne(b_v)  # (byte with the sign bit, rounded value): the byte is the code
+        b_q = b_code.to(tl.uint8)
     else:
         b_q = b_v.to(tl.float8e4nv).to(tl.uint8, bitcast=True)  # cvt.rn.satfinite.e4m3x2.f32
     tl.store(codes + o_m.to(tl.int64)[:, None, None] * stride_cm + o_n, b_q, mask=m_x)
@@ -126,7 +127,8 @@ def e4m3_round_kernel(
     m = o < n
     b_v = tl.load(v + o, mask=m, other=0.0)
     b_v = tl.minimum(tl.maximum(b_v, -448.0), 448.0)
-    tl.store(q + o, e4m3_rne(b_v)[0].to(tl.uint8), mask=m)
+    b_byte, _ = e4m3_rne(b_v)
+    tl.store(q + o, b_byte.to(tl.uint8), mask=m)
 
 
 @triton.jit
