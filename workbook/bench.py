@@ -39,7 +39,7 @@ __all__ = [
     "validate_record", "recorded_label", "zeros_vs_empty_sweep", "graph_decode_step",
     "profile_zeros_vs_empty", "stale_bytes_demo", "reuse_demo", "fill_bandwidth_events", "fill_kernel_names",
     "benchmark", "SWEEP_SIZES", "FILL_DTYPES", "ALLOC_TIMERS", "NotRecorded", "timer_of", "fill_sweep",
-    "fill_rate_table", "check_zero_fill_prediction",
+    "fill_rate_table", "check_zero_fill_prediction", "torch_source",
 ]
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -249,6 +249,26 @@ def fill_rate_table(rec: dict, nbytes: int = 1 << 30) -> str:
     if copy:
         lines.append(f"  copy ceiling   {copy / 1e3:5.2f} TB/s (bytes read + written, {timer_of(rec, 'copy_GBps').split(':')[0]})")
     return "\n".join(lines)
+
+
+def torch_source(relpath: str, start: str, end: str, before: int = 0) -> str:
+    """PyTorch's own C++/CUDA source as shipped in the installed wheel (``torch/include/<relpath>``;
+    CPU wheels carry the CUDA headers too), from the first line containing ``start`` through the next
+    line containing ``end`` (and ``before`` lines above the start), with line numbers: the notebook
+    quotes the installed version."""
+    import torch as _torch
+
+    path = Path(_torch.__file__).resolve().parent / "include" / relpath
+    head = f"torch {_torch.__version__}: torch/include/{relpath}"
+    if not path.exists():
+        return f"{head}: not in this install; read it in the pytorch/pytorch repository (aten/src/{relpath})"
+    lines = path.read_text(errors="replace").splitlines()
+    try:
+        i = next(k for k, ln in enumerate(lines) if start in ln)
+        j = next(k for k in range(i, len(lines)) if end in lines[k])
+    except StopIteration:
+        return f"{head}: {start!r} .. {end!r} not found (the source changed): read the file itself"
+    return "\n".join([head] + [f"{k + 1:5d}  {lines[k]}" for k in range(max(0, i - before), j + 1)])
 
 
 def _fill_per_dtype(nbytes: int) -> dict:
