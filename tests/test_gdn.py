@@ -558,3 +558,26 @@ def test_config_is_checked():
     if not ON_GPU:
         with pytest.raises(ValueError, match="emulate=False"):
             gdn.chunk_gated_delta_rule(**x, emulate=False)
+
+
+# --------------------------------------------------------------------------------------------------
+# GPU only: both paths of the emulation switch, and the two timers of the benchmark
+# --------------------------------------------------------------------------------------------------
+
+@pytest.mark.skipif(not ON_GPU, reason="emulate=False runs tl.dot on 16-bit operands: needs a GPU")
+@pytest.mark.parametrize("dtype,bound", [(torch.float32, 1e-4), (torch.bfloat16, 2e-2)])
+def test_chunk_emulate_paths_agree_on_gpu(dtype, bound):
+    x = gdn.make_inputs(1, 130, 2, 64, HV=4, dtype=dtype, gate="mixed", initial_state=True, seed=22)
+    o1, h1 = gdn.chunk_gated_delta_rule(**x, output_final_state=True, emulate=True)
+    o2, h2 = gdn.chunk_gated_delta_rule(**x, output_final_state=True, emulate=False)
+    assert_rel_close(o2, o1, bound, "o, emulate=False vs True")
+    assert_rel_close(h2, h1, bound, "final state, emulate=False vs True")
+
+
+@pytest.mark.skipif(not ON_GPU, reason="CUDA-graph timing needs a GPU")
+def test_time_both_times_graph_replay_and_eager():
+    x = gdn.make_inputs(1, 256, 2, 64, dtype=torch.bfloat16, gate="mixed", initial_state=True, seed=23)
+    for fn in (gdn.chunk_gated_delta_rule, gdn.fused_recurrent_gated_delta_rule):
+        t = gdn.time_both(lambda: fn(**x, output_final_state=True))
+        assert isinstance(t["graph_us"], float) and t["graph_us"] > 0, t   # the launcher is capturable
+        assert t["eager_us"] > 0

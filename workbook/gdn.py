@@ -30,7 +30,7 @@ __all__ = [
     "fused_recurrent_gated_delta_rule", "chunk_gated_delta_rule", "gated_rmsnorm", "gated_rmsnorm_ref",
     "GDNBlockParams", "make_block_params", "qwen3_next_linear_attention", "z_handoff_zero_then_copy",
     "make_inputs", "benchmark", "benchmark_table", "has_timing_methods", "plot_state", "plot_benchmark",
-    "CHUNK", "CONFIG", "TIMERS",
+    "CHUNK", "CONFIG", "TIMERS", "time_both",
     "check_decode_step", "check_ut_transform", "check_chunk_spans", "check_state_pass",
     "solution_decode_step", "solution_ut_transform", "solution_chunk_spans", "solution_state_pass",
 ]
@@ -609,7 +609,7 @@ TIMERS = {
 }
 
 
-def _time_both(fn) -> dict:
+def time_both(fn) -> dict:
     """{"graph_us": GPU time from CUDA-graph replay, "eager_us": eager per-call time}; a call that
     cannot be captured records why instead of a number (never silently skipped)."""
     from .bench import graph_time_us, time_us
@@ -659,10 +659,10 @@ def benchmark(budget_s: float = 120.0):
             args = dict(q=x["q"], k=x["k"], v=x["v"], g=x["g"], beta=x["beta"], initial_state=x["initial_state"],
                         output_final_state=True, use_qk_l2norm_in_kernel=l2)
             row = {"B": B, "T": T, "H": H, "D": D, "dtype": "bfloat16", "l2norm_in_kernel": l2}
-            _put(row, "ours", _time_both(lambda: chunk_gated_delta_rule(**args)))
+            _put(row, "ours", time_both(lambda: chunk_gated_delta_rule(**args)))
             o, ht = chunk_gated_delta_rule(**args)
             if fla_chunk is not None:
-                _put(row, "fla", _time_both(lambda: fla_chunk(**args)))
+                _put(row, "fla", time_both(lambda: fla_chunk(**args)))
                 fo, fht = fla_chunk(**args)
                 row["rel_err_vs_fla_o"] = rel_err(o.float(), fo.float())
                 row["rel_err_vs_fla_ht"] = rel_err(ht.float(), fht.float())
@@ -678,13 +678,13 @@ def benchmark(budget_s: float = 120.0):
     dargs = dict(q=x["q"], k=x["k"], v=x["v"], g=x["g"], beta=x["beta"], initial_state=x["initial_state"],
                  output_final_state=True, use_qk_l2norm_in_kernel=True)
     row = {"B": Bd, "T": 1, "H": Hd, "D": Dd, "dtype": "bfloat16", "state": "float32", "state_bytes": state_bytes}
-    _put(row, "ours", _time_both(lambda: fused_recurrent_gated_delta_rule(**dargs)))
+    _put(row, "ours", time_both(lambda: fused_recurrent_gated_delta_rule(**dargs)))
     h_inplace = x["initial_state"].clone()
-    _put(row, "ours_inplace", _time_both(lambda: fused_recurrent_gated_delta_rule(
+    _put(row, "ours_inplace", time_both(lambda: fused_recurrent_gated_delta_rule(
         **{**dargs, "initial_state": h_inplace}, inplace_final_state=True)))
     o, ht = fused_recurrent_gated_delta_rule(**dargs)
     if fla_rec is not None:
-        _put(row, "fla", _time_both(lambda: fla_rec(**dargs)))
+        _put(row, "fla", time_both(lambda: fla_rec(**dargs)))
         fo, fht = fla_rec(**dargs)
         row["rel_err_vs_fla_o"] = rel_err(o.float(), fo.float())
         row["rel_err_vs_fla_ht"] = rel_err(ht.float(), fht.float())
