@@ -143,6 +143,31 @@ def test_grade_never_raises_even_when_explaining_fails(capsys):
     assert not v and v.status == "error" and "Weird" in out and "Hint: " in out, out
 
 
+def test_assertion_with_an_unprintable_message_is_still_graded(capsys):
+    class WeirdAssert(AssertionError):
+        def __str__(self):
+            raise RuntimeError("cannot even print myself")
+    v, out = run(capsys, raises(WeirdAssert()))
+    assert not v and v.status == "wrong" and "cannot be printed" in out, out
+
+
+def test_a_library_not_implemented_error_is_not_a_stub(capsys):
+    v, out = run(capsys, raises(NotImplementedError("\"addmm_impl_cpu_\" not implemented for 'Half'")))
+    assert not v and v.status == "error" and "compute in float32" in out, out
+    try:
+        torch.ones(2, dtype=torch.float8_e4m3fn) * 2
+    except NotImplementedError:
+        pass
+    else:
+        pytest.skip("this torch multiplies float8 on the CPU")
+
+    def fp8_multiply_on_cpu():
+        x = torch.ones(2, dtype=torch.float8_e4m3fn, device="cpu")
+        return x * 2                      # torch has no CPU kernel: NotImplementedError from C++
+    v, out = run(capsys, fp8_multiply_on_cpu)
+    assert not v and v.status == "error" and "not implemented for" in out and "compute in float32" in out, out
+
+
 def test_debug_prints_the_full_traceback(capsys, monkeypatch):
     monkeypatch.setenv("WORKBOOK_DEBUG", "1")
     v = grade("demo", raises(RuntimeError("boom")))

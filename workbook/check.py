@@ -7,6 +7,7 @@ in a notebook, so an unfinished exercise does not stop the rest of the notebook 
 """
 from __future__ import annotations
 
+import re
 from typing import Callable
 
 import torch
@@ -107,6 +108,9 @@ class Verdict:
 # --------------------------------------------------------------------------------------------------
 
 PITFALLS: list[tuple[str, str]] = [
+    (r"not implemented for|could not run 'aten::",
+     "torch has no kernel for this operation with this dtype on this device (common on the CPU for "
+     "float8 and some float16 operations): compute in float32 (.float()) and convert at the end."),
     (r"arange's arguments must be of type tl\.constexpr",
      "tl.arange(0, N) needs N known when the kernel is compiled: declare the block size as "
      "`BLOCK: tl.constexpr` in the kernel's signature and pass it as a keyword (BLOCK=64)."),
@@ -189,6 +193,32 @@ def _library_dirs() -> tuple[str, ...]:
     return tuple(d.rstrip(os.sep) + os.sep for d in dirs)
 
 
+def _text(e: BaseException) -> str:
+    try:
+        return str(e)
+    except Exception:  # noqa: BLE001 - an exception whose __str__ fails
+        return f"<{type(e).__name__} whose message cannot be printed>"
+
+
+def _raised_by_a_library(e: BaseException) -> bool:
+    """True when the frame that raised ``e`` belongs to Python or an installed library (torch, triton)
+    rather than to the learner's code or the workbook."""
+    import os
+    import sysconfig
+    import traceback
+
+    if re.search(r"not implemented for|could not run 'aten::|is not currently (?:implemented|supported)",
+                 _text(e), re.IGNORECASE):
+        return True   # torch's C++ kernels raise these: no Python frame of theirs in the traceback
+    tb = traceback.extract_tb(e.__traceback__)
+    if not tb:
+        return False
+    f = os.path.abspath(tb[-1].filename)
+    libs = [os.path.abspath(p) + os.sep for k, p in sysconfig.get_paths().items()
+            if k in ("stdlib", "platstdlib", "purelib", "platlib") and p]
+    return f.startswith(tuple(libs)) or "site-packages" in f or "dist-packages" in f
+
+
 def _learner_frame(e: BaseException):
     """The last frame of the innermost exception that is in the learner's code (a notebook cell,
     a script), not in the workbook package, its kernels, Python or an installed library."""
@@ -231,6 +261,8 @@ def explain_exception(e: BaseException) -> tuple[str, str]:
     lines = text.splitlines()
     if len(lines) > 14:  # a CompilationError quotes the kernel: keep its end, where the caret is
         text = "\n".join(["..."] + lines[-14:])
+    if len(text) > 2000:
+        text = text[:1000] + " ... " + text[-900:]
     kind = type(inner).__name__ if inner is e else f"{type(inner).__name__} (raised as {type(e).__name__})"
     frame = _learner_frame(e)
     haystack = " ".join(str(x) for x in chain) + " " + (frame.line or "" if frame else "")
@@ -249,30 +281,36 @@ def grade(title: str, check: Callable[[], object]) -> Verdict:
     grader's teaching message, and any other exception (a Triton interpreter or compilation error, a
     bad launch, a shape error, ...) is reported with its type, the line of your code it came from and a
     hint (see :data:`PITFALLS`). Set ``WORKBOOK_DEBUG=1`` to also print the full traceback."""
-    import os
-    import traceback
-
     try:
         check()
-    except NotImplementedError:
+    except NotImplementedError as e:
+        if _raised_by_a_library(e):  # torch lacking an operation is an error, not a stub
+            return _report_error(title, e)
         msg = f"[ ] {title}: not attempted yet (the stub raises NotImplementedError)"
         print(msg)
         return Verdict(False, "not attempted", msg)
     except AssertionError as e:
-        text = str(e) or "the grader's check failed (no message)"
+        text = _text(e) or "the grader's check failed (no message)"
         msg = f"[x] {title}: not yet.\n{text}"
         print(msg)
         return Verdict(False, "wrong", msg)
     except Exception as e:  # noqa: BLE001 - a grader reports every error instead of raising it
-        try:
-            desc, hint = explain_exception(e)
-        except Exception as inner:  # pragma: no cover - the explainer must never be the failure
-            desc, hint = f"  {type(e).__name__} (its message could not be shown: {type(inner).__name__})", _GENERIC_HINT
-        msg = f"[x] {title}: your code raised an error before it could be checked.\n{desc}\n  Hint: {hint}"
-        print(msg)
-        if os.environ.get("WORKBOOK_DEBUG", "") not in ("", "0"):
-            traceback.print_exception(type(e), e, e.__traceback__)
-        return Verdict(False, "error", msg)
+        return _report_error(title, e)
     msg = f"[ok] {title}: passed"
     print(msg)
     return Verdict(True, "passed", msg)
+
+
+def _report_error(title: str, e: BaseException) -> Verdict:
+    import os
+    import traceback
+
+    try:
+        desc, hint = explain_exception(e)
+    except Exception as inner:  # the explainer must never be the failure
+        desc, hint = f"  {type(e).__name__} (its message could not be shown: {type(inner).__name__})", _GENERIC_HINT
+    msg = f"[x] {title}: your code raised an error before it could be checked.\n{desc}\n  Hint: {hint}"
+    print(msg)
+    if os.environ.get("WORKBOOK_DEBUG", "") not in ("", "0"):
+        traceback.print_exception(type(e), e, e.__traceback__)
+    return Verdict(False, "error", msg)
