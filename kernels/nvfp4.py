@@ -1,80 +1,113 @@
-"""NVFP4 quantization: device code only (no allocation, no policy; the launcher is workbook.nvfp4).
+"""NVFP4 quantization: device code only (no allocation, no policy; the launchers are in workbook.nvfp4).
 
-One program quantizes a tile of BLOCK_M rows x BLOCK_S blocks of 16 elements. Per 16-element block
-it computes the E4M3 block scale, the E2M1 codes of the 16 elements, packs two codes per byte and
-stores the scale byte either in the linear layout or at its address in the 128x4 swizzled layout.
+Two kernels compute the same bytes:
 
-The kernel is written for the H200's pipes. At 2.5 bytes per element, a kernel that keeps up with
-memory may spend only about 16 to 20 SASS instructions per element at the clock the chip holds under
-its 700 W cap, so every instruction counts:
+* ``nvfp4_quant_plain_kernel``: the readable one, and the solution of notebook 02's kernel exercise.
+  It follows the definition line by line: load 16 elements, take their largest magnitude, divide,
+  round the scale to E4M3 (``e4m3_rne`` of kernels/common.py: the format's round to nearest even,
+  exact in the interpreter too), divide each element by the scale and compare against E2M1's decision
+  points. One program per (BLOCK_M rows, one 16-element block), over the padded scale grid.
+* ``nvfp4_quant_kernel``: the fast one (the launcher ``nvfp4_quant`` ships it), tuned to the H200's
+  pipes. Notebook 02 reads it only in its optional deep dive.
+
+The fast kernel. At 2.5 bytes per element, a kernel that keeps up with memory may spend only about 16
+to 20 SASS instructions per element at the clock the chip holds under its 700 W cap (notebook 02
+computes that budget from the record), so every instruction counts:
 
 * no division per element (see ``e2m1_pair_bits``), and per block one exact division by 6 in three
-  FP32 operations (``div6_rn``) instead of ``div_rn``'s checked sequence;
+  FP32 operations (``div6_rn`` of kernels/common.py) instead of ``div_rn``'s checked sequence;
 * each comparison is one saturating FMA that yields 0.0 or 1.0 (``lt01``: integer, compare and
   select instructions issue at half the rate of FP32 multiply-adds on Hopper); everything else in the
   codes is exact FMA arithmetic on those values;
-* on the GPU (``HW=True``) the block amax is taken on packed pairs, two elements per instruction
+* on the GPU (``EMULATE=False``) the block amax is taken on packed pairs, two elements per instruction
   (``max.xorsign.abs.bf16x2``), and the E4M3 scale comes from the hardware conversion
   (``cvt.rn.satfinite.e4m3x2.f32``);
 * when the tiles cover the input exactly and there is no padding (``EXACT_TILES``, the usual case for
   large inputs), the loads and the code stores carry no masks.
 
-That is about 17 instructions per element, 10 of them FMAs for the codes. Triton's interpreter can
-run neither inline PTX nor a correct FP8 cast (its cast to float8e4nv mis-rounds), so there
-``HW=False`` computes the same amax with ordinary max and the E4M3 byte with exact integer/fp32
-arithmetic (``e4m3_rne``). Both paths give the same bytes, and the tests prove it on the GPU. The
-measured bandwidth is in workbook/data/nvfp4.json.
+Counted in the SASS while tuning (not in the record): about 17 instructions per element, 10 of them
+FMAs for the codes. Triton's interpreter can run neither inline PTX nor a correct FP8 cast (its cast
+to float8e4nv mis-rounds), so there ``EMULATE=True`` computes the same amax with ordinary max and the
+E4M3 byte with exact integer/fp32 arithmetic (``e4m3_rne``). Both paths give the same bytes, and the
+tests prove it on the GPU. The measured bandwidth is in workbook/data/nvfp4.json.
 
-The grid spans the *padded* scale grid in the swizzled layout, so the programs that own a padded
-128x4 tile also write its padding (zeros). ``WRITE_PADDING=False`` skips those entries: it exists
-only to reproduce the regression in the workbook.
+Both kernels' grids span the *padded* scale grid in the swizzled layout, so the programs that own a
+padded 128x4 tile also write its padding (zeros). ``WRITE_PADDING=False`` skips those entries: it
+exists only to reproduce the regression in the workbook.
 """
 import workbook.device  # noqa: F401  (TRITON_INTERPRET=1 before triton on a CPU-only machine)
 
 import triton
 import triton.language as tl
 
+from .common import div6_rn, e4m3_rne, unpack_pairs
+
+
+# --------------------------------------------------------------------------------------------------
+# The plain kernel: the definition, line by line (notebook 02's exercise solution)
+# --------------------------------------------------------------------------------------------------
 
 @triton.jit
-def e4m3_rne(v):
-    """E4M3 round to nearest even of fp32 ``v`` in [0, 448] -> (byte as int32, value as fp32)."""
-    b_bits = v.to(tl.int32, bitcast=True)
-    # normal range (v >= 2^-6): keep 3 of fp32's 23 mantissa bits, ties to even on bit 20
-    b_lsb = (b_bits >> 20) & 1
-    b_top = (b_bits + 0x7FFFF + b_lsb) >> 20            # fp32 exponent:mantissa3, carry included
-    b_byte_n = b_top - (120 << 3)                      # rebias exponent 127 -> 7
-    b_val_n = (b_top << 20).to(tl.float32, bitcast=True)
-    # subnormal range (v < 2^-6): multiples of 2^-9. Adding 2^14 (whose ulp is 2^-9) rounds v to
-    # that grid, ties to even, in one IEEE add; the low bits of the sum count the multiples.
-    b_q = v + 16384.0
-    b_byte_s = b_q.to(tl.int32, bitcast=True) - 0x46800000   # bits of 16384.0
-    b_val_s = b_q - 16384.0                            # exact
-    m_normal = v >= 0.015625
-    return tl.where(m_normal, b_byte_n, b_byte_s), tl.where(m_normal, b_val_n, b_val_s)
+def nvfp4_quant_plain_kernel(
+    x,                           # *fp16|bf16 [M, K] input, contiguous
+    global_scale,                # *fp32 [1] per-tensor global scale (448*6/amax)
+    codes,                       # *uint8 [M, K//2] packed E2M1 codes: element 2i low nibble, 2i+1 high
+    sf,                          # *uint8 [Mp * Kp] E4M3 scale bytes, 128x4 swizzled storage
+    M,                           # rows of x
+    K,                           # columns of x, a multiple of 16
+    Mp,                          # padded scale rows, round_up(M, 128)
+    Kp,                          # padded scale columns, round_up(K // 16, 4)
+    BLOCK_M: tl.constexpr,       # rows per program
+):
+    # program (i, c): rows [i*BLOCK_M, +BLOCK_M) of scale column c (one 16-element block of K); the
+    # grid covers the padded grid [Mp, Kp], so padding entries are owned by some program too
+    pid_m = tl.program_id(0)
+    c = tl.program_id(1)
+    o_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)                    # [BM] rows
+    o_i = tl.arange(0, 8)                                            # [8] pairs of the block
+    # [BM] rows that hold data: rows < M of a real column, none of a padded column (c >= K/16)
+    m_real = o_m < tl.where(c < K // 16, M, 0)
+    # the 16 elements of block c, as 8 even (2i) and 8 odd (2i+1) ones; padding reads as 0
+    o_x = o_m[:, None].to(tl.int64) * K + c * 16 + 2 * o_i[None, :]  # [BM, 8]
+    b_even = tl.load(x + o_x, mask=m_real[:, None], other=0.0).to(tl.float32)
+    b_odd = tl.load(x + o_x + 1, mask=m_real[:, None], other=0.0).to(tl.float32)
+
+    # block scale: sf = e4m3(min(gs * amax / 6, 448)), rounded to nearest even
+    b_gs = tl.load(global_scale)
+    b_amax = tl.max(tl.maximum(tl.abs(b_even), tl.abs(b_odd)), axis=1)            # [BM]
+    b_sf_want = tl.minimum(tl.math.div_rn(b_gs * b_amax, 6.0), 448.0)
+    b_sf_byte, b_sf = e4m3_rne(b_sf_want)
+
+    # codes: q = e2m1(gs * x / sf) (0 where sf = 0), two per byte
+    b_q_even = _e2m1_code(b_even, b_gs, b_sf[:, None])
+    b_q_odd = _e2m1_code(b_odd, b_gs, b_sf[:, None])
+    b_packed = (b_q_even | (b_q_odd << 4)).to(tl.uint8)
+    o_c = o_m[:, None].to(tl.int64) * (K // 2) + c * 8 + o_i[None, :]             # [BM, 8]
+    tl.store(codes + o_c, b_packed, mask=m_real[:, None])
+
+    # the scale byte at its swizzled address; padding entries (r >= M or c >= K/16) get 0
+    o_sf = ((o_m // 128) * (Kp // 4) + c // 4) * 512 + (o_m % 32) * 16 + ((o_m % 128) // 32) * 4 + c % 4
+    b_sf_out = tl.where(m_real, b_sf_byte, 0).to(tl.uint8)
+    tl.store(sf + o_sf, b_sf_out, mask=o_m < Mp)
 
 
 @triton.jit
-def div6_rn(y):
-    """y / 6 correctly rounded (fp32, y >= 0, normal quotient) in three FP32 operations: q1 = y * r
-    with r = RN(1/6), the remainder y - 6 q1 (exact in one FMA), and one correction step
-    q1 + rem * r (Markstein). Checked against IEEE division for every fp32 mantissa
-    (tests/test_nvfp4.py). Quotients below 2^-126 may differ in their last bit; they round to the
-    scale 0 either way."""
-    q1 = y * 0.16666667163372039795
-    return tl.math.fma(tl.math.fma(q1, -6.0, y), 0.16666667163372039795, q1)
+def _e2m1_code(b_x, b_gs, b_sf):
+    """E2M1 code (sign bit 3 | index 0..7) of RN(gs * x / sf), saturated at 6, ties to the even index.
+    sf = 0 gives index 0."""
+    b_y = tl.math.div_rn(tl.abs(b_x * b_gs), tl.where(b_sf > 0.0, b_sf, 1.0))
+    b_y = tl.where(b_sf > 0.0, b_y, 0.0)
+    # the decision points of section 1: > where a tie goes down, >= where it goes up (even index)
+    b_idx = ((b_y > 0.25).to(tl.int32) + (b_y >= 0.75).to(tl.int32) + (b_y > 1.25).to(tl.int32)
+             + (b_y >= 1.75).to(tl.int32) + (b_y > 2.5).to(tl.int32) + (b_y >= 3.5).to(tl.int32)
+             + (b_y > 5.0).to(tl.int32))
+    b_neg = b_x.to(tl.int32, bitcast=True) < 0                       # the sign bit (-0.0 included)
+    return b_idx | tl.where(b_neg, 8, 0)
 
 
-@triton.jit
-def unpack_pairs(w, IS_BF16: tl.constexpr):
-    """The two fp16|bf16 halves of int32 words as fp32: (element 2i from the low half, 2i+1 from the
-    high half). Exact, bf16 subnormals included."""
-    if IS_BF16:
-        lo = (w << 16).to(tl.float32, bitcast=True)
-        hi = (w & -65536).to(tl.float32, bitcast=True)
-    else:
-        lo = (w & 0xFFFF).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
-        hi = (w >> 16).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
-    return lo, hi
+# --------------------------------------------------------------------------------------------------
+# The fast kernel (notebook 02's deep dive)
+# --------------------------------------------------------------------------------------------------
 
 
 @triton.jit
@@ -135,10 +168,10 @@ def e2m1_pair_bits(a_lo, a_hi, k175, k275, k35, k15, k375, k25, k5):
 
 @triton.jit
 def nvfp4_quant_kernel(
-    p_xw,                        # *int32 [M, K//2] the fp16|bf16 input read as pairs: element 2i low half, 2i+1 high half
-    p_gs,                        # *fp32 [1] per-tensor global scale (448*6/amax), read on the device
-    p_codes,                     # *uint8 [M, K//2] packed E2M1 codes: element 2i low nibble, 2i+1 high
-    p_sf,                        # *uint8 E4M3 scale bytes: swizzled storage [SF_ROWS*SF_COLS] or linear [M, K//16]
+    xw,                          # *int32 [M, K//2] the fp16|bf16 input read as pairs: element 2i low half, 2i+1 high half
+    global_scale,                # *fp32 [1] per-tensor global scale (448*6/amax), read on the device
+    codes,                       # *uint8 [M, K//2] packed E2M1 codes: element 2i low nibble, 2i+1 high
+    sf,                          # *uint8 E4M3 scale bytes: swizzled storage [SF_ROWS*SF_COLS] or linear [M, K//16]
     M,                           # rows of x
     K,                           # columns of x, a multiple of 16
     SF_ROWS,                     # scale rows the grid covers: Mp = round_up(M, 128) swizzled, M linear
@@ -148,8 +181,8 @@ def nvfp4_quant_kernel(
     BLOCK_S: tl.constexpr,       # 16-element blocks (scale columns) per program
     SWIZZLED: tl.constexpr,      # store scales in the 128x4 swizzled layout (else linear)
     WRITE_PADDING: tl.constexpr,  # write zeros to padded scale entries; False reproduces the regression
-    HW: tl.constexpr,            # GPU instructions: packed |max| (inline PTX) and the E4M3 conversion;
-                                 # False (required in the interpreter): their exact emulation
+    EMULATE: tl.constexpr,       # True (required in the interpreter): exact emulation of the packed |max|
+                                 # and of the E4M3 conversion; False: the GPU instructions (inline PTX, cvt)
     EXACT_TILES: tl.constexpr,   # the tiles cover [M, K/16] exactly and there is no padding: no masks
 ):
     pid_m = tl.program_id(0)
@@ -165,14 +198,14 @@ def nvfp4_quant_kernel(
     # EXACT_TILES: every block of every tile is real, so the loads and the code stores need no masks
     # (and the registers of masked-off loads no zeroing): about 5% fewer instructions per element
     if EXACT_TILES:
-        b_w = tl.load(p_xw + o_x)
+        b_w = tl.load(xw + o_x)
     else:
-        b_w = tl.load(p_xw + o_x, mask=m_real[:, :, None], other=0)
+        b_w = tl.load(xw + o_x, mask=m_real[:, :, None], other=0)
     b_lo, b_hi = unpack_pairs(b_w, IS_BF16)                          # elements 2i, 2i+1
 
     # block scale: sf = e4m3(min(gs * amax / 6, 448)), the division correctly rounded (div6_rn)
-    b_gs = tl.load(p_gs)
-    if HW:
+    b_gs = tl.load(global_scale)
+    if not EMULATE:
         # amax on packed pairs: 7 instructions for the 8 words of a block, then one pair to split
         if IS_BF16:
             b_m = tl.reduce(b_w, 2, _absmax_bf16x2)                  # [BM, BS]
@@ -183,7 +216,7 @@ def nvfp4_quant_kernel(
     else:
         b_amax = tl.max(tl.maximum(tl.abs(b_lo), tl.abs(b_hi)), axis=2)  # [BM, BS]
     b_sf_want = tl.minimum(div6_rn(b_gs * b_amax), 448.0)
-    if HW:
+    if not EMULATE:
         b_f8 = b_sf_want.to(tl.float8e4nv)                           # cvt.rn.satfinite.e4m3x2.f32
         b_sf_byte = b_f8.to(tl.uint8, bitcast=True).to(tl.int32)
         b_sf = b_f8.to(tl.float32)
@@ -200,9 +233,9 @@ def nvfp4_quant_kernel(
     b_nib = b_pair | ((b_w >> 12) & 0x80008)
     b_packed = (b_nib + (b_nib >> 12)).to(tl.uint8)                   # low nibble 2i, high nibble 2i+1
     if EXACT_TILES:
-        tl.store(p_codes + o_x, b_packed)
+        tl.store(codes + o_x, b_packed)
     else:
-        tl.store(p_codes + o_x, b_packed, mask=m_real[:, :, None])
+        tl.store(codes + o_x, b_packed, mask=m_real[:, :, None])
 
     # scales
     r = o_m[:, None]
@@ -221,4 +254,17 @@ def nvfp4_quant_kernel(
     # the scale store keeps its mask even for EXACT_TILES: without it, Triton 3.6 on the H200 computed
     # wrong codes for the (1, 512, 4) tile (tests/test_nvfp4.py caught it); the mask costs 2-3%
     b_sf_out = tl.where(m_real, b_sf_byte, 0).to(tl.uint8)
-    tl.store(p_sf + o_sf.to(tl.int64), b_sf_out, mask=m_sf)
+    tl.store(sf + o_sf.to(tl.int64), b_sf_out, mask=m_sf)
+
+
+# --------------------------------------------------------------------------------------------------
+# A probe: Triton's own cast to E4M3 (the one the interpreter gets wrong; notebook 02 counts how often)
+# --------------------------------------------------------------------------------------------------
+
+@triton.jit
+def e4m3_cast_kernel(v, out, N, BLOCK: tl.constexpr):
+    """out[i] = the byte of ``v[i].to(tl.float8e4nv)`` (fp32 in, uint8 out)."""
+    o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = o < N
+    b_v = tl.load(v + o, mask=m, other=0.0)
+    tl.store(out + o, b_v.to(tl.float8e4nv).to(tl.uint8, bitcast=True), mask=m)

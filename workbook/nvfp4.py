@@ -17,15 +17,19 @@ from __future__ import annotations
 
 import torch
 
+import triton
+
 from .device import DEVICE, ON_GPU, check_tensor, require_launchable
+from .kernels.nvfp4 import nvfp4_quant_kernel, nvfp4_quant_plain_kernel
 
 __all__ = [
     "E2M1_VALUES", "E2M1_MAX", "E4M3_MAX", "round_up", "padded_scale_shape", "global_scale_of",
     "e2m1_encode", "e2m1_decode", "e2m1_round_brute", "e4m3_round_brute", "swizzle_offset",
     "swizzle_scales", "unswizzle_scales", "quantize_ref", "dequantize_ref", "nvfp4_quant",
-    "nvfp4_gemm_ref", "quant_coverage", "logical_scale_coverage",
+    "nvfp4_quant_plain", "TUNE_CONFIGS", "e4m3_cast_errors", "QUANT_GRADER_SHAPES", "nvfp4_gemm_ref", "nvfp4_gemm_small_m_model", "quant_coverage", "logical_scale_coverage",
     "check_e2m1_round", "check_swizzle_offset", "check_quant",
     "plot_value_grids", "plot_swizzle", "plot_benchmark", "plot_zeros_vs_empty", "benchmark",
+    "measure_zeros_vs_empty", "instruction_budget",
 ]
 
 E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)  # magnitude of code index 0..7
@@ -187,13 +191,27 @@ def dequantize_ref(codes: torch.Tensor, scales: torch.Tensor, global_scale: torc
 _launchable = False
 
 
-# Candidate (BLOCK_M, BLOCK_S, num_warps) for large inputs on a GPU, timed once per shape class. Tiles
-# one row tall and 256-512 blocks wide read 8-16 KiB of a row per program: on the H200 they beat
-# square tiles by ~10% (whole DRAM pages per program), and 4 blocks per thread give the FMA chains
-# enough independent work (measured: workbook/data/nvfp4.json, "config_sweep").
-TUNE_CONFIGS = [(1, 512, 4), (1, 256, 4), (1, 256, 2), (1, 128, 2), (2, 128, 4), (8, 32, 4), (16, 16, 4)]
+# Candidate tiles for large inputs on a GPU, timed once per shape class. Tiles one row tall and
+# 256-512 blocks wide read 8-16 KiB of a row per program: on the H200 they beat square tiles (whole
+# DRAM pages per program), and 4 blocks per thread give the FMA chains enough independent work
+# (measured: workbook/data/nvfp4.json, "config_sweep").
+TUNE_CONFIGS = [{"BLOCK_M": bm, "BLOCK_S": bs, "num_warps": w} for bm, bs, w in
+                [(1, 512, 4), (1, 256, 4), (1, 256, 2), (1, 128, 2), (2, 128, 4), (8, 32, 4), (16, 16, 4)]]
 _TUNE_MIN_ELEMENTS = 32 << 20
 _tuned: dict = {}
+
+
+def _as_tile(config) -> tuple[int, int, int]:
+    """``config`` (a dict or a ``triton.Config`` with BLOCK_M, BLOCK_S and num_warps) -> the tuple."""
+    if hasattr(config, "kwargs") and hasattr(config, "num_warps"):      # triton.Config
+        config = {**config.kwargs, "num_warps": config.num_warps}
+    if not isinstance(config, dict) or not {"BLOCK_M", "BLOCK_S"} <= set(config):
+        raise ValueError(f"config must be a dict (or triton.Config) with BLOCK_M, BLOCK_S and optionally "
+                         f"num_warps, got {config!r}")
+    bm, bs, w = int(config["BLOCK_M"]), int(config["BLOCK_S"]), int(config.get("num_warps", 4))
+    if bm < 1 or bs < 1 or bm & (bm - 1) or bs & (bs - 1):
+        raise ValueError(f"config: BLOCK_M and BLOCK_S must be powers of two, got {bm}, {bs}")
+    return bm, bs, w
 
 
 def _config(M: int, K: int) -> tuple[int, int, int]:
@@ -220,55 +238,95 @@ def _tuned_config(x, global_scale, swizzled: bool) -> tuple[int, int, int]:
 
         # three rounds over all candidates, median per candidate: under the H200's power cap one
         # round can land in a clock dip and crown the wrong tile
-        times = {cfg: [] for cfg in TUNE_CONFIGS}
+        tiles = [_as_tile(c) for c in TUNE_CONFIGS]
+        times = {t: [] for t in tiles}
         for _ in range(3):
-            for cfg in TUNE_CONFIGS:
-                times[cfg].append(do_bench(lambda: nvfp4_quant(x, global_scale, swizzled=swizzled, _cfg=cfg),
-                                           warmup=10, rep=40, return_mode="median"))
-        _tuned[key] = min(TUNE_CONFIGS, key=lambda cfg: sorted(times[cfg])[1])
+            for t in tiles:
+                cfg = dict(zip(("BLOCK_M", "BLOCK_S", "num_warps"), t))
+                times[t].append(do_bench(lambda: nvfp4_quant(x, global_scale, swizzled=swizzled, config=cfg),
+                                         warmup=10, rep=40, return_mode="median"))
+        _tuned[key] = min(tiles, key=lambda t: sorted(times[t])[1])
     return _tuned[key]
 
 
-def _check_inputs(x, global_scale) -> tuple[int, int]:
+def _check_global_scale(global_scale, x: torch.Tensor, check_finite: bool) -> torch.Tensor:
+    """The global scale as a 1-element fp32 tensor on x's device; its VALUE checked where reading it
+    costs no device-to-host sync (a Python number, a CPU tensor) or where the caller asked for it
+    (``check_finite=True``)."""
+    if isinstance(global_scale, (int, float)) and not isinstance(global_scale, bool):
+        value = float(global_scale)
+        _check_scale_value(value)
+        # a fill kernel, not a host-to-device copy: capturable in a CUDA graph
+        return torch.full((1,), value, dtype=torch.float32, device=x.device)
+    check_tensor("global_scale", global_scale, dtypes=(torch.float32,), device=x.device, contiguous=False)
+    if global_scale.numel() != 1 or global_scale.dim() > 1:
+        raise ValueError(f"global_scale must hold exactly one fp32 value (shape [] or [1]), got shape "
+                         f"{tuple(global_scale.shape)}: NVFP4 has one global scale per tensor")
+    if global_scale.device.type == "cpu" or check_finite:
+        _check_scale_value(float(global_scale.reshape(())))
+    return global_scale
+
+
+def _check_scale_value(value: float) -> None:
+    if not (value > 0 and value != float("inf")):          # also False for NaN
+        raise ValueError(
+            f"global_scale must be a finite positive number, got {value}: it multiplies every element "
+            "(gs = 448*6/amax(x)); 0 makes every code and scale 0, a negative one flips every sign, NaN "
+            "or inf makes the scales meaningless. (amax(x) = 0 or inf gives such a gs: check x.)")
+
+
+def _check_inputs(x, global_scale, check_finite: bool = False):
     check_tensor("x", x, dtypes=_DTYPES, ndim=2, device=DEVICE)
     M, K = x.shape
     if K == 0 or K % 16:
         raise ValueError(f"x.shape[1] (K={K}) must be a positive multiple of 16: one E4M3 scale per "
                          "16 elements along K")
-    check_tensor("global_scale", global_scale, dtypes=(torch.float32,), device=x.device, contiguous=False)
-    if global_scale.numel() != 1 or global_scale.dim() > 1:
-        raise ValueError(f"global_scale must hold exactly one fp32 value (shape [] or [1]), got shape "
-                         f"{tuple(global_scale.shape)}: NVFP4 has one global scale per tensor")
-    return M, K
+    if check_finite and x.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        raise ValueError("check_finite=True reads values back to the host (a sync), which a CUDA graph "
+                         "capture forbids: check outside the graph, or leave check_finite=False")
+    global_scale = _check_global_scale(global_scale, x, check_finite)
+    if check_finite and x.numel() and not bool(torch.isfinite(x).all()):
+        bad = (~torch.isfinite(x)).nonzero()[:3].tolist()
+        raise ValueError(f"x holds inf or NaN (first at {bad}): NVFP4 has neither, and one such element "
+                         "makes its block's scale (and the global scale from amax) meaningless")
+    return M, K, global_scale
 
 
-def nvfp4_quant(x: torch.Tensor, global_scale: torch.Tensor, *, swizzled: bool = True,
-                _skip_padding: bool = False, _alloc: str = "empty", _cfg=None, _hw: bool | None = None):
-    """Quantize x [M, K] (fp16/bf16, K % 16 == 0) to NVFP4 on ``DEVICE``.
+def nvfp4_quant(x: torch.Tensor, global_scale, *, swizzled: bool = True, write_padding: bool = True,
+                alloc: str = "empty", config=None, emulate: bool | None = None, check_finite: bool = False):
+    """Quantize x [M, K] (fp16/bf16, K % 16 == 0) to NVFP4 on ``DEVICE`` with the fast kernel.
 
     Returns ``(codes, scales)``: codes uint8 [M, K/2] (element 2i in the low nibble); scales
     float8_e4m3fn in storage order, [round_up(M,128), round_up(K/16,4)] swizzled 128x4 (padding
-    zero) or [M, K/16] linear. ``global_scale`` is a 1-element fp32 tensor on x's device.
+    zero) or [M, K/16] linear. ``global_scale`` (448*6/amax(x), see ``global_scale_of``) is a
+    1-element fp32 tensor on x's device, or a Python number.
 
-    ``_skip_padding=True`` reproduces the regression (padded scale entries left unwritten);
-    ``_alloc='zeros'`` allocates the scale buffer with ``torch.zeros`` (for the benchmark).
-    ``_hw=False`` on a GPU runs the kernel's interpreter path (exact emulation of the packed |max| and
-    of the E4M3 conversion) instead of the GPU instructions, so the tests can compare the two.
+    Bad values. A global scale that is 0, negative, NaN or inf raises ValueError wherever its value is
+    on the host (a Python number, a CPU tensor). On the GPU it stays on the device: reading it would
+    be a device-to-host sync on every call, which a CUDA graph capture forbids, so it is not checked
+    unless ``check_finite=True``. That flag also checks x for inf and NaN (a full pass over x and a
+    sync). Without it, such inputs give codes and scales that mean nothing (defined by no format).
+
+    Lesson switches: ``write_padding=False`` reproduces the regression (padded scale entries left
+    unwritten); ``alloc='zeros'`` allocates the scale buffer with ``torch.zeros`` (for the
+    benchmark); ``config={"BLOCK_M": .., "BLOCK_S": .., "num_warps": ..}`` (or a ``triton.Config``)
+    picks the tile instead of the default/autotuned one; ``emulate=True`` on a GPU runs the
+    interpreter's path (exact emulation of the packed |max| and of the E4M3 conversion) instead of
+    the GPU instructions, so the tests can compare the two (default: ``not ON_GPU``).
     """
     global _launchable
-    from .kernels.nvfp4 import nvfp4_quant_kernel
-
-    M, K = _check_inputs(x, global_scale)
-    if _alloc not in ("empty", "zeros"):
-        raise ValueError(f"_alloc must be 'empty' or 'zeros', got {_alloc!r}")
-    hw = ON_GPU if _hw is None else bool(_hw)
-    if hw and not ON_GPU:
-        raise ValueError("_hw=True needs a GPU: Triton's interpreter runs no inline PTX and mis-rounds "
-                         "casts to float8e4nv")
+    M, K, global_scale = _check_inputs(x, global_scale, check_finite)
+    if alloc not in ("empty", "zeros"):
+        raise ValueError(f"alloc must be 'empty' or 'zeros', got {alloc!r}")
+    emulate = (not ON_GPU) if emulate is None else bool(emulate)
+    if not emulate and not ON_GPU:
+        raise ValueError("emulate=False needs a GPU: Triton's interpreter runs no inline PTX and "
+                         "mis-rounds casts to float8e4nv")
     n = K // 16
     # codes: program (i, j) writes rows [i*BM, +BM) x bytes [j*8*BS, +8*BS) of the real rows; the
     # grid's columns cover all K/2 bytes and its rows cover >= M rows, so every byte is written.
     codes = torch.empty((M, K // 2), dtype=torch.uint8, device=x.device)
+    new = torch.empty if alloc == "empty" else torch.zeros
     if swizzled:
         sf_rows, sf_cols = round_up(M, 128), round_up(n, 4)
         # scales, swizzled: the grid spans the whole padded grid [Mp, Kp] (not just [M, K/16]);
@@ -276,61 +334,137 @@ def nvfp4_quant(x: torch.Tensor, global_scale: torch.Tensor, *, swizzled: bool =
         # the E4M3 scale where r < M and c < K/16, zero elsewhere. Every byte of the [Mp, Kp]
         # storage, padding included, is written, so `empty` is safe. (Allocated as uint8 because the
         # kernel stores bytes; returned as a float8_e4m3fn view of the same storage.)
-        alloc = torch.empty if _alloc == "empty" else torch.zeros
-        sf = alloc((sf_rows, sf_cols), dtype=torch.uint8, device=x.device)
+        sf = new((sf_rows, sf_cols), dtype=torch.uint8, device=x.device)
     else:
         sf_rows, sf_cols = M, n
         # scales, linear: [M, K/16] is exactly the written size; program (i, j) writes its patch of
         # real blocks and the grid covers all of them, so `empty` is safe.
-        alloc = torch.empty if _alloc == "empty" else torch.zeros
-        sf = alloc((M, n), dtype=torch.uint8, device=x.device)
+        sf = new((M, n), dtype=torch.uint8, device=x.device)
     if M == 0:
         return codes, sf.view(torch.float8_e4m3fn)
-    bm, bs, warps = _cfg or _tuned_config(x, global_scale, swizzled)
+    bm, bs, warps = _as_tile(config) if config is not None else _tuned_config(x, global_scale, swizzled)
     if not _launchable:
         require_launchable(nvfp4_quant_kernel)
         _launchable = True
-    grid = ((sf_rows + bm - 1) // bm, (sf_cols + bs - 1) // bs)
+    grid = (triton.cdiv(sf_rows, bm), triton.cdiv(sf_cols, bs))
     # the kernel reads element pairs as int32 words (needs a 4-byte aligned start)
     xw = x.view(torch.int32) if x.storage_offset() % 2 == 0 else x.clone().view(torch.int32)
     nvfp4_quant_kernel[grid](
         xw, global_scale, codes, sf, M, K, sf_rows, sf_cols,
         IS_BF16=x.dtype == torch.bfloat16, BLOCK_M=bm, BLOCK_S=bs, SWIZZLED=swizzled,
-        WRITE_PADDING=not _skip_padding, HW=hw, num_warps=warps,
+        WRITE_PADDING=write_padding, EMULATE=emulate, num_warps=warps,
         EXACT_TILES=M % bm == 0 and n % bs == 0 and sf_rows == M and sf_cols == n,
     )
     return codes, sf.view(torch.float8_e4m3fn)
+
+
+def nvfp4_quant_plain(x: torch.Tensor, global_scale, *, block_m: int = 128):
+    """Quantize x [M, K] to NVFP4 with the plain kernel (notebook 02's exercise solution): the same
+    ``(codes, swizzled scales)`` bytes as ``nvfp4_quant``, written the way the definition reads.
+    Same input checks and bad-value policy as ``nvfp4_quant``."""
+    M, K, global_scale = _check_inputs(x, global_scale)
+    Mp, Kp = padded_scale_shape(M, K)
+    # codes: program (i, c) writes the 8 bytes of block c for its BLOCK_M rows; the grid covers every
+    # row and every block, so `empty` is safe
+    codes = torch.empty((M, K // 2), dtype=torch.uint8, device=x.device)
+    # scales: the grid covers the PADDED grid [Mp, Kp] and each program stores a byte for each of its
+    # rows (< Mp) in column c: the scale, or 0 in the padding. Every byte is written: `empty` is safe
+    sf = torch.empty((Mp, Kp), dtype=torch.uint8, device=x.device)
+    if M:
+        require_launchable(nvfp4_quant_plain_kernel)
+        nvfp4_quant_plain_kernel[(triton.cdiv(Mp, block_m), Kp)](
+            x, global_scale, codes, sf, M, K, Mp, Kp, BLOCK_M=block_m)
+    return codes, sf.view(torch.float8_e4m3fn)
+
+
+def e4m3_cast_errors(n: int = 4096, seed: int = 0) -> dict:
+    """How often Triton's own cast ``.to(tl.float8e4nv)`` differs from round-to-nearest-even on n
+    random fp32 values in [0, 448] (torch's cast is RNE; SPECS: the interpreter's is not, the H200's
+    is). Returns {"n", "wrong", "examples": [(value, got byte, want byte), ...], "where"}."""
+    from .kernels.nvfp4 import e4m3_cast_kernel
+
+    v = torch.rand(n, generator=torch.Generator().manual_seed(seed)) * E4M3_MAX
+    out = torch.empty(n, dtype=torch.uint8, device=DEVICE)
+    e4m3_cast_kernel[(triton.cdiv(n, 1024),)](v.to(DEVICE), out, n, BLOCK=1024)
+    got, want = out.cpu(), v.to(torch.float8_e4m3fn).view(torch.uint8)
+    bad = (got != want).nonzero().flatten()
+    return {"n": n, "wrong": int(bad.numel()), "where": "GPU" if ON_GPU else "Triton interpreter",
+            "examples": [(float(v[i]), int(got[i]), int(want[i])) for i in bad[:3]]}
 
 
 # --------------------------------------------------------------------------------------------------
 # The consumer: what the FP4 GEMM reads
 # --------------------------------------------------------------------------------------------------
 
-def nvfp4_gemm_ref(codes: torch.Tensor, scales_swizzled: torch.Tensor, global_scale: torch.Tensor,
-                   w: torch.Tensor) -> torch.Tensor:
-    """``dequant(A) @ w.T`` computed the way a block-scaled FP4 GEMM reads its operand A: whole 128x4
-    scale tiles, i.e. the padded grid [Mp, Kp] of scales and [Mp, 16*Kp] of elements.
-
-    Elements outside [M, K] are zero (the GEMM's tile loads fill out-of-bounds data with zeros, here
-    code 0 = +0.0) and w is zero-padded along K the same way, but each padded element is still
-    multiplied by its padded scale: 0 * NaN = NaN. So a padded scale column holding a NaN byte turns
-    whole output rows into NaN, while a finite garbage byte happens to vanish. Rows >= M are computed
-    and dropped, as the GEMM's store does. Returns fp32 [M, N]."""
+def _dequant_padded(codes: torch.Tensor, scales_swizzled: torch.Tensor, global_scale: torch.Tensor):
+    """A as a block-scaled GEMM loads it: the whole padded grid [Mp, 16*Kp], codes outside [M, K] read
+    as 0 (+0.0), every element times its scale from the whole padded scale storage."""
     M, half = codes.shape
     K = 2 * half
     Mp, Kp = scales_swizzled.shape
     if (Mp, Kp) != padded_scale_shape(M, K):
         raise ValueError(f"scales_swizzled has shape {[Mp, Kp]}, expected the padded grid "
                          f"{list(padded_scale_shape(M, K))} for codes {list(codes.shape)}")
-    if w.dim() != 2 or w.shape[1] != K:
-        raise ValueError(f"w must be [N, K={K}], got {tuple(w.shape)}")
     q = torch.stack([codes & 0xF, codes >> 4], dim=-1).view(M, K)
     q = torch.nn.functional.pad(q, (0, 16 * Kp - K, 0, Mp - M))            # zero codes = +0.0
     sf = unswizzle_scales(scales_swizzled).float()                          # whole tiles, padding too
     a = (e2m1_decode(q).view(Mp, Kp, 16) * sf[..., None]).view(Mp, 16 * Kp)
-    a = a / global_scale.float().reshape(())
-    wp = torch.nn.functional.pad(w.float(), (0, 16 * Kp - K))
+    return a / global_scale.float().reshape(()), sf
+
+
+def _padded_w(w: torch.Tensor, K: int, Kp: int) -> torch.Tensor:
+    if w.dim() != 2 or w.shape[1] != K:
+        raise ValueError(f"w must be [N, K={K}], got {tuple(w.shape)}")
+    return torch.nn.functional.pad(w.float(), (0, 16 * Kp - K))
+
+
+def nvfp4_gemm_ref(codes: torch.Tensor, scales_swizzled: torch.Tensor, global_scale: torch.Tensor,
+                   w: torch.Tensor) -> torch.Tensor:
+    """Consumer 1, the K-padding reader: ``dequant(A) @ w.T`` computed the way a block-scaled FP4 GEMM
+    reads its operand A, whole 128x4 scale tiles, i.e. the padded grid [Mp, Kp] of scales and
+    [Mp, 16*Kp] of elements.
+
+    Elements outside [M, K] are zero (the GEMM's tile loads fill out-of-bounds data with zeros, here
+    code 0 = +0.0) and w is zero-padded along K the same way, but each padded element is still
+    multiplied by its padded scale: 0 * NaN = NaN. So a padded scale COLUMN holding a NaN byte turns
+    whole output rows into NaN, while a finite garbage byte happens to vanish. Rows >= M are computed
+    and dropped, as the GEMM's store does: in this consumer, padded ROWS never reach a real row (see
+    ``nvfp4_gemm_small_m_model`` for one where they do). Returns fp32 [M, N]."""
+    M, K = codes.shape[0], 2 * codes.shape[1]
+    a, _ = _dequant_padded(codes, scales_swizzled, global_scale)
+    wp = _padded_w(w, K, scales_swizzled.shape[1])
     return (a @ wp.T)[:M]
+
+
+def nvfp4_gemm_small_m_model(codes: torch.Tensor, scales_swizzled: torch.Tensor,
+                             global_scale: torch.Tensor, w: torch.Tensor, tile_rows: int = 8,
+                             pad_value: float = 1.0) -> torch.Tensor:
+    """Consumer 2, the padded-ROW reader. A MODEL, not a kernel: it reproduces the effect reported for
+    the TRT-LLM FP4 GEMM's small-M path (FlashInfer issue #2861: with its 8x4 scale layout, used for
+    m <= 32, padding rows' scales reach real rows' outputs; a NaN there makes real rows NaN, finite
+    garbage changes them, zeros are harmless), not that kernel's mechanism, which the reports do not
+    spell out.
+
+    The model: the result of ``nvfp4_gemm_ref`` (so padded K columns are read too), plus, for every
+    real row r, the contribution of the padded rows p >= M of r's ``tile_rows``-row tile, each of
+    whose elements reads as ``pad_value`` times its scale sf[p, c] (the data a kernel finds in rows
+    that hold no token is arbitrary; what matters is that it is multiplied by the padded scale). Zero
+    padded scales add exactly 0 * data = 0, as the fix PRs argue (vLLM #37564, #47587). Unlike the real
+    kernel, the model applies at any M. Returns fp32 [M, N]."""
+    M, K = codes.shape[0], 2 * codes.shape[1]
+    a, sf = _dequant_padded(codes, scales_swizzled, global_scale)
+    Mp, Kp = sf.shape
+    wp = _padded_w(w, K, Kp)
+    out = (a @ wp.T)[:M]
+    if tile_rows < 1 or 128 % tile_rows:
+        raise ValueError(f"tile_rows must divide 128, got {tile_rows}")
+    # padded rows of each tile_rows-row tile, as the kernel would load them: pad_value * their scales
+    pad_rows = torch.arange(Mp, device=sf.device) >= M
+    junk = (pad_value * sf.repeat_interleave(16, dim=1)) * pad_rows[:, None]        # [Mp, 16*Kp]
+    junk = torch.where(pad_rows[:, None], junk, torch.zeros_like(junk))             # real rows: none
+    per_tile = (junk / global_scale.float().reshape(())).view(Mp // tile_rows, tile_rows, -1).sum(1)
+    leak = per_tile @ wp.T                                                          # [Mp/tile_rows, N]
+    return out + leak.repeat_interleave(tile_rows, dim=0)[:M]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -385,10 +519,19 @@ def check_e2m1_round(fn) -> None:
     bad = (out.float().cpu() != ref).nonzero().flatten()
     if len(bad):
         lines = [f"y={float(y[i]):+g}: got {float(out[i]):+g}, expected {float(ref[i]):+g}" for i in bad[:6]]
-        hint = ("a tie between two neighbours goes to the EVEN code index (0, 1, 2, 4 = 0.0, 1.0, 2.0, 4.0 "
-                "win ties; 0.5, 1.5, 3, 6 lose them)"
-                if any(float(y[i]).__abs__() in (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0) for i in bad)
-                else "values beyond 6 saturate to 6 (no infinity in E2M1), and the sign is kept")
+        o, r, a = out.float().cpu()[bad], ref[bad], y[bad].abs()
+        on_grid = torch.isin(o.abs(), torch.tensor(E2M1_VALUES))
+        if bool(((a > E2M1_MAX) & (o.abs() > E2M1_MAX)).any()):
+            hint = "values beyond 6 saturate to 6 (E2M1 has no infinity): clamp to [-6, 6] first"
+        elif not bool(on_grid.all()):
+            hint = "round to the NEAREST of 0, 0.5, 1, 1.5, 2, 3, 4, 6 (the grid is not uniform)"
+        elif bool(((o == -r) & (r != 0)).any()):
+            hint = "the sign is kept: round |y|, then give the result y's sign"
+        elif bool(torch.isin(a, torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0])).any()):
+            hint = ("a tie between two neighbours goes to the EVEN code index (0, 1, 2, 4 = 0.0, 1.0, "
+                    "2.0, 4.0 win ties; 0.5, 1.5, 3, 6 lose them)")
+        else:
+            hint = "round to the NEAREST of 0, 0.5, 1, 1.5, 2, 3, 4, 6 (the grid is not uniform)"
         raise AssertionError(f"{len(bad)} of {len(y)} values rounded wrongly: " + "; ".join(lines)
                              + f"\nHint: {hint}.")
 
@@ -410,45 +553,100 @@ def check_swizzle_offset(fn) -> None:
         bad = (got != ref).nonzero()
         if len(bad):
             desc = [f"(r={a}, c={b}): got {int(got[a, b])}, expected {int(ref[a, b])}" for a, b in bad[:5].tolist()]
-            raise AssertionError(
-                f"grid [{Mp}, {Kp}]: {len(bad)} of {Mp * Kp} offsets wrong: " + "; ".join(desc)
-                + "\nHint: a 128x4 tile is 512 contiguous bytes, tiles row-major; inside, 32 lines of "
-                "16 bytes: line r % 32, then 4 bytes per 32-row slab (r % 128) // 32, then c % 4.")
+            if torch.equal(got % 512, ref % 512):
+                hint = ("inside each tile you are right, but the tiles are in the wrong order: tiles are "
+                        "stored row-major, tile (r // 128, c // 4) is number (r // 128) * (Kp / 4) + c // 4")
+            else:
+                hint = ("a 128x4 tile is 512 contiguous bytes; inside, 32 lines of 16 bytes: line r % 32, "
+                        "then 4 bytes per 32-row slab (r % 128) // 32, then c % 4")
+            raise AssertionError(f"grid [{Mp}, {Kp}]: {len(bad)} of {Mp * Kp} offsets wrong: "
+                                 + "; ".join(desc) + f"\nHint: {hint}.")
 
 
-def check_quant(fn, shapes=((1, 48), (90, 80), (129, 32))) -> None:
-    """Grader: ``fn(x, global_scale) -> (codes, scales_swizzled)`` equals the reference exactly AND
-    writes every byte of both outputs (allocations poisoned two ways)."""
-    from .coverage import coverage
+QUANT_GRADER_SHAPES = ((1, 64), (90, 80), (129, 48))
+
+
+def _consumer_effects(codes, sf, rc, rs, gs, K) -> str:
+    """What the two consumers make of (codes, sf), against what they make of the reference bytes."""
+    w = torch.randn(8, K, generator=torch.Generator().manual_seed(0)).to(codes.device)
+    lines = []
+    for name, consumer in (("consumer 1, the K-padding reader (nvfp4_gemm_ref)", nvfp4_gemm_ref),
+                           ("consumer 2, the small-M row-mixing model (nvfp4_gemm_small_m_model)",
+                            nvfp4_gemm_small_m_model)):
+        got, ref = consumer(codes, sf, gs, w), consumer(rc, rs, gs, w)
+        bad_rows = (~((got == ref) | (got.isnan() & ref.isnan()))).any(1)
+        nan_rows = got.isnan().any(1)
+        lines.append(f"  {name}: {int(bad_rows.sum())} of {got.shape[0]} real output rows wrong"
+                     + (f" ({int(nan_rows.sum())} of them NaN)" if nan_rows.any() else ""))
+    return "\n".join(lines)
+
+
+def check_quant(fn, shapes=QUANT_GRADER_SHAPES) -> None:
+    """Grader: ``fn(x, global_scale) -> (codes, scales_swizzled)`` writes every byte of both outputs
+    (its ``torch.empty`` allocations poisoned two ways: a byte that differs between the two runs was
+    never written), the codes and the real scales equal ``quantize_ref`` exactly, and every PADDED
+    scale entry is zero, because some consumers read padded rows and padded columns. Shapes: the
+    decode case (M = 1, K/16 = 4: only rows padded), both paddings, and two 128-row tiles."""
+    from .coverage import poisoned_allocations
 
     for dtype, (M, K) in zip((torch.bfloat16, torch.float16, torch.bfloat16), shapes):
-        x = (torch.randn(M, K) * 3).to(dtype).to(DEVICE)
+        g = torch.Generator().manual_seed(M * 1000 + K)
+        x = (torch.randn(M, K, generator=g) * 3).to(dtype).to(DEVICE)
         gs = global_scale_of(x)
-        codes, sf = fn(x, gs)
         rc, rs = quantize_ref(x, gs, swizzled=True)
-        if tuple(sf.shape) != tuple(rs.shape):
-            raise AssertionError(f"[{M}x{K}] scales must be the swizzled storage {tuple(rs.shape)}, got "
-                                 f"{tuple(sf.shape)}: the GEMM reads whole 128x4 tiles")
-        if not torch.equal(codes.cpu(), rc.cpu()):
-            n = int((codes.cpu() != rc.cpu()).sum())
-            raise AssertionError(f"[{M}x{K} {dtype}] {n} code bytes differ from the reference (check the "
-                                 "nibble order: element 2i in the LOW nibble)")
-        if not torch.equal(_bytes(unswizzle_scales(sf))[:M, :K // 16].cpu(), _bytes(unswizzle_scales(rs))[:M, :K // 16].cpu()):
-            raise AssertionError(f"[{M}x{K}] real scale entries differ from the reference (E4M3 round to "
-                                 "nearest even of min(gs*amax/6, 448))")
-
-        def producer(x, gs):
-            c, s = fn(x, gs)
-            return c, s.view(torch.uint8)
-        cov_c, cov_s = coverage(producer, x, gs, names=["codes", "scales"])
-        if not cov_c.storage_fully_written:
-            raise AssertionError(f"[{M}x{K}] some code bytes were never written:\n{cov_c.report()}")
-        if not cov_s.storage_fully_written:
-            log = logical_scale_coverage(cov_s)
+        n, (Mp, Kp) = K // 16, rs.shape
+        runs = []
+        for which in (0, 1):
+            with poisoned_allocations(which):
+                out = fn(x, gs)
+            if not isinstance(out, (tuple, list)) or len(out) != 2:
+                raise AssertionError("return a pair (codes, scales)")
+            codes, sf = out
+            if tuple(sf.shape) != (Mp, Kp):
+                raise AssertionError(f"[{M}x{K}] scales must be the swizzled storage {[Mp, Kp]} "
+                                     f"(round_up(M, 128), round_up(K/16, 4)), got {list(sf.shape)}: the "
+                                     "GEMM reads whole 128x4 tiles")
+            if tuple(codes.shape) != (M, K // 2) or codes.dtype != torch.uint8:
+                raise AssertionError(f"[{M}x{K}] codes must be uint8 {[M, K // 2]}, got {codes.dtype} "
+                                     f"{list(codes.shape)}")
+            runs.append((codes.detach().cpu().clone(), _bytes(sf).detach().cpu().clone()))
+        (c0, s0), (c1, s1) = runs
+        if not torch.equal(c0, c1):
+            raise AssertionError(f"[{M}x{K}] {int((c0 != c1).sum())} code bytes differ between two runs "
+                                 "with differently poisoned torch.empty: they were never written")
+        if not torch.equal(c0, rc.cpu()):
+            raise AssertionError(f"[{M}x{K} {dtype}] {int((c0 != rc.cpu()).sum())} code bytes differ from "
+                                 "the reference (check the nibble order: element 2i in the LOW nibble; the "
+                                 "sign bit 3 of each code; ties to the even index)")
+        l0, l1, lr = unswizzle_scales(s0), unswizzle_scales(s1), _bytes(unswizzle_scales(rs)).cpu()
+        if not torch.equal(l0[:M, :n], l1[:M, :n]) or not torch.equal(l0[:M, :n], lr[:M, :n]):
+            raise AssertionError(f"[{M}x{K}] real scale entries [:{M}, :{n}] differ from the reference "
+                                 "(E4M3 round to nearest even of min(gs*amax/6, 448), at the swizzled "
+                                 "offset of section 3)")
+        pad = torch.ones(Mp, Kp, dtype=torch.bool)
+        pad[:M, :n] = False
+        unwritten = pad & (l0 != l1)
+        if unwritten.any():
+            rows = unwritten.any(1).nonzero().flatten()
+            cols = unwritten.any(0).nonzero().flatten()
             raise AssertionError(
-                f"[{M}x{K}] the real scales are right, but padded entries of the [{rs.shape[0]}, "
-                f"{rs.shape[1]}] scale storage were never written:\n{log.report()}\nThe FP4 GEMM reads "
-                "whole 128x4 tiles: with torch.empty those bytes are garbage. Write zeros there.")
+                f"[{M}x{K}] the real scales are right, but {int(unwritten.sum())} padded entries of the "
+                f"[{Mp}, {Kp}] scale storage were never written (rows {int(rows[0])}..{int(rows[-1])}, "
+                f"columns {int(cols[0])}..{int(cols[-1])}). With torch.empty they hold whatever was "
+                "there before. Consumers read them: the FP4 GEMM reads whole 128x4 tiles, padded "
+                "columns multiply zero codes (0 x NaN = NaN), and a small-M path lets padded rows' "
+                "scales reach real rows. Write zeros there (let the grid span the padded grid).")
+        if (l0[pad] != 0).any():
+            vals = sorted({int(v) for v in l0[pad][l0[pad] != 0].unique()[:4]})
+            rows = (pad & (l0 != 0)).any(1).nonzero().flatten()
+            raise AssertionError(
+                f"[{M}x{K}] every byte is written and the real scales are right, but "
+                f"{int((l0[pad] != 0).sum())} padded scale entries hold nonzero bytes "
+                f"({', '.join(f'0x{v:02X}' for v in vals)}; 0x7F and 0xFF are E4M3 NaN) in rows "
+                f"{int(rows[0])}..{int(rows[-1])}. Padded entries must be ZERO: written is not enough. "
+                "What the consumers make of these bytes:\n"
+                + _consumer_effects(runs[0][0].to(DEVICE), runs[0][1].to(DEVICE).view(torch.float8_e4m3fn),
+                                    rc, rs, gs, K))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -530,21 +728,36 @@ def plot_swizzle(M: int = 200, n_cols: int = 6):
     return fig
 
 
+def _timer_of(rec: dict, row: dict, field: str) -> str:
+    """The timer label of a figure: from the row, else from the record's timer table, else unknown."""
+    if f"{field}_timer" in row:
+        return row[f"{field}_timer"]
+    return "timer not recorded"
+
+
 def plot_benchmark(rec: dict, label: str = ""):
     """Achieved bandwidth of the Triton kernel and the compiled torch reference against the copy
-    ceiling, per size."""
+    ceiling, per size; each line says which timer produced it (see ``TIMERS``)."""
     import matplotlib.pyplot as plt
 
     rows = rec["results"]["sizes"]
     ceiling = rec["ceilings"]["copy_GBps"]
     names = [f"{r['M']}x{r['K']}" for r in rows]
     fig, ax = plt.subplots(figsize=(9, 3.8))
-    xs = range(len(rows))
-    ax.plot(xs, [r["triton_GBps"] / 1e3 for r in rows], "o-", label="Triton kernel (nvfp4_quant)")
-    ax.plot(xs, [r["compiled_ref_GBps"] / 1e3 for r in rows], "s-", label="torch.compile(quantize_ref)")
+    xs = list(range(len(rows)))
+    tri_t = sorted({_timer_of(rec, r, "triton") for r in rows})
+    ref_t = sorted({_timer_of(rec, r, "compiled_ref") for r in rows})
+    ax.plot(xs, [r["triton_GBps"] / 1e3 for r in rows], "o-",
+            label=f"Triton kernel (nvfp4_quant), timer: {', '.join(tri_t)}")
+    ax.plot(xs, [r["compiled_ref_GBps"] / 1e3 for r in rows], "s-",
+            label=f"torch.compile(quantize_ref), timer: {', '.join(ref_t)}")
+    for i, r in enumerate(rows):        # a point timed eagerly (graph capture failed) is marked
+        if _timer_of(rec, r, "compiled_ref") != TIMER_GRAPH and "timer not" not in _timer_of(rec, r, "compiled_ref"):
+            ax.annotate("eager", (i, r["compiled_ref_GBps"] / 1e3), textcoords="offset points",
+                        xytext=(0, -12), ha="center", fontsize=7)
     ax.axhline(ceiling / 1e3, color="k", ls="--", lw=1, label=f"copy ceiling {ceiling / 1e3:.2f} TB/s")
     ax.axhline(0.8 * ceiling / 1e3, color="grey", ls=":", lw=1, label="80% of the ceiling (target)")
-    ax.set_xticks(list(xs), names, rotation=30, fontsize=8)
+    ax.set_xticks(xs, names, rotation=30, fontsize=8)
     ax.set_ylabel("TB/s (bytes read + written)")
     ax.set_xlabel("M x K (bf16 input)")
     ax.set_title(label or "NVFP4 quantization, swizzled scales", fontsize=9)
@@ -554,13 +767,15 @@ def plot_benchmark(rec: dict, label: str = ""):
 
 
 def plot_zeros_vs_empty(rec: dict, label: str = ""):
-    """Time of a full quant call with the scale buffer from torch.zeros vs torch.empty (eager and
-    inside a CUDA graph), per M; log scale, zeros/empty ratio above each pair."""
+    """Time of a full quant call with the scale buffer from torch.zeros vs torch.empty (eager do_bench,
+    and replayed from a CUDA graph), per M; log scale, zeros/empty ratio above each pair. The legend
+    sits below the panels, never over a ratio."""
     import matplotlib.pyplot as plt
     import numpy as np
 
     rows = rec["results"]["zeros_vs_empty"]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.2), sharey=True)
+    top = 0.0
     for ax, mode in zip(axes, ("eager", "graph")):
         xs = np.arange(len(rows))
         z = [r[f"{mode}_zeros_us"] for r in rows]
@@ -569,15 +784,18 @@ def plot_zeros_vs_empty(rec: dict, label: str = ""):
         ax.bar(xs + 0.2, e, 0.4, label="scales = torch.empty", color="#4C9F70")
         for i in range(len(rows)):
             ax.text(i, max(z[i], e[i]) * 1.15, f"{z[i] / e[i]:.2f}x", ha="center", fontsize=8)
+        top = max(top, max(z + e))
         ax.set_yscale("log")
         ax.set_xticks(xs, [f"M={r['M']}\nK={r['K']}" for r in rows], fontsize=8)
-        ax.set_title("eager (do_bench): host-bound at small M" if mode == "eager"
-                     else "replayed from a CUDA graph: GPU time", fontsize=9)
+        ax.set_title("timer: eager (do_bench), host work included" if mode == "eager"
+                     else "timer: replayed from a CUDA graph (GPU time)", fontsize=9)
+    axes[0].set_ylim(top=top * 2.5)                       # room for the ratio labels
     axes[0].set_ylabel("us per quant call (log)")
-    axes[0].legend(fontsize=8, loc="upper left")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=8, frameon=False)
     if label:
         fig.suptitle(label, fontsize=9)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     return fig
 
 
@@ -589,6 +807,25 @@ BENCH_SIZES = [(128, 4096), (512, 4096), (1024, 8192), (4096, 4096), (4096, 8192
 ZEROS_EMPTY_SIZES = [(1, 4096), (16, 4096), (128, 8192), (16384, 8192)]
 SWEEP_SIZES = [(128, 4096), (16384, 8192)]
 SWEEP_CONFIGS = TUNE_CONFIGS
+
+# Which timer produced each figure of the record (``results.timers``; rows of "sizes" also carry
+# ``triton_timer`` and ``compiled_ref_timer``, since the compiled reference falls back to eager timing
+# when its graph cannot be captured).
+TIMER_GRAPH = "graph"                    # bench.graph_time_us: per call, replayed from a CUDA graph
+TIMER_EAGER = "eager"                    # bench.time_us: triton.testing.do_bench, host work included
+TIMER_EAGER_FALLBACK = "eager (graph capture failed)"
+TIMERS = {
+    "graph": "GPU time per call, replayed from a CUDA graph of 20 calls (bench.graph_time_us); "
+             "sizes.triton_us and sizes.compiled_ref_us: median of 5 100-ms windows",
+    "eager": "per-call time of eager calls (bench.time_us = triton.testing.do_bench, median): host "
+             "work (Python, checks, launch) included, which dominates small calls",
+    "eager (graph capture failed)": "the compiled reference could not be captured in a CUDA graph: its "
+                                    "'compiled_ref_us' is the eager time",
+    "fields": {"sizes.triton_us": "graph", "sizes.compiled_ref_us": "see sizes.compiled_ref_timer",
+               "sizes.triton_eager_us": "eager", "sizes.compiled_ref_eager_us": "eager",
+               "zeros_vs_empty.eager_*_us": "eager", "zeros_vs_empty.graph_*_us": "graph",
+               "zeros_vs_empty.memset_alone_us": "eager", "config_sweep.us": "eager"},
+}
 
 
 def _bytes_moved(M: int, K: int) -> int:
@@ -603,6 +840,29 @@ def _compiled_ref():
         if hasattr(torch._dynamo.config, knob):
             setattr(torch._dynamo.config, knob, 64)
     return torch.compile(quantize_ref, dynamic=False)
+
+
+def measure_zeros_vs_empty(sizes=ZEROS_EMPTY_SIZES) -> list[dict]:
+    """GPU: a full quant call with the scale buffer from torch.zeros vs torch.empty, per (M, K): eager
+    (``bench.time_us``) and replayed from a CUDA graph (``bench.graph_time_us``), plus the zero fill
+    alone (eager). Rows as in the record's ``zeros_vs_empty`` (timers: ``TIMERS["fields"]``)."""
+    from .bench import graph_time_us, require_gpu, time_us
+
+    require_gpu("nvfp4 zeros vs empty")
+    zve = []
+    for M, K in sizes:
+        x = torch.randn(M, K, device=DEVICE, dtype=torch.bfloat16)
+        gs = global_scale_of(x)
+        Mp, Kp = padded_scale_shape(M, K)
+        row = {"M": M, "K": K, "scale_bytes": Mp * Kp}
+        for alloc in ("zeros", "empty"):
+            row[f"eager_{alloc}_us"] = time_us(lambda: nvfp4_quant(x, gs, alloc=alloc))
+            row[f"graph_{alloc}_us"] = graph_time_us(lambda: nvfp4_quant(x, gs, alloc=alloc))
+        row["memset_alone_us"] = time_us(lambda: torch.zeros((Mp, Kp), dtype=torch.uint8, device=DEVICE))
+        zve.append(row)
+        print(f"  zeros vs empty M={M:>5} K={K}: eager {row['eager_zeros_us']:.1f} vs {row['eager_empty_us']:.1f} us, "
+              f"graph {row['graph_zeros_us']:.2f} vs {row['graph_empty_us']:.2f} us")
+    return zve
 
 
 def benchmark(sizes=BENCH_SIZES, zeros_sizes=ZEROS_EMPTY_SIZES, sweep_sizes=SWEEP_SIZES) -> tuple[dict, dict]:
@@ -630,11 +890,12 @@ def benchmark(sizes=BENCH_SIZES, zeros_sizes=ZEROS_EMPTY_SIZES, sweep_sizes=SWEE
         # median of 5 windows: this kernel runs the H200 into its power cap (see graph_time_us)
         t_tri = graph_time_us(lambda: nvfp4_quant(x, gs), windows=5)
         try:
-            t_ref = graph_time_us(lambda: ref_c(x, gs, True), windows=5)
+            t_ref, ref_timer = graph_time_us(lambda: ref_c(x, gs, True), windows=5), TIMER_GRAPH
         except Exception:  # a compiled graph that cannot be captured: fall back to eager timing
-            t_ref = t_ref_eager
+            t_ref, ref_timer = t_ref_eager, TIMER_EAGER_FALLBACK
         nbytes = _bytes_moved(M, K)
         row = {"M": M, "K": K, "bytes": nbytes, "triton_us": t_tri, "compiled_ref_us": t_ref,
+               "triton_timer": TIMER_GRAPH, "compiled_ref_timer": ref_timer,
                "triton_eager_us": t_tri_eager, "compiled_ref_eager_us": t_ref_eager,
                "triton_GBps": nbytes / t_tri / 1e3, "compiled_ref_GBps": nbytes / t_ref / 1e3,
                "triton_frac_of_copy": nbytes / t_tri / 1e3 / ceiling,
@@ -647,19 +908,7 @@ def benchmark(sizes=BENCH_SIZES, zeros_sizes=ZEROS_EMPTY_SIZES, sweep_sizes=SWEE
               f"x{row['speedup_vs_compiled']:.2f}  exact={exact}")
         del x, codes, sf, rc, rs, cc, cs
         torch.cuda.empty_cache()
-    zve = []
-    for M, K in zeros_sizes:
-        x = torch.randn(M, K, device=DEVICE, dtype=torch.bfloat16)
-        gs = global_scale_of(x)
-        Mp, Kp = padded_scale_shape(M, K)
-        row = {"M": M, "K": K, "scale_bytes": Mp * Kp}
-        for alloc in ("zeros", "empty"):
-            row[f"eager_{alloc}_us"] = time_us(lambda: nvfp4_quant(x, gs, _alloc=alloc))
-            row[f"graph_{alloc}_us"] = graph_time_us(lambda: nvfp4_quant(x, gs, _alloc=alloc))
-        row["memset_alone_us"] = time_us(lambda: torch.zeros((Mp, Kp), dtype=torch.uint8, device=DEVICE))
-        zve.append(row)
-        print(f"  zeros vs empty M={M:>5} K={K}: eager {row['eager_zeros_us']:.1f} vs {row['eager_empty_us']:.1f} us, "
-              f"graph {row['graph_zeros_us']:.2f} vs {row['graph_empty_us']:.2f} us")
+    zve = measure_zeros_vs_empty(zeros_sizes)
     sweep = []
     for M, K in sweep_sizes:
         x = torch.randn(M, K, device=DEVICE, dtype=torch.bfloat16)
@@ -667,13 +916,13 @@ def benchmark(sizes=BENCH_SIZES, zeros_sizes=ZEROS_EMPTY_SIZES, sweep_sizes=SWEE
         nbytes = _bytes_moved(M, K)
         rc, rs = quantize_ref(x, gs)
         for cfg in SWEEP_CONFIGS:
-            c, s = nvfp4_quant(x, gs, _cfg=cfg)
+            c, s = nvfp4_quant(x, gs, config=cfg)
             ok = torch.equal(c, rc) and torch.equal(s.view(torch.uint8), rs.view(torch.uint8))
-            t = time_us(lambda: nvfp4_quant(x, gs, _cfg=cfg))
-            sweep.append({"M": M, "K": K, "config": list(cfg), "us": t, "exact_vs_ref": ok,
-                          "frac_of_copy": nbytes / t / 1e3 / ceiling,
-                          "shipped": tuple(cfg) == _tuned_config(x, gs, True)})
-            print(f"  sweep {M}x{K} (BLOCK_M, BLOCK_S, warps)={cfg}: {t:.1f} us "
+            t = time_us(lambda: nvfp4_quant(x, gs, config=cfg))
+            sweep.append({"M": M, "K": K, "config": list(_as_tile(cfg)), "us": t, "timer": TIMER_EAGER,
+                          "exact_vs_ref": ok, "frac_of_copy": nbytes / t / 1e3 / ceiling,
+                          "shipped": _as_tile(cfg) == _tuned_config(x, gs, True)})
+            print(f"  sweep {M}x{K} (BLOCK_M, BLOCK_S, warps)={_as_tile(cfg)}: {t:.1f} us "
                   f"{100 * sweep[-1]['frac_of_copy']:.1f}% of copy exact={ok}")
         del x, rc, rs, c, s
     big = rows[-1]
@@ -683,5 +932,18 @@ def benchmark(sizes=BENCH_SIZES, zeros_sizes=ZEROS_EMPTY_SIZES, sweep_sizes=SWEE
         "reached_80pct_at_largest": big["triton_frac_of_copy"] >= 0.8,
         "faster_than_compiled_everywhere": all(r["speedup_vs_compiled"] > 1 for r in rows),
     }
-    return ({"sizes": rows, "zeros_vs_empty": zve, "config_sweep": sweep, "targets": targets},
-            {"copy_GBps": ceiling})
+    return ({"sizes": rows, "zeros_vs_empty": zve, "config_sweep": sweep, "targets": targets,
+             "timers": TIMERS}, {"copy_GBps": ceiling})
+
+
+def instruction_budget(rec: dict, clock_GHz: float = 1.98, bytes_per_element: float = 2.5) -> dict:
+    """How many instructions per element a kernel may issue and still keep up with memory: the
+    record's copy ceiling (bytes/s) over the bytes per element gives elements/s; the SMs (the record's
+    ``meta.sm_count``) x 4 warp schedulers x 32 threads x the clock give thread-instructions/s.
+    ``clock_GHz`` defaults to the H200's boost clock (NVIDIA's specification, not a measurement);
+    under its power cap the chip runs below it, so the real budget is smaller."""
+    elems = rec["ceilings"]["copy_GBps"] * 1e9 / bytes_per_element
+    issue = rec["meta"]["sm_count"] * 4 * 32 * clock_GHz * 1e9
+    return {"elements_per_s": elems, "thread_instructions_per_s": issue,
+            "instructions_per_element": issue / elems, "clock_GHz": clock_GHz}
+
