@@ -241,6 +241,6 @@ def test_stale_bytes_and_reuse_demos_run_here():
 
 
 def test_torch_source_quotes_the_installed_headers_or_says_where_to_look():
-    txt = bench.torch_source("ATen/native/cuda/thread_constants.h", "num_threads()", "}")
+    txt = bench.torch_source("ATen/native/cuda/thread_constants.h", "constexpr uint32_t num_threads()", "}")
     assert txt.startswith("torch ") and ("C10_WARP_SIZE" in txt or "not in this install" in txt or "not found" in txt)
     assert "not in this install" in bench.torch_source("ATen/native/cuda/NoSuchFile.cuh", "a", "b")
