@@ -80,7 +80,14 @@ X = torch.zeros(64, dtype=torch.int32, device=DEVICE)
     (lambda: shapes_do_not_match[(1,)](X, 64, 16), "incompatible dimensions", "o_m[:, None]", "o + p"),
     (lambda: mask_not_boolean[(1,)](X, 64, 64), "Mask must have boolean", "boolean block", "mask=(o < n) & 1"),
     (lambda: needs_three_args[(1,)](X, 64), "missing 1 required", "arguments the statement names", None),
-], ids=["arange-not-constexpr", "arange-not-pow2", "shapes", "mask-dtype", "missing-arg"])
+    (lambda: needs_three_args[(64 / 64,)](X, 64, BLOCK=64), "cannot be interpreted as an integer",
+     "triton.cdiv(n, BLOCK) stays in integers", None),
+    (lambda: needs_three_args[(1,)](X.tolist(), 64, BLOCK=64), "'list' object has no attribute",
+     "pointer arguments must be torch tensors", "tl.store(x + o, o, mask=o < n)"),
+    (lambda: needs_three_args[(1,)](None, 64, BLOCK=64), "'NoneType' object has no attribute",
+     "pointer arguments must be torch tensors", None),
+], ids=["arange-not-constexpr", "arange-not-pow2", "shapes", "mask-dtype", "missing-arg", "float-grid",
+        "list-as-pointer", "none-as-pointer"])
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter's error texts (a GPU compiles instead)")
 def test_interpreter_errors_teach(capsys, launch, error, hint, line):
     v, out = run(capsys, launch)
@@ -102,7 +109,7 @@ def test_interpreter_errors_teach(capsys, launch, error, hint, line):
     (ValueError("cannot convert float NaN to integer"), "read before anything wrote it"),
     (TypeError("x must have dtype in (float16, bfloat16), got float32"), "print its .dtype"),
     (TypeError("silu() takes 1 positional argument but 2 were given"), "arguments the statement names"),
-    (AttributeError("'NoneType' object has no attribute 'shape'"), "forgot to `return`"),
+    (AttributeError("'NoneType' object has no attribute 'shape'"), "forget to `return`"),
     (RuntimeError("something nobody anticipated"), "set WORKBOOK_DEBUG=1"),
     (KeyError("BLOCK_M"), "set WORKBOOK_DEBUG=1"),
     (ZeroDivisionError("division by zero"), "set WORKBOOK_DEBUG=1"),

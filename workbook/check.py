@@ -153,9 +153,15 @@ PITFALLS: list[tuple[str, str]] = [
      r"unexpected keyword argument|not callable",
      "the grader calls your function with the arguments the statement names: compare your function's "
      "parameters with the statement (and a kernel's launch with its signature)."),
-    (r"must be a torch\.tensor|has no attribute 'data_ptr'|pointer argument|'NoneType'",
-     "a value is not what the code expects (a Python number or None where a tensor or pointer is "
-     "needed, or a function that forgot to `return`)."),
+    (r"'float' object cannot be interpreted as an integer",
+     "a launch grid, a block size and a shape must be ints: triton.cdiv(n, BLOCK) stays in integers, "
+     "n / BLOCK gives a float."),
+    (r"object has no attribute '(?:dtype|type|data_ptr)'|must be a torch\.tensor|pointer argument|"
+     r"cannot be accessed from triton",
+     "a kernel's pointer arguments must be torch tensors on the kernels' device (workbook.DEVICE): "
+     "pass the tensor itself, not a list, a NumPy array, a number or None."),
+    (r"'NoneType'",
+     "a value is None where a tensor or a number is needed: did a function forget to `return`?"),
     (r"triton.*before|TRITON_INTERPRET",
      "restart the Python kernel and run `import workbook` before anything that imports triton."),
 ]
