@@ -36,6 +36,12 @@ def _inner(ptr, o, v):
     tl.store(ptr + o, v)
 
 @triton.jit
+def indexed_store_kernel(idx, out, BLOCK: tl.constexpr):
+    o = tl.arange(0, BLOCK)
+    b_i = tl.load(idx + o)
+    tl.store(out + b_i, 1)
+
+@triton.jit
 def nested_kernel(x, out, BLOCK: tl.constexpr):
     o = tl.arange(0, BLOCK)
     _inner(out, o, tl.load(x + o))
@@ -192,7 +198,7 @@ def test_helpers_followed_across_files():
 
 
 def test_confidence_rules_and_flags():
-    res = _audit(eng='''
+    res = _audit(kern=KERNELS, eng='''
         import torch
         def unknown_kernel(x, flag):
             out = torch.zeros(round_up(x.shape[0], 128), 4)
@@ -207,6 +213,10 @@ def test_confidence_rules_and_flags():
             output = torch.zeros_like(x)
             torch.ops.my_ns.quant(output, x)
             return output
+        def data_dependent(idx):
+            out = torch.zeros(64, dtype=torch.int32)
+            indexed_store_kernel[(1,)](idx, out, BLOCK=16)
+            return out
         def through_view(x):
             s = torch.zeros(8, 4, dtype=torch.int32)
             t = s.T
@@ -218,6 +228,7 @@ def test_confidence_rules_and_flags():
     assert "CONDITIONAL" in f["unknown_kernel"].obligation and "PADDED" in f["unknown_kernel"].obligation
     assert f["unknown_kernel_plain"].confidence == "low"
     assert f["custom_op"].confidence == "medium" and "custom op" in f["custom_op"].overwrite
+    assert f["data_dependent"].confidence == "medium" and "depends on loaded values" in f["data_dependent"].overwrite
     assert f["through_view"].view and "VIEW" in f["through_view"].obligation
 
 

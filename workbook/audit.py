@@ -523,7 +523,8 @@ class _Project:
 
     # -- Triton kernels: how does a kernel use the pointer it gets in parameter p?
     def kernel_use(self, fn: _Func, param: str, depth: int = 0) -> str:
-        """'store' (only stored through), 'load', 'rmw' (loaded and stored or atomics), 'none'."""
+        """'store' (only stored through), 'store-dd' (only stored, but where depends on loaded values or
+        an early return), 'load', 'rmw' (loaded and stored, or atomics), 'none'."""
         key = (id(fn.node), param)
         if key in self._kernel_summary:
             return self._kernel_summary[key]
@@ -538,6 +539,19 @@ class _Project:
                         targets = n.targets if isinstance(n, ast.Assign) else [n.target]
                         for t in targets:
                             taint |= {x.id for x in ast.walk(t) if isinstance(x, ast.Name)}
+        # values read from memory (indices, lengths): stores that depend on them cover a data-dependent set
+        loaded: set[str] = set()
+        for _ in range(3):
+            for n in body:
+                if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and n.value is not None:
+                    has_load = any(isinstance(x, ast.Call) and _call_name(x) == "load" for x in ast.walk(n.value))
+                    names = {x.id for x in ast.walk(n.value) if isinstance(x, ast.Name)}
+                    if has_load or names & loaded:
+                        targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+                        for t in targets:
+                            loaded |= {x.id for x in ast.walk(t) if isinstance(x, ast.Name)}
+        early_return = any(isinstance(n, ast.Return) for n in body)
+        data_dep = False
         stores = loads = atomics = False
         for n in body:
             if not isinstance(n, ast.Call):
@@ -553,6 +567,15 @@ class _Project:
                 if {x.id for x in ast.walk(ptr) if isinstance(x, ast.Name)} & taint:
                     if name == "store":
                         stores = True
+                        mask = next((k.value for k in n.keywords if k.arg == "mask"), n.args[2] if len(n.args) > 2 else None)
+                        used = {x.id for e in (ptr, mask) if e is not None for x in ast.walk(e) if isinstance(x, ast.Name)}
+                        loop = fn.parents.get(n)
+                        while loop is not None and loop is not fn.node:
+                            if isinstance(loop, (ast.For, ast.While)):
+                                used |= {x.id for x in ast.walk(getattr(loop, "iter", None) or loop.test)
+                                         if isinstance(x, ast.Name)}
+                            loop = fn.parents.get(loop)
+                        data_dep |= bool(used & loaded)
                     elif name == "load":
                         loads = True
                     else:
@@ -565,9 +588,12 @@ class _Project:
                 for i, a in enumerate(n.args):
                     if i < len(params) and {x.id for x in ast.walk(a) if isinstance(x, ast.Name)} & taint:
                         u = self.kernel_use(callee[0], params[i], depth + 1)
-                        stores |= u in ("store", "rmw")
+                        stores |= u in ("store", "store-dd", "rmw")
                         loads |= u in ("load", "rmw")
+                        data_dep |= u == "store-dd"
         res = "rmw" if atomics or (stores and loads) else "store" if stores else "load" if loads else "none"
+        if res == "store" and (data_dep or early_return):
+            res = "store-dd"
         self._kernel_summary[key] = res
         return res
 
@@ -825,10 +851,12 @@ class _Analyzer:
             if kern is not None and param is not None:
                 u = self.p.kernel_use(kern, param)
                 where = f"{kern.file}:{kern.node.lineno}"
-                if u == "store":
+                if u in ("store", "store-dd"):
+                    dd = u == "store-dd"
                     return _Use("partial" if partial else "write", line,
-                                f"Triton launch {desc}(...) writes param '{param}' ({where}: stores only)",
-                                "medium" if partial else "high", view=view)
+                                f"Triton launch {desc}(...) writes param '{param}' ({where}: stores only"
+                                + ("; WHICH elements depends on loaded values or an early return" if dd else "") + ")",
+                                "medium" if partial or dd else "high", view=view)
                 if u == "rmw":
                     return _Use("accumulate", line, f"Triton launch {name}: param '{param}' is loaded and stored / atomics ({where})")
                 if u == "load":
