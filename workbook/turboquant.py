@@ -42,7 +42,7 @@ __all__ = [
     "TurboQuantCache", "allocate_cache", "slot_bytes", "MixedBatch", "make_batch", "CoverageError",
     "prove_coverage", "store_kv", "store_kv_reference", "dequantize_cache", "reference_attention",
     "reference_mixed_attention", "rotate_queries", "decode_attention", "prefill_attention",
-    "mixed_attention", "resolve_emulate", "DECODE_CONFIG", "PREFILL_CONFIG", "STORE_CONFIG", "make_example",
+    "mixed_attention", "write_attention", "resolve_emulate", "DECODE_CONFIG", "PREFILL_CONFIG", "STORE_CONFIG", "make_example",
     "check_value_quant", "check_unwritten_rows", "check_merge_splits", "merge_splits_reference",
     "benchmark", "plot_rotation_histograms", "plot_centroids", "draw_cache_layout", "plot_benchmark",
 ]
@@ -720,7 +720,23 @@ def mixed_attention(q, k, v, cache: TurboQuantCache, batch: MixedBatch, *, sm_sc
     # empty is right: prove_coverage just showed that decode rows [0, nd) and prefill rows [nd, N)
     # are disjoint and cover [0, N); each path writes every (head, dim) of its rows (tests poison it).
     attn_out = (torch.empty if alloc == "empty" else torch.zeros)(n, hq, d, dtype=q.dtype, device=q.device)
-    store_kv(k, v, cache, batch.slot_mapping)
+    return write_attention(q, k, v, cache, batch, attn_out, sm_scale=sm_scale, config=cfg, emulate=emulate)
+
+
+def write_attention(q, k, v, cache: TurboQuantCache, batch: MixedBatch, attn_out: torch.Tensor, *,
+                    sm_scale=None, config=None, emulate: bool | None = None) -> torch.Tensor:
+    """The two writers of a mixed step into a caller's ``attn_out`` [N, Hq, D], WITHOUT the coverage
+    proof: store the new tokens, then the decode path writes rows [0, num_decode_tokens) and the
+    prefill path rows [num_decode_tokens, num_actual_tokens). Rows beyond are left as they were:
+    this is what an engine without the check does (notebook 04 shows it on a padded batch); use
+    :func:`mixed_attention`, which proves coverage first."""
+    _check_qkv(q, k, v, cache, batch)
+    check_tensor("attn_out", attn_out, dtypes=(q.dtype,), ndim=3, device=DEVICE)
+    if attn_out.shape[1:] != q.shape[1:] or attn_out.shape[0] < batch.num_actual_tokens:
+        raise ValueError(f"attn_out must be [>= {batch.num_actual_tokens}, {q.shape[1]}, {q.shape[2]}], got "
+                         f"{tuple(attn_out.shape)}")
+    cfg = dict(config or {})
+    store_kv(k[: batch.num_actual_tokens], v[: batch.num_actual_tokens], cache, batch.slot_mapping)
     q_rot = rotate_queries(q, cache, sm_scale)
     decode_attention(q_rot, cache, batch, attn_out, config=cfg.get("decode"), emulate=emulate)
     prefill_attention(q, k, v, q_rot, cache, batch, attn_out, sm_scale=sm_scale, config=cfg.get("prefill"),
