@@ -26,10 +26,10 @@ __all__ = [
     "E2M1_VALUES", "E2M1_MAX", "E4M3_MAX", "round_up", "padded_scale_shape", "global_scale_of",
     "e2m1_encode", "e2m1_decode", "e2m1_round_brute", "e4m3_round_brute", "swizzle_offset",
     "swizzle_scales", "unswizzle_scales", "quantize_ref", "dequantize_ref", "nvfp4_quant",
-    "nvfp4_quant_plain", "TUNE_CONFIGS", "e4m3_cast_errors", "QUANT_GRADER_SHAPES", "nvfp4_gemm_ref", "nvfp4_gemm_small_m_model", "quant_coverage", "logical_scale_coverage",
+    "nvfp4_quant_plain", "TUNE_CONFIGS", "e4m3_cast_errors", "QUANT_GRADER_SHAPES", "quant_with_nan_padding", "nvfp4_gemm_ref", "nvfp4_gemm_small_m_model", "quant_coverage", "logical_scale_coverage",
     "check_e2m1_round", "check_swizzle_offset", "check_quant",
     "plot_value_grids", "plot_swizzle", "plot_benchmark", "plot_zeros_vs_empty", "benchmark",
-    "measure_zeros_vs_empty", "instruction_budget",
+    "measure_zeros_vs_empty", "instruction_budget", "sass_counts",
 ]
 
 E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)  # magnitude of code index 0..7
@@ -358,11 +358,11 @@ def nvfp4_quant(x: torch.Tensor, global_scale, *, swizzled: bool = True, write_p
     return codes, sf.view(torch.float8_e4m3fn)
 
 
-def nvfp4_quant_plain(x: torch.Tensor, global_scale, *, block_m: int = 128):
+def nvfp4_quant_plain(x: torch.Tensor, global_scale, *, block_m: int = 128, check_finite: bool = False):
     """Quantize x [M, K] to NVFP4 with the plain kernel (notebook 02's exercise solution): the same
     ``(codes, swizzled scales)`` bytes as ``nvfp4_quant``, written the way the definition reads.
-    Same input checks and bad-value policy as ``nvfp4_quant``."""
-    M, K, global_scale = _check_inputs(x, global_scale)
+    Same input checks and bad-value policy (``check_finite``) as ``nvfp4_quant``."""
+    M, K, global_scale = _check_inputs(x, global_scale, check_finite)
     Mp, Kp = padded_scale_shape(M, K)
     # codes: program (i, c) writes the 8 bytes of block c for its BLOCK_M rows; the grid covers every
     # row and every block, so `empty` is safe
@@ -564,6 +564,19 @@ def check_swizzle_offset(fn) -> None:
 
 
 QUANT_GRADER_SHAPES = ((1, 64), (90, 80), (129, 48))
+
+
+def quant_with_nan_padding(x: torch.Tensor, global_scale):
+    """A WRONG answer to exercise 3, for the notebook and the tests: the right codes and real scales,
+    every byte written, but 0xFF (E4M3 NaN) in every padded scale entry."""
+    codes, sf = nvfp4_quant(x, global_scale)
+    M, n = x.shape[0], x.shape[1] // 16
+    grid = unswizzle_scales(sf.view(torch.uint8)).clone()
+    grid[M:, :] = 0xFF
+    grid[:, n:] = 0xFF
+    Mp, Kp = grid.shape
+    sw = grid.view(Mp // 128, 4, 32, Kp // 4, 4).permute(0, 3, 2, 1, 4).reshape(Mp, Kp)
+    return codes, sw.view(torch.float8_e4m3fn)
 
 
 def _consumer_effects(codes, sf, rc, rs, gs, K) -> str:
@@ -946,4 +959,36 @@ def instruction_budget(rec: dict, clock_GHz: float = 1.98, bytes_per_element: fl
     issue = rec["meta"]["sm_count"] * 4 * 32 * clock_GHz * 1e9
     return {"elements_per_s": elems, "thread_instructions_per_s": issue,
             "instructions_per_element": issue / elems, "clock_GHz": clock_GHz}
+
+
+def sass_counts(config=None) -> dict | None:
+    """GPU only: static SASS instruction counts of the fast kernel as the GPU runs it (``EMULATE=False``,
+    bf16, swizzled, exact tiles) for one tile ``config`` (default: the widest of ``TUNE_CONFIGS``),
+    divided by the elements each thread handles. Returns {"config", "instructions", "ffma",
+    "elements_per_thread", "per_element", "ffma_per_element"}, or None without a GPU or where the
+    SASS cannot be disassembled (Triton's ``asm["sass"]`` needs cuobjdump)."""
+    import re
+
+    if not ON_GPU:
+        return None
+    bm, bs, warps = _as_tile(config or TUNE_CONFIGS[0])
+    M, K = 128 * bm, 16 * bs
+    x = torch.randn(M, K, device=DEVICE, dtype=torch.bfloat16)
+    gs = global_scale_of(x)
+    codes = torch.empty((M, K // 2), dtype=torch.uint8, device=DEVICE)
+    sf = torch.empty((M, K // 16), dtype=torch.uint8, device=DEVICE)
+    try:
+        compiled = nvfp4_quant_kernel[(M // bm, 1)](
+            x.view(torch.int32), gs, codes, sf, M, K, M, K // 16, IS_BF16=True, BLOCK_M=bm, BLOCK_S=bs,
+            SWIZZLED=True, WRITE_PADDING=True, EMULATE=False, num_warps=warps, EXACT_TILES=True)
+        sass = compiled.asm["sass"]
+    except Exception:   # no cuobjdump, or a Triton without asm["sass"]
+        return None
+    ops = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_.]*)", sass)
+    ops = [o for o in ops if not o.startswith("NOP")]
+    per_thread = bm * bs * 16 / (32 * warps)
+    ffma = sum(o.startswith("FFMA") for o in ops)
+    return {"config": [bm, bs, warps], "instructions": len(ops), "ffma": ffma,
+            "elements_per_thread": per_thread, "per_element": len(ops) / per_thread,
+            "ffma_per_element": ffma / per_thread}
 
