@@ -32,8 +32,8 @@ E4M3 byte with exact integer/fp32 arithmetic (``e4m3_rne``). Both paths give the
 tests prove it on the GPU. The measured bandwidth is in workbook/data/nvfp4.json.
 
 Both kernels' grids span the *padded* scale grid in the swizzled layout, so the programs that own a
-padded 128x4 tile also write its padding (zeros). ``WRITE_PADDING=False`` skips those entries: it
-exists only to reproduce the regression in the workbook.
+padded 128x4 tile also write its padding (zeros). The fast kernel's ``WRITE_PADDING=False`` skips
+those entries: it exists only to reproduce the regression in the workbook.
 """
 import workbook.device  # noqa: F401  (TRITON_INTERPRET=1 before triton on a CPU-only machine)
 
