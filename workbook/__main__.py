@@ -126,8 +126,8 @@ def _smoke_fp8():
     from workbook import DEVICE
     from workbook.fp8 import silu_mul_quant_fp8_packed, silu_mul_quant_fp8_reference
 
-    x = torch.randn(3, 256, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
-    got, ref = silu_mul_quant_fp8_packed(x.to(DEVICE)), silu_mul_quant_fp8_reference(x)
+    x = torch.randn(3, 256, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16).to(DEVICE)
+    got, ref = silu_mul_quant_fp8_packed(x), silu_mul_quant_fp8_reference(x)   # both on DEVICE, as the tests
     assert all(_equal_bytes(a, b) for a, b in zip(got, ref)), "codes or packed scales differ from the reference"
     return "silu_mul_quant_fp8_packed [3, 256]: codes and packed UE8M0 scales equal the reference"
 
@@ -140,9 +140,8 @@ def _smoke_gdn():
     from workbook.gdn import gated_rmsnorm, gated_rmsnorm_ref
 
     gen = torch.Generator().manual_seed(0)
-    x, z, w = (torch.randn(*s, generator=gen) for s in ((5, 2, 16), (5, 2, 16), (16,)))
-    got = gated_rmsnorm(x.to(DEVICE), z.to(DEVICE), w.to(DEVICE))
-    e = rel_err(got, gated_rmsnorm_ref(x, z, w))
+    x, z, w = (torch.randn(*s, generator=gen).to(DEVICE) for s in ((5, 2, 16), (5, 2, 16), (16,)))
+    e = rel_err(gated_rmsnorm(x, z, w), gated_rmsnorm_ref(x, z, w))
     assert e <= 1e-5, f"relative error {e:.2e} against gated_rmsnorm_ref exceeds 1e-5"
     return f"gated_rmsnorm [5, 2, 16]: relative error {e:.1e} against the reference"
 
