@@ -1,0 +1,566 @@
+"""CUDA C++ versions of the NVFP4 and FP8 quant kernels, beside the Triton ones (issue: "in
+Triton/CUDA"; engines ship these two in CUDA C++).
+
+* Sources: ``kernels/cuda/nvfp4.cu`` and ``kernels/cuda/fp8.cu`` (packaged as
+  ``workbook/kernels/cuda/*.cu``). Device code and ``extern "C"`` launchers taking raw pointers,
+  sizes and a ``cudaStream_t``; no torch header, so each compiles on its own with ``nvcc``.
+* Build: on first use on a GPU, ``nvcc`` compiles both into one shared library for the H200
+  (``-gencode arch=compute_90,code=sm_90``), cached under ``$TORCH_EXTENSIONS_DIR`` (default
+  ``~/.cache/torch_extensions``) in a folder named by a hash of the sources, the flags and nvcc's
+  version: a second run (or process) loads it without compiling. Python calls the launchers through
+  ``ctypes`` with ``data_ptr()``s and ``torch.cuda.current_stream().cuda_stream``. Why not
+  ``torch.utils.cpp_extension.load``: it refuses to build when nvcc's CUDA major version differs
+  from the one torch was built with (nvcc 13 beside a CUDA 12 torch), and a C launcher needs neither
+  pybind11 nor torch's headers. The library links the CUDA runtime statically; it launches on the
+  primary context that torch uses, on torch's current stream (CUDA graphs capture it).
+* Launchers: ``workbook.nvfp4.nvfp4_quant(..., backend="cuda")`` and
+  ``workbook.fp8.silu_mul_quant_fp8_packed / quant_fp8_packed(..., backend="cuda")`` allocate
+  exactly as the Triton backend does (the functions here, ``_cuda_nvfp4_quant`` and
+  ``_cuda_fp8_quant``, say why ``empty`` is right) and give the same bytes.
+* Importing this module needs no GPU and no CUDA toolkit; ``backend="cuda"`` without a GPU raises a
+  ValueError that says so. ``compile_check`` (tests/test_cuda.py) compiles each source for sm_90 on a
+  CPU-only machine where an ``nvcc`` is found.
+* ``benchmark()`` (``python -m workbook bench cuda``): CUDA vs Triton vs the copy ceiling at the sizes
+  of the Triton records -> workbook/data/cuda.json. ``show(topic)``: the notebook section.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+import torch
+
+from .device import ON_GPU
+
+__all__ = [
+    "CUDA_DIR", "SOURCES", "ARCH_FLAGS", "BACKENDS", "find_nvcc", "compile_check", "build", "cache_dir",
+    "check_backend", "sass_counts", "benchmark", "benchmark_table", "show", "MAPPING",
+]
+
+BACKENDS = ("triton", "cuda")
+
+
+def _cuda_dir() -> Path:
+    import workbook.kernels as kernels  # the top-level kernels/ folder (package-dir), or the wheel's copy
+
+    return Path(kernels.__file__).resolve().parent / "cuda"
+
+
+CUDA_DIR = _cuda_dir()
+SOURCES = {"nvfp4": CUDA_DIR / "nvfp4.cu", "fp8": CUDA_DIR / "fp8.cu"}
+ARCH_FLAGS = ["-gencode", "arch=compute_90,code=sm_90"]   # the H200 (Hopper, sm_90)
+_BUILD_FLAGS = ["-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", "-cudart", "static", *ARCH_FLAGS]
+
+
+# --------------------------------------------------------------------------------------------------
+# Finding nvcc, compiling
+# --------------------------------------------------------------------------------------------------
+
+def find_nvcc() -> tuple[str, list[str]] | None:
+    """(path of an nvcc, extra include flags) or None. Looked for in $NVCC, $CUDA_HOME/bin,
+    $CUDA_PATH/bin, PATH, /usr/local/cuda/bin, then pip's ``nvidia-cuda-nvcc`` (CUDA 13 wheels put it
+    in ``nvidia/cu13/bin``; its headers are in ``nvidia/cu13/include`` and ``include/cccl``, from the
+    ``nvidia-cuda-runtime``, ``-crt`` and ``-cccl`` wheels)."""
+    cands = [os.environ.get("NVCC")]
+    cands += [str(Path(h) / "bin" / "nvcc") for h in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")) if h]
+    cands += [shutil.which("nvcc"), "/usr/local/cuda/bin/nvcc"]
+    for c in cands:
+        if c and Path(c).is_file() and os.access(c, os.X_OK):
+            return c, []
+    spec = importlib.util.find_spec("nvidia")
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        for sub in ("cu13", "cuda_nvcc"):
+            nvcc = Path(root) / sub / "bin" / "nvcc"
+            if nvcc.is_file():
+                inc = Path(root) / sub / "include"
+                return str(nvcc), [f"-I{inc}", f"-I{inc / 'cccl'}"]
+    return None
+
+
+def _nvcc_or_raise() -> tuple[str, list[str]]:
+    found = find_nvcc()
+    if found is None:
+        raise RuntimeError("no nvcc found (looked in $NVCC, $CUDA_HOME/bin, $CUDA_PATH/bin, PATH, "
+                           "/usr/local/cuda/bin and pip's nvidia-cuda-nvcc): the CUDA backend compiles "
+                           "kernels/cuda/*.cu with nvcc on first use")
+    return found
+
+
+def _run(cmd: list[str]) -> None:
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode != 0:
+        raise RuntimeError(f"nvcc failed ({' '.join(cmd)}):\n{res.stderr.strip()}")
+
+
+def compile_check(topic: str, out_dir, arch: str = "sm_90") -> Path:
+    """Compile ``kernels/cuda/<topic>.cu`` alone to a cubin for ``arch`` (device code only: no GPU
+    needed) and return its path. Raises RuntimeError with nvcc's messages if it does not compile."""
+    nvcc, extra = _nvcc_or_raise()
+    out = Path(out_dir) / f"{topic}_{arch}.cubin"
+    _run([nvcc, f"-arch={arch}", "-cubin", "-std=c++17", *extra, "-o", str(out), str(SOURCES[topic])])
+    return out
+
+
+def cache_dir() -> Path:
+    """Where built libraries are kept: $TORCH_EXTENSIONS_DIR (torch's extension cache, default
+    ~/.cache/torch_extensions) / workbook_cuda."""
+    root = os.environ.get("TORCH_EXTENSIONS_DIR") or str(Path.home() / ".cache" / "torch_extensions")
+    return Path(root) / "workbook_cuda"
+
+
+_lib = None
+_lock = threading.Lock()
+
+
+def _build_key(nvcc: str, extra: list[str]) -> str:
+    h = hashlib.sha256()
+    for path in SOURCES.values():
+        h.update(path.read_bytes())
+    h.update(" ".join(_BUILD_FLAGS + extra).encode())
+    h.update(subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout.encode())
+    return h.hexdigest()[:16]
+
+
+def build(verbose: bool = False):
+    """The loaded library (``ctypes.CDLL``), compiled on first use and cached (see module doc)."""
+    global _lib
+    if _lib is not None:
+        return _lib
+    with _lock:
+        if _lib is not None:
+            return _lib
+        nvcc, extra = _nvcc_or_raise()
+        where = cache_dir() / _build_key(nvcc, extra)
+        so = where / "workbook_cuda.so"
+        if not so.exists():
+            where.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(dir=where) as tmp:   # build aside, then move: atomic
+                part = Path(tmp) / so.name
+                cmd = [nvcc, *_BUILD_FLAGS, *extra, "-o", str(part), *map(str, SOURCES.values())]
+                if verbose:
+                    print(" ".join(cmd))
+                _run(cmd)
+                os.replace(part, so)
+        lib = ctypes.CDLL(str(so))
+        vp, i32, i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
+        lib.nvfp4_quant_cuda.argtypes = [vp, vp, vp, vp, i32, i32, i32, i32, i32, i32, i32, i32, vp]
+        lib.nvfp4_quant_cuda.restype = i32
+        lib.silu_mul_quant_fp8_cuda.argtypes = [vp, vp, vp, i32, i32, i64, i64, i32, i32, i32, vp]
+        lib.silu_mul_quant_fp8_cuda.restype = i32
+        lib.workbook_cuda_error_string.argtypes = [i32]
+        lib.workbook_cuda_error_string.restype = ctypes.c_char_p
+        _lib = lib
+        return lib
+
+
+def _check(lib, err: int, what: str) -> None:
+    if err:
+        raise RuntimeError(f"{what}: CUDA error {err} ({lib.workbook_cuda_error_string(err).decode()})")
+
+
+def _device_stream(t: torch.Tensor) -> tuple[int, int]:
+    """(t's device index, torch's current stream on it): the launchers launch there."""
+    index = t.device.index if t.device.index is not None else torch.cuda.current_device()
+    return index, torch.cuda.current_stream(t.device).cuda_stream
+
+
+def check_backend(backend, emulate=None, config=None) -> bool:
+    """True for ``backend='cuda'`` (after checking that it can run here), False for 'triton'. The
+    Triton-only keywords ``emulate`` and ``config`` are refused with the CUDA backend."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be 'triton' or 'cuda', got {backend!r}")
+    if backend == "triton":
+        return False
+    if emulate is not None or config is not None:
+        raise ValueError("emulate= and config= choose how the Triton kernel runs; backend='cuda' takes "
+                         "neither (it always runs the GPU's conversion instructions, one launch shape)")
+    if not ON_GPU:
+        raise ValueError("backend='cuda' runs the CUDA C++ kernels (kernels/cuda/*.cu), which need a GPU, "
+                         "and there is none here: use backend='triton' (the default; it runs in Triton's "
+                         "interpreter on the CPU)")
+    return True
+
+
+def _aligned16(t: torch.Tensor) -> torch.Tensor:
+    """t itself if its data starts on a 16-byte boundary (the kernels load 16 bytes at a time), else a
+    contiguous copy (a fresh allocation is aligned)."""
+    return t if t.data_ptr() % 16 == 0 else t.clone()
+
+
+# --------------------------------------------------------------------------------------------------
+# The launchers' CUDA halves (allocation exactly as the Triton launchers allocate)
+# --------------------------------------------------------------------------------------------------
+
+def _cuda_nvfp4_quant(x: torch.Tensor, global_scale, *, swizzled: bool = True, write_padding: bool = True,
+                      alloc: str = "empty", check_finite: bool = False):
+    """``nvfp4_quant(..., backend='cuda')``: the same checks, allocations and bytes as the Triton
+    launcher, computed by ``nvfp4_quant_cuda`` (kernels/cuda/nvfp4.cu)."""
+    from .nvfp4 import _check_inputs, round_up
+
+    check_backend("cuda")
+    M, K, global_scale = _check_inputs(x, global_scale, check_finite)
+    if alloc not in ("empty", "zeros"):
+        raise ValueError(f"alloc must be 'empty' or 'zeros', got {alloc!r}")
+    n = K // 16
+    # codes: one thread per (row, 16-element block) of the real rows writes that block's 8 bytes;
+    # the threads cover all M x K/16 blocks, so every byte is written: `empty` is safe.
+    codes = torch.empty((M, K // 2), dtype=torch.uint8, device=x.device)
+    new = torch.empty if alloc == "empty" else torch.zeros
+    if swizzled:
+        sf_rows, sf_cols = round_up(M, 128), round_up(n, 4)
+        # scales, swizzled: one thread per entry of the whole padded grid [Mp, Kp] (not just
+        # [M, K/16]); each stores its byte at its swizzled address: the E4M3 scale where r < M and
+        # c < K/16, zero elsewhere. Every byte of the [Mp, Kp] storage, padding included, is
+        # written, so `empty` is safe (write_padding=False skips the padding: the regression).
+        sf = new((sf_rows, sf_cols), dtype=torch.uint8, device=x.device)
+    else:
+        sf_rows, sf_cols = M, n
+        # scales, linear: one thread per entry of [M, K/16], the whole storage: `empty` is safe.
+        sf = new((M, n), dtype=torch.uint8, device=x.device)
+    if M == 0:
+        return codes, sf.view(torch.float8_e4m3fn)
+    if sf_rows * sf_cols >= 1 << 32 or M * K >= 1 << 62:
+        raise ValueError(f"x of shape {(M, K)} is too large for the CUDA kernel (one 32-bit thread index "
+                         "per scale entry)")
+    lib = build()
+    xa = _aligned16(x)
+    gs = global_scale.reshape(1).contiguous()
+    err = lib.nvfp4_quant_cuda(xa.data_ptr(), gs.data_ptr(), codes.data_ptr(), sf.data_ptr(), M, K,
+                               sf_rows, sf_cols, int(x.dtype == torch.bfloat16), int(swizzled),
+                               int(write_padding), *_device_stream(x))
+    _check(lib, err, "nvfp4_quant_cuda")
+    return codes, sf.view(torch.float8_e4m3fn)
+
+
+def _cuda_fp8_quant(src: torch.Tensor, m: int, n: int, silu_mul: bool):
+    """The CUDA half of workbook.fp8's launchers (inputs already checked there): src [M, 2N] (gate |
+    up) when ``silu_mul``, else y [M, N]; bf16, contiguous. Returns (codes, scales) laid out as the
+    Triton backend lays them out."""
+    from .fp8 import GROUP_SIZE, num_packed_words, tma_aligned_rows
+
+    check_backend("cuda")
+    p = num_packed_words(n // GROUP_SIZE)
+    tma_m = tma_aligned_rows(m)
+    # codes: one warp per (row, packed word p) writes row m's columns [512p, 512p+512) (those < N);
+    # the warps cover every row and word, so every code byte is written: empty is safe.
+    codes = torch.empty(m, n, dtype=torch.float8_e4m3fn, device=src.device)
+    # scales: storage int32 [P, tma_M]; warp (m, p) stores word p of row m whole (all 4 bytes, the
+    # unused ones 0), so the view storage.T[:M, :] is fully written. Rows M..tma_M-1 of storage.T are
+    # no element of the returned view and are not written, as in the Triton kernel (workbook.fp8
+    # explains why no consumer can read them into a stored output): empty is safe.
+    storage = torch.empty(p, tma_m, dtype=torch.int32, device=src.device)
+    scales = storage.T[:m, :]
+    if m == 0:
+        return codes, scales
+    if m * p >= 1 << 32:
+        raise ValueError(f"M={m} x {p} packed words is too large for the CUDA kernel (32-bit warp index)")
+    lib = build()
+    xa = _aligned16(src)
+    err = lib.silu_mul_quant_fp8_cuda(xa.data_ptr(), codes.data_ptr(), storage.data_ptr(), m, n,
+                                      xa.stride(0), codes.stride(0), storage.stride(0), int(silu_mul),
+                                      *_device_stream(src))
+    _check(lib, err, "silu_mul_quant_fp8_cuda")
+    return codes, scales
+
+
+# --------------------------------------------------------------------------------------------------
+# SASS (instruction counts per element, from the cubin)
+# --------------------------------------------------------------------------------------------------
+
+def _cuobjdump() -> str | None:
+    """cuobjdump from PATH, the CUDA toolkit, or the copy Triton ships (triton/backends/nvidia/bin)."""
+    found = shutil.which("cuobjdump")
+    if found:
+        return found
+    nv = find_nvcc()
+    if nv and (Path(nv[0]).parent / "cuobjdump").is_file():
+        return str(Path(nv[0]).parent / "cuobjdump")
+    spec = importlib.util.find_spec("triton")
+    if spec and spec.origin:
+        p = Path(spec.origin).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+        if p.is_file():
+            return str(p)
+    return None
+
+
+# elements one thread handles: nvfp4, one 16-element block; fp8, 2 x 8 columns per lane
+_ELEMENTS_PER_THREAD = {"nvfp4": 16, "fp8": 16}
+_INSTR = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+(.*?)\s*;")
+
+
+def sass_counts(out_dir=None) -> dict:
+    """Static SASS of each CUDA kernel for sm_90 (compiled here, no GPU needed): per kernel
+    instantiation, the instructions up to the first EXIT-terminated main path's end (``main``, the
+    out-of-line slow paths of IEEE division after it excluded), all of them (``total``), and
+    ``main`` per element (a thread handles 16 elements in both kernels). A static count: every
+    instruction of the main path once, as a thread of a real block executes it."""
+    tool = _cuobjdump()
+    if tool is None:
+        raise RuntimeError("no cuobjdump found (CUDA toolkit or Triton's bundled copy)")
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for topic in SOURCES:
+            cubin = compile_check(topic, out_dir or tmp)
+            sass = subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
+            name = None
+            body: dict[str, list[str]] = {}
+            for line in sass.splitlines():
+                if "Function :" in line:
+                    name = line.split("Function :")[1].strip()
+                    body[name] = []
+                elif name and (mt := _INSTR.match(line)):
+                    body[name].append(mt.group(1))
+            for fn, ins in body.items():
+                # main path: up to the last EXIT before the first CALL target / BRA-to-self tail
+                last_exit = max((i for i, s in enumerate(ins) if s.split()[-1] == "EXIT" or s.endswith("EXIT")), default=len(ins) - 1)
+                main = ins[:last_exit + 1]
+                out[f"{topic}:{_short(fn)}"] = {
+                    "total": len(ins), "main": len(main),
+                    "main_per_element": round(len(main) / _ELEMENTS_PER_THREAD[topic], 2),
+                    "ops": _op_histogram(main),
+                }
+    return out
+
+
+def _short(mangled: str) -> str:
+    flags = re.findall(r"Lb([01])E", mangled)
+    if "nvfp4" in mangled:
+        keys = ("bf16", "swizzled", "write_padding")
+    else:
+        keys = ("silu_mul",)
+    return ",".join(f"{k}={v}" for k, v in zip(keys, flags)) or mangled
+
+
+def _op_histogram(ins: list[str]) -> dict:
+    hist: dict[str, int] = {}
+    for s in ins:
+        op = s.split()
+        op = op[1] if op[0].startswith("@") and len(op) > 1 else op[0]
+        op = op.split(".")[0]
+        hist[op] = hist.get(op, 0) + 1
+    return dict(sorted(hist.items(), key=lambda kv: -kv[1]))
+
+
+# --------------------------------------------------------------------------------------------------
+# Benchmark (GPU): CUDA vs Triton vs the copy ceiling, at the sizes of the Triton records
+# --------------------------------------------------------------------------------------------------
+
+METHODS = {
+    "<peer>_us": "gpu_time_graph_replay: per-call GPU time, a CUDA graph of 20 calls replayed "
+                 "(workbook.bench.graph_time_us: do_bench median of the replay / 20; nvfp4: median of "
+                 "5 windows, as in the nvfp4 record)",
+    "<peer>_eager_us": "eager_per_call: triton.testing.do_bench median of one Python call, L2 flushed "
+                       "between runs (host work and the launch path included)",
+    "<peer>_GBps": "bytes / <peer>_us (fewest bytes: inputs read once, outputs written once)",
+    "<peer>_frac_of_copy": "<peer>_GBps / ceilings.copy_GBps",
+    "ceilings.copy_GBps": "one 1 GiB fp32 device-to-device copy, do_bench median, bytes read + written",
+}
+
+
+def benchmark() -> tuple[dict, dict]:
+    """``python -m workbook bench cuda``: for each size of the Triton records (nvfp4: BENCH_SIZES, bf16,
+    swizzled scales; fp8: M in BENCH_M at N = BENCH_N, the fused SiLU-mul op), the CUDA and the
+    Triton launcher's GPU time from CUDA-graph replay with eager per-call time beside it, the
+    fraction of the copy ceiling, and whether both gave the reference's bytes."""
+    from . import fp8, nvfp4
+    from .bench import copy_ceiling_GBps, graph_time_us, require_gpu, time_us
+
+    require_gpu("cuda.benchmark")
+    build()
+    ceiling = copy_ceiling_GBps()
+
+    def timed(row, key, fn, nbytes, windows):
+        fn(), fn()
+        torch.cuda.synchronize()
+        row[f"{key}_eager_us"] = round(time_us(fn), 3)
+        row[f"{key}_us"] = round(graph_time_us(fn, windows=windows), 3)
+        row[f"{key}_GBps"] = round(nbytes / (row[f"{key}_us"] * 1e-6) / 1e9, 1)
+        row[f"{key}_frac_of_copy"] = round(row[f"{key}_GBps"] / ceiling, 3)
+
+    nv_rows = []
+    for M, K in nvfp4.BENCH_SIZES:
+        x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+        gs = nvfp4.global_scale_of(x)
+        rc, rs = nvfp4.quantize_ref(x, gs)
+        cc, cs = _cuda_nvfp4_quant(x, gs)
+        tc, ts = nvfp4.nvfp4_quant(x, gs)
+        nbytes = nvfp4._bytes_moved(M, K)
+        row = {"M": M, "K": K, "bytes": nbytes,
+               "exact_cuda": bool(torch.equal(cc, rc) and torch.equal(cs.view(torch.uint8), rs.view(torch.uint8))),
+               "exact_triton": bool(torch.equal(tc, rc) and torch.equal(ts.view(torch.uint8), rs.view(torch.uint8))),
+               "cuda_equals_triton": bool(torch.equal(cc, tc) and torch.equal(cs.view(torch.uint8), ts.view(torch.uint8)))}
+        timed(row, "cuda", lambda: _cuda_nvfp4_quant(x, gs), nbytes, 5)
+        timed(row, "triton", lambda: nvfp4.nvfp4_quant(x, gs), nbytes, 5)
+        row["cuda_speedup_vs_triton"] = round(row["triton_us"] / row["cuda_us"], 3)
+        nv_rows.append(row)
+        print(f"  nvfp4 {M:>6}x{K:<5} cuda {row['cuda_us']:8.2f} us ({100 * row['cuda_frac_of_copy']:4.1f}% of copy)"
+              f"  triton {row['triton_us']:8.2f} us ({100 * row['triton_frac_of_copy']:4.1f}%)  "
+              f"exact cuda={row['exact_cuda']} triton={row['exact_triton']}", flush=True)
+        del x, rc, rs, cc, cs, tc, ts
+        torch.cuda.empty_cache()
+
+    f_rows = []
+    n = fp8.BENCH_N
+    for m in fp8.BENCH_M:
+        x = torch.randn(m, 2 * n, device="cuda", dtype=torch.bfloat16) * 3
+        q_ref, s_ref = fp8.silu_mul_quant_fp8_reference(x)
+        qc, sc = _cuda_fp8_quant(x, m, n, True)
+        qt, st = fp8.silu_mul_quant_fp8_packed(x)
+        nbytes = fp8._bytes_moved(m, n)
+        row = {"M": m, "N": n, "bytes": nbytes,
+               "exact_cuda": bool(torch.equal(qc.view(torch.uint8), q_ref.view(torch.uint8)) and torch.equal(sc, s_ref)),
+               "exact_triton": bool(torch.equal(qt.view(torch.uint8), q_ref.view(torch.uint8)) and torch.equal(st, s_ref)),
+               "cuda_equals_triton": bool(torch.equal(qc.view(torch.uint8), qt.view(torch.uint8)) and torch.equal(sc, st))}
+        timed(row, "cuda", lambda: _cuda_fp8_quant(x, m, n, True), nbytes, 1)
+        timed(row, "triton", lambda: fp8.silu_mul_quant_fp8_packed(x), nbytes, 1)
+        row["cuda_speedup_vs_triton"] = round(row["triton_us"] / row["cuda_us"], 3)
+        f_rows.append(row)
+        print(f"  fp8 M={m:>6} N={n} cuda {row['cuda_us']:8.2f} us ({100 * row['cuda_frac_of_copy']:4.1f}% of copy)"
+              f"  triton {row['triton_us']:8.2f} us ({100 * row['triton_frac_of_copy']:4.1f}%)  "
+              f"exact cuda={row['exact_cuda']} triton={row['exact_triton']}", flush=True)
+        del x
+        torch.cuda.empty_cache()
+
+    try:
+        sass = sass_counts()
+    except Exception as e:  # a machine without cuobjdump still records the timings
+        sass = {"error": f"{type(e).__name__}: {e}"}
+    results = {
+        "nvfp4": {"rows": nv_rows, "dtype": "bfloat16", "layout": "swizzled",
+                  "bytes_model": "read M*K*2 (x) + write M*K/2 (codes) + the swizzled scales"},
+        "fp8": {"rows": f_rows, "op": "fused silu-mul + quant (silu_mul_quant_fp8_packed)",
+                "bytes_model": "read M*2N*2 (x, bf16) + write M*N (codes) + write M*ceil(N/512)*4 (scales)"},
+        "sass_sm90": sass,
+        "build_flags": " ".join(_BUILD_FLAGS),
+        "methods": METHODS,
+        "timer": "<peer>_us: GPU time per call from CUDA-graph replay; <peer>_eager_us: eager per-call "
+                 "time (do_bench, host included)",
+    }
+    return results, {"copy_GBps": round(ceiling, 1)}
+
+
+def benchmark_table(rec: dict, topic: str) -> str:
+    """The recorded rows of ``topic`` ('nvfp4' or 'fp8') as a text table, labelled by timer."""
+    rows = rec["results"][topic]["rows"]
+    size = "K" if topic == "nvfp4" else "N"
+    lines = ["GPU time per call (CUDA-graph replay) | eager per-call time (do_bench, host included)",
+             f"{'M':>6} {size:>5} {'CUDA us':>9} {'%copy':>6} {'Triton us':>10} {'%copy':>6} "
+             f"{'Triton/CUDA':>12} | {'CUDA eager':>10} {'Triton eager':>12}  exact"]
+    for r in rows:
+        lines.append(f"{r['M']:>6} {r[size]:>5} {r['cuda_us']:9.2f} {100 * r['cuda_frac_of_copy']:5.1f}% "
+                     f"{r['triton_us']:10.2f} {100 * r['triton_frac_of_copy']:5.1f}% "
+                     f"{r['cuda_speedup_vs_triton']:12.2f} | {r['cuda_eager_us']:10.2f} {r['triton_eager_us']:12.2f}  "
+                     f"{r['exact_cuda'] and r['exact_triton'] and r['cuda_equals_triton']}")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------------
+# The notebook section (notebook 02: show('nvfp4'); notebook 03: show('fp8'))
+# --------------------------------------------------------------------------------------------------
+
+# (CUDA C++ in kernels/cuda/<topic>.cu, its Triton counterpart in kernels/<topic>.py, note)
+MAPPING = {
+    "nvfp4": [
+        ("t = blockIdx.x*blockDim.x + threadIdx.x; r = t / sf_cols; c = t - r*sf_cols",
+         "pid_m, pid_s = tl.program_id(0), tl.program_id(1); o_m, o_s",
+         "one thread per scale entry of the grid the scales span, where Triton has one program per "
+         "[BLOCK_M, BLOCK_S] tile of it"),
+        ("real = r < M && c < n_blocks", "m_real = (o_m < M)[:, None] & (o_s < n_blocks)[None, :]",
+         "real block vs padded scale entry"),
+        ("uint4 a = xw[2*blk], b = xw[2*blk+1]", "b_w = tl.load(xw + o_x, mask=...)",
+         "16 elements as 8 int32 words (two 16-byte loads)"),
+        ("absmax_x2 (max.xorsign.abs.bf16x2) x 7, unpack_pair, fmaxf(fabsf)",
+         "tl.reduce(b_w, 2, _absmax_bf16x2); unpack_pairs; tl.maximum(tl.abs(..))",
+         "block amax on packed pairs, the same PTX instruction"),
+        ("sf_want = fminf(div6_rn(__fmul_rn(gs, amax)), 448.f)", "b_sf_want = tl.minimum(div6_rn(b_gs * b_amax), 448.0)",
+         "correctly rounded division by 6 in three FP32 operations"),
+        ("e4m3_byte (cvt.rn.satfinite.e4m3x2.f32), e4m3_value (cvt.rn.f16x2.e4m3x2)",
+         "b_sf_want.to(tl.float8e4nv); b_f8.to(tl.float32)", "the scale byte and its value"),
+        ("u = (sfv > 0 ? sfv : 2^60) * 2^40; Thresholds k = {1.75u, 2.75u, ...}",
+         "b_u = tl.where(b_sf > 0.0, b_sf, 2^60) * 2^40; k175, k275, ...",
+         "E2M1 decision points times the scale (exact)"),
+        ("e2m1_pair_bits(fabsf(lo*gs), fabsf(hi*gs), k): lt01 = __saturatef(__fmaf_rn(a, -2^40, t))",
+         "e2m1_pair_bits(tl.abs(b_lo*b_gs), tl.abs(b_hi*b_gs), ...): lt01 = tl.clamp(fma(a, -2^40, t), 0, 1)",
+         "the E2M1 rounding without a division, FMA for FMA (sm_90). On sm_100a+ the source uses "
+         "cvt.rn.satfinite.e2m1x2.f32 instead, under an arch guard: sm_90 has no such instruction"),
+        ("nib = pair | ((w >> 12) & 0x80008); nib + (nib >> 12); __byte_perm; codes[blk] = uint2",
+         "b_nib = b_pair | ((b_w >> 12) & 0x80008); (b_nib + (b_nib >> 12)).to(tl.uint8); tl.store(codes + o_x, ..)",
+         "sign bits next to the indices, two codes per byte, 8 bytes stored at once"),
+        ("if (SWIZZLED) { if (WRITE_PADDING || real) sf[o] = sf_byte; } else sf[r*n_blocks + c] = sf_byte",
+         "o_sf = ...; m_sf = (r < SF_ROWS) & (c < SF_COLS) or m_real; tl.store(sf + o_sf, b_sf_out, mask=m_sf)",
+         "every padded entry written with 0 (WRITE_PADDING=false: the regression)"),
+    ],
+    "fp8": [
+        ("warp = global thread / 32; m = warp / P; p = warp - m*P",
+         "pid_m = tl.program_id(0); pid_p = tl.program_id(1)",
+         "one warp per (row, packed word), where Triton has one program per (BLOCK_M rows, word)"),
+        ("col = 512p + 256t + 8*lane; valid[t] = col < N", "o_n = o_g * GROUP + o_k; m_g = o_g * GROUP < N",
+         "the 4 groups of word p; a half-warp holds one group of 128"),
+        ("g[t], u[t] = 16-byte loads of gate and up", "b_gate, b_up = bf16_to_fp32(tl.load(..)), tl.load(p_in + N)", ""),
+        ("silu_mul_bf16: round_to_bf16(__fdiv_rn(g, __fadd_rn(1, expf(-g)))), then round_to_bf16(silu*up)",
+         "_silu_mul_bf16(b_gate, b_up, SILU_IMPL, EMULATE=False)",
+         "torch's sequence (accurate expf, IEEE division); Triton may run a variant it proved identical"),
+        ("amax = fmaxf over 8 values, then __shfl_xor_sync over 16 lanes",
+         "b_amax = tl.max(tl.abs(b_y), axis=2)", "group amax"),
+        ("e = ((abits>>23)&0xFF) - 135 + ((abits&0x7FFFFF) > 0x600000); e = max(e, -33); inv = (127-e)<<23",
+         "b_e = ((b_abits >> 23) & 0xFF) - 135 + (...); tl.maximum(b_e, -33); b_inv", "UE8M0 exponent from the bits"),
+        ("e4m3x2(y*inv, ...) (cvt.rn.satfinite.e4m3x2.f32), 8-byte store",
+         "b_v.to(tl.float8e4nv); tl.store(codes + ..., b_q, mask=m_x)", "codes"),
+        ("word = e0 | e1<<8 | e2<<16 | e3<<24 (two __shfl_sync); lane 0: scales[p*stride_sp + m] = word",
+         "b_word = tl.sum(b_byte << (8 * o_j)); tl.store(scales + pid_p * stride_sp + o_m, b_word, mask=m_m)",
+         "the whole packed word built in registers and stored once; rows M..tma_M-1 untouched"),
+    ],
+}
+
+
+def show(topic: str):
+    """The CUDA section of a notebook: the source of kernels/cuda/<topic>.cu (IPython Code), the
+    line-by-line mapping to the Triton kernel, and the timings of workbook/data/cuda.json (GPU time
+    from CUDA-graph replay beside eager per-call time; 'not recorded yet' without a record). On a GPU
+    it also times both backends live at one size, labelled live."""
+    from IPython.display import Code, Markdown, display
+
+    from .bench import load_record, recorded_label
+
+    if topic not in SOURCES:
+        raise ValueError(f"topic must be one of {sorted(SOURCES)}, got {topic!r}")
+    display(Markdown(f"**`kernels/cuda/{topic}.cu`** (CUDA C++; the Triton kernel is in `kernels/{topic}.py`)"))
+    display(Code(SOURCES[topic].read_text(), language="cuda"))
+    rows = ["| CUDA C++ | Triton | what |", "|---|---|---|"]
+    rows += [f"| `{c}` | `{t}` | {w} |" for c, t, w in MAPPING[topic]]
+    display(Markdown("\n".join(r.replace("||", "\\|\\|") for r in rows)))
+    try:
+        rec = load_record("cuda")
+        text = f"{recorded_label(rec)}\n{benchmark_table(rec, topic)}"
+    except (FileNotFoundError, KeyError, ValueError):
+        text = "CUDA vs Triton on the H200: not recorded yet (run `python -m workbook bench cuda` on a GPU)"
+    print(text)
+    if ON_GPU:
+        print(_live(topic))
+
+
+def _live(topic: str) -> str:
+    """One live measurement per backend on this GPU (graph replay and eager), labelled live."""
+    from . import fp8, nvfp4
+    from .bench import graph_time_us, time_us
+
+    if topic == "nvfp4":
+        x = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+        gs = nvfp4.global_scale_of(x)
+        fns = {"cuda": lambda: _cuda_nvfp4_quant(x, gs), "triton": lambda: nvfp4.nvfp4_quant(x, gs)}
+        size = "M=4096, K=4096"
+    else:
+        x = torch.randn(4096, 2 * fp8.BENCH_N, device="cuda", dtype=torch.bfloat16)
+        fns = {"cuda": lambda: _cuda_fp8_quant(x, 4096, fp8.BENCH_N, True),
+               "triton": lambda: fp8.silu_mul_quant_fp8_packed(x)}
+        size = f"M=4096, N={fp8.BENCH_N}"
+    parts = [f"{k} {graph_time_us(f):.2f} us (graph replay), {time_us(f):.2f} us (eager)" for k, f in fns.items()]
+    return f"live on this GPU, {size}: " + "; ".join(parts)
