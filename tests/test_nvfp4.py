@@ -595,3 +595,21 @@ def test_sass_counts_on_the_gpu():
     if c is None:
         pytest.skip("this Triton cannot disassemble to SASS here (cuobjdump missing)")
     assert c["instructions"] > c["ffma"] > 0 and c["per_element"] > 0, c
+
+
+def test_cast_probe_and_instruction_budget():
+    """The notebook's two computed figures: the cast-error count (0 on a GPU, whose cast is RNE; the
+    examples it lists really are wrong) and the instruction budget from the record."""
+    from workbook.bench import load_record
+    from workbook.nvfp4 import e4m3_cast_errors, instruction_budget
+
+    c = e4m3_cast_errors(n=2048)
+    assert c["n"] == 2048 and 0 <= c["wrong"] <= 2048
+    if ON_GPU:
+        assert c["wrong"] == 0, c
+    for v, got, want in c["examples"]:
+        assert got != want and want == int(torch.tensor([v]).to(torch.float8_e4m3fn).view(torch.uint8))
+    rec = load_record("nvfp4")
+    b = instruction_budget(rec, clock_GHz=1.0, bytes_per_element=2.0)
+    assert b["instructions_per_element"] == pytest.approx(
+        rec["meta"]["sm_count"] * 128 * 1e9 / (rec["ceilings"]["copy_GBps"] * 1e9 / 2.0))
