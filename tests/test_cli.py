@@ -125,6 +125,11 @@ def test_unexpected_errors_are_one_line_unless_asked(capsys, monkeypatch):
                                        "(or WORKBOOK_DEBUG=1) for the full trace)")
     with pytest.raises(RuntimeError, match="something broke"):
         cli.main(["--traceback", "doctor"])
+    with pytest.raises(RuntimeError, match="something broke"):
+        cli.main(["doctor", "--traceback"])
+    monkeypatch.setenv("WORKBOOK_DEBUG", "1")
+    with pytest.raises(RuntimeError, match="something broke"):
+        cli.main(["doctor"])
 
 
 @pytest.mark.filterwarnings("ignore:'workbook.__main__' found in sys.modules:RuntimeWarning")

@@ -429,8 +429,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    args = _parser().parse_args(argv)
-    debug = args.traceback or os.environ.get("WORKBOOK_DEBUG", "") not in ("", "0")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    wants_trace = "--traceback" in argv          # accepted before or after the command
+    args = _parser().parse_args([a for a in argv if a != "--traceback"])
+    debug = wants_trace or os.environ.get("WORKBOOK_DEBUG", "") not in ("", "0")
     try:
         import workbook  # noqa: F401  (device choice first: sets TRITON_INTERPRET=1 without a GPU)
 
