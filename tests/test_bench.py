@@ -244,3 +244,18 @@ def test_torch_source_quotes_the_installed_headers_or_says_where_to_look():
     txt = bench.torch_source("ATen/native/cuda/thread_constants.h", "constexpr uint32_t num_threads()", "}")
     assert txt.startswith("torch ") and ("C10_WARP_SIZE" in txt or "not in this install" in txt or "not found" in txt)
     assert "not in this install" in bench.torch_source("ATen/native/cuda/NoSuchFile.cuh", "a", "b")
+
+
+@pytest.mark.skipif(not bench.ON_GPU, reason="measures a GPU; the CPU tests check the recorded data instead")
+def test_benchmark_pieces_produce_the_per_dtype_and_graph_fields_on_a_gpu():
+    (row,) = bench.zeros_vs_empty_sweep(sizes=[1 << 20])
+    for key in ("zeros_overwrite_graph_us", "empty_overwrite_graph_us", "overwrite_graph_ratio"):
+        assert row[key] > 0, key
+    assert set(row["fill_by_dtype"]) == set(FILL_DTYPES)
+    for name, per in row["fill_by_dtype"].items():
+        assert per["us"] > 0 and per["graph_us"] > 0 and per["GBps"] == pytest.approx(row["bytes"] / per["us"] / 1e3), name
+    names = bench.fill_kernel_names(1 << 20)
+    assert all("FillFunctor" in k for k in names.values()), names
+    rec = {"results": {"sweep": [row], "timers": dict(ALLOC_TIMERS)}, "ceilings": {}, "recorded": "2026-01-01",
+           "meta": {"gpu": "x", "torch": "x", "triton": "x"}}
+    assert fill_sweep(rec, "uint8")[0]["graph_us"] > 0

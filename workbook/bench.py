@@ -12,6 +12,14 @@ Record schema (checked by :func:`validate_record`)::
      "ceilings": {"copy_GBps": float, ...},
      "results": {...topic specific...}}
 
+The alloc record (notebook 01, :func:`benchmark`) holds ``results = {"sweep": [row per size],
+"graph", "profile", "fill_kernels", "stale_bytes", "fill_events", "timers"}``; a sweep row has
+``bytes, zeros_us, empty_us, zeros_overwrite_us, empty_overwrite_us, fill_us, fill_GBps,
+overwrite_ratio`` (eager), ``zeros_overwrite_graph_us, empty_overwrite_graph_us,
+overwrite_graph_ratio`` (graph replay) and ``fill_by_dtype = {dtype: {us, GBps, graph_us,
+graph_GBps}}`` for each of :data:`FILL_DTYPES`. Records written before the graph-replay, per-dtype,
+``fill_kernels`` and ``timers`` fields existed still load: readers say "not recorded yet".
+
 Two timers, never mixed up: *eager* (``time_us``: ``triton.testing.do_bench``, CUDA events around
 each call, so host work and launch gaps count when the GPU work is short) and *graph replay*
 (``graph_time_us``: the calls captured in a CUDA graph, GPU time only). The alloc record names the
