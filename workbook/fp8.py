@@ -183,7 +183,11 @@ def _launch_config(m: int, config) -> dict:
     return cfg
 
 
-def _launch(src: torch.Tensor, m: int, n: int, silu_mul: bool, emulate, config):
+def _launch(src: torch.Tensor, m: int, n: int, silu_mul: bool, emulate, config, backend: str = "triton"):
+    from .cuda import _cuda_fp8_quant, check_backend  # imports without a GPU; builds on first CUDA use
+
+    if check_backend(backend, emulate, config):
+        return _cuda_fp8_quant(src, m, n, silu_mul)  # same allocations, same bytes (kernels/cuda/fp8.cu)
     emulate = resolve_emulate(emulate)
     cfg = _launch_config(m, config)
     num_groups = n // GROUP_SIZE
@@ -215,7 +219,7 @@ def _launch(src: torch.Tensor, m: int, n: int, silu_mul: bool, emulate, config):
 
 
 def silu_mul_quant_fp8_packed(x: torch.Tensor, group_size: int = GROUP_SIZE, *,
-                              emulate: bool | None = None, config=None):
+                              emulate: bool | None = None, config=None, backend: str = "triton"):
     """Fused y = silu(x[:, :N]) * x[:, N:] and FP8 group quantization with packed UE8M0 scales.
 
     Returns ``(codes, scales)``: codes float8_e4m3fn [M, N] (contiguous) and scales int32
@@ -225,6 +229,8 @@ def silu_mul_quant_fp8_packed(x: torch.Tensor, group_size: int = GROUP_SIZE, *,
     ``emulate``: None (default) = exact integer roundings only where there is no GPU; True = also on a
     GPU; False = the GPU's conversion instructions (GPU only). ``config``: launch configuration, a
     dict or ``triton.Config`` with keys from ``CONFIG_KEYS`` (defaults chosen per M).
+    ``backend``: 'triton' (default) or 'cuda', the CUDA C++ kernel of kernels/cuda/fp8.cu (GPU only;
+    the same bytes and layout; it takes neither ``emulate`` nor ``config``; see workbook.cuda).
     """
     _check_group_size(group_size)
     _check("x", x, (torch.bfloat16,), 2)
@@ -236,20 +242,21 @@ def silu_mul_quant_fp8_packed(x: torch.Tensor, group_size: int = GROUP_SIZE, *,
     if n % group_size:
         raise ValueError(f"N = x.shape[-1] // 2 must be a multiple of group_size={group_size}; got "
                          f"N = {n} (x.shape[-1] = {two_n})")
-    return _launch(x, m, n, True, emulate, config)
+    return _launch(x, m, n, True, emulate, config, backend)
 
 
 def quant_fp8_packed(y: torch.Tensor, group_size: int = GROUP_SIZE, *,
-                     emulate: bool | None = None, config=None):
+                     emulate: bool | None = None, config=None, backend: str = "triton"):
     """The quantization alone, on an already materialized y [M, N] bf16 (the unfused path's second
-    kernel). Same outputs, layout and keywords as :func:`silu_mul_quant_fp8_packed`."""
+    kernel). Same outputs, layout and keywords (``backend`` included) as
+    :func:`silu_mul_quant_fp8_packed`."""
     _check_group_size(group_size)
     _check("y", y, (torch.bfloat16,), 2)
     m, n = y.shape
     if n == 0 or n % group_size:
         raise ValueError(f"y's last dimension must be a positive multiple of group_size={group_size}; "
                          f"got {n}")
-    return _launch(y, m, n, False, emulate, config)
+    return _launch(y, m, n, False, emulate, config, backend)
 
 
 def pack_ue8m0_mn_major(exp_bytes: torch.Tensor) -> torch.Tensor:
