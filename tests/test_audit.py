@@ -152,6 +152,11 @@ def test_zero_fills_that_are_the_result_not_reported():
         def result_is_zeros(n):
             z = torch.zeros(n)
             return z
+        def exclusive_branches(x, flag, caps):
+            if flag:
+                caps.zero_()
+            else:
+                torch.add(x, 1, out=caps)
         def scatter(x, idx):
             out = torch.zeros(8)
             out.scatter_(0, idx, x)
@@ -337,3 +342,77 @@ def test_sample_project_findings():
     assert f["row_scales"].padding and f["row_scales"].confidence == "high"
     assert f["new_output"].file.endswith("buffers.py") and "scale_rows_helper" in f["new_output"].overwrite
     assert set(_necessary(res)) == {"token_histogram", "expert_sums"}
+
+
+# ---- graders of notebook 07 -------------------------------------------------------------------------
+
+def _solution_verdicts():
+    return {k: v for k, (v, _) in A.SAMPLE_VERDICTS.items()}
+
+
+def _stub(*args):
+    raise NotImplementedError
+
+
+def test_check_verdicts():
+    from workbook.check import grade
+    A.check_verdicts(_solution_verdicts)
+    assert not grade("stub", lambda: A.check_verdicts(_stub))
+    padding_empty = dict(_solution_verdicts(), row_scales="empty")
+    with pytest.raises(AssertionError, match="row_scales: 'empty' would change results.*padding"):
+        A.check_verdicts(lambda: padding_empty)
+    atomics_empty = dict(_solution_verdicts(), token_histogram="empty")
+    with pytest.raises(AssertionError, match="atomic_adds"):
+        A.check_verdicts(lambda: atomics_empty)
+    all_zeros = {k: "zeros" for k in A.SAMPLE_VERDICTS}
+    with pytest.raises(AssertionError, match="memset for nothing"):
+        A.check_verdicts(lambda: all_zeros)
+    with pytest.raises(AssertionError, match="missing"):
+        A.check_verdicts(lambda: {"scale_rows": "empty"})
+
+
+def _writer_ok(dec, pre):
+    import torch
+    out = torch.empty(dec.shape[0] + pre.shape[0], dec.shape[1], dtype=dec.dtype)
+    out[:dec.shape[0]] = dec
+    out[dec.shape[0]:] = pre
+    return out
+
+
+def test_check_mixed_batch_writer():
+    import torch
+    from workbook.check import grade
+    A.check_mixed_batch_writer(_writer_ok)
+    assert not grade("stub", lambda: A.check_mixed_batch_writer(_stub))
+
+    def zeros_writer(dec, pre):
+        out = torch.zeros(dec.shape[0] + pre.shape[0], dec.shape[1])
+        out[:dec.shape[0]] = dec
+        out[dec.shape[0]:] = pre
+        return out
+
+    def padded_writer(dec, pre):  # a CUDA-graph style padded batch: rows past nd + npf written by nobody
+        n = dec.shape[0] + pre.shape[0]
+        out = torch.empty((n + 3) // 4 * 4 + 4, dec.shape[1])
+        out[:dec.shape[0]] = dec
+        out[dec.shape[0]:n] = pre
+        return out
+
+    def gap_writer(dec, pre):  # prefill one row too far: row nd never written
+        nd = dec.shape[0]
+        out = torch.empty(nd + pre.shape[0], dec.shape[1])
+        out[:nd] = dec
+        out[nd + 1:] = pre[:-1] if pre.shape[0] else pre
+        return out
+
+    def swapped_writer(dec, pre):
+        return torch.cat([pre, dec])
+
+    with pytest.raises(AssertionError, match="zero-fills"):
+        A.check_mixed_batch_writer(zeros_writer)
+    with pytest.raises(AssertionError, match="padded batch|never written"):
+        A.check_mixed_batch_writer(padded_writer)
+    with pytest.raises(AssertionError, match="never written"):
+        A.check_mixed_batch_writer(gap_writer)
+    with pytest.raises(AssertionError, match="decode outputs go first"):
+        A.check_mixed_batch_writer(swapped_writer)

@@ -54,6 +54,7 @@ from typing import Callable, Iterable
 __all__ = [
     "CONFIDENCES", "Finding", "Skipped", "AuditResult", "audit", "audit_sources", "format_text", "to_json",
     "add_arguments", "run", "main",
+    "SAMPLE_VERDICTS", "check_verdicts", "mixed_batch_reference", "check_mixed_batch_writer",
 ]
 
 CONFIDENCES = ("low", "medium", "high")
@@ -240,6 +241,21 @@ def _control(node, parents) -> list[ast.AST]:
             out.append(n)
         n = parents.get(n)
     return list(reversed(out))
+
+
+def _branch_path(node, parents) -> dict[int, str]:
+    out, child, n = {}, node, parents.get(node)
+    while n is not None:
+        if isinstance(n, ast.If):
+            out[id(n)] = "body" if any(child is c for c in n.body) else "orelse" if any(child is c for c in n.orelse) else "test"
+        child, n = n, parents.get(n)
+    return out
+
+
+def _exclusive(a, b, parents) -> bool:
+    """Are statements a and b in different branches of one if/else?"""
+    pa, pb = _branch_path(a, parents), _branch_path(b, parents)
+    return any(k in pb and pb[k] != v and "test" not in (v, pb[k]) for k, v in pa.items())
 
 
 def _stmt_of(node, parents):
@@ -661,6 +677,8 @@ class _Analyzer:
             if (n.lineno, n.col_offset) < start_pos:
                 continue
             st = _stmt_of(n, self.parents)
+            if start is not None and _exclusive(start, st, self.parents):
+                continue   # the other branch of an if/else: never runs after the fill
             if id(st) not in by_stmt:
                 by_stmt[id(st)] = []
                 order.append(st)
@@ -1269,3 +1287,135 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# ---- exercise graders (notebook 07; they raise AssertionError with a message that teaches) ----------
+
+#: What the proofs in notebook 07 establish for each candidate of the sample engine
+#: (notebooks/audit_sample): 'empty' = the zero fill is redundant, 'zeros' = keep it, 'fix' = an
+#: ``empty`` buffer that is not fully written: the writer (or the allocation) must change.
+SAMPLE_VERDICTS = {
+    "scale_rows": ("empty", "scale_rows_kernel stores every element of every row (grid M, mask N): poisoning "
+                   "the zeros_like changes no output."),
+    "new_output": ("empty", "its one caller launches scale_rows_kernel on the buffer, which writes all of it."),
+    "gate_into": ("empty", "z_out[:] = sigmoid(z) writes every element right after the zero_()."),
+    "row_scales": ("zeros", "row_amax_kernel writes rows [0, M) only, and group_scales reads whole groups of "
+                   "GROUP rows, padding rows included: poisoned, the padding changes the consumer's result "
+                   "(keep zeros, or make the kernel write the padding)."),
+    "token_histogram": ("zeros", "histogram_kernel atomic_adds into counts: it reads the buffer, so the zeros "
+                        "are the starting value of the count (coverage calls that 'read before written')."),
+    "expert_sums": ("zeros", "index_add_ accumulates into acc: the zeros are part of the result."),
+    "project_tokens": ("fix", "out is empty and only out[:num_tokens] is written: rows num_tokens.. hold "
+                       "garbage that the caller receives. Allocate num_tokens rows, or write the padding."),
+}
+_CHOICES = ("empty", "zeros", "fix")
+
+
+def check_verdicts(fn) -> None:
+    """Grader of exercise 1: ``fn()`` returns {function name: 'empty' | 'zeros' | 'fix'} for the
+    seven candidates of the sample engine."""
+    got = fn()
+    if not isinstance(got, dict):
+        raise AssertionError(f"return a dict {{function name: verdict}}, got {type(got).__name__}")
+    missing = sorted(set(SAMPLE_VERDICTS) - set(got))
+    if missing:
+        raise AssertionError(f"give a verdict for every candidate; missing: {missing}")
+    bad_value = {k: v for k, v in got.items() if v not in _CHOICES}
+    if bad_value:
+        raise AssertionError(f"each verdict is one of {_CHOICES}; got {bad_value}")
+    wrong = [(k, got[k]) for k in SAMPLE_VERDICTS if got[k] != SAMPLE_VERDICTS[k][0]]
+    if wrong:
+        lines = []
+        for k, v in wrong:
+            want, why = SAMPLE_VERDICTS[k]
+            if v == "empty" and want == "zeros":
+                lead = f"{k}: 'empty' would change results."
+            elif v == "zeros" and want == "empty":
+                lead = f"{k}: the zero fill is a memset for nothing."
+            else:
+                lead = f"{k}: '{v}' is not it (expected '{want}')."
+            lines.append(f"{lead} {why}")
+        raise AssertionError(f"{len(wrong)} of {len(SAMPLE_VERDICTS)} verdicts are wrong:\n  " + "\n  ".join(lines))
+
+
+def mixed_batch_reference(decode_out, prefill_out):
+    """What the mixed-batch writer of exercise 2 must return: decode rows first, then prefill rows."""
+    import torch
+    return torch.cat([decode_out, prefill_out])
+
+
+def check_mixed_batch_writer(fn) -> None:
+    """Grader of exercise 2: ``fn(decode_out [nd, D], prefill_out [npf, D])`` allocates its output
+    with ``torch.empty`` and writes decode rows then prefill rows, covering every row; no zero fill."""
+    import torch
+
+    from . import coverage as cov
+    gen = torch.Generator().manual_seed(7)
+    for nd, npf, d in [(3, 5, 4), (1, 0, 8), (0, 4, 2), (6, 1, 3)]:
+        dec = torch.randn(nd, d, generator=gen)
+        pre = torch.randn(npf, d, generator=gen)
+        with _ZeroFillSpy() as spy:
+            fn(dec, pre)
+        if spy.calls:
+            raise AssertionError(f"nd={nd}, npf={npf}: your writer zero-fills ({', '.join(sorted(set(spy.calls)))}). "
+                                 "The point is to allocate with torch.empty and prove that the two writes cover it.")
+        covs = cov.coverage(fn, dec, pre, names=["out"])
+        if len(covs) != 1:
+            raise AssertionError(f"return one tensor, got {len(covs)}")
+        c = covs[0]
+        n = math_prod(c.storage_shape)
+        if n != (nd + npf) * d:
+            raise AssertionError(f"nd={nd}, npf={npf}: the buffer's storage has {n} elements; allocate exactly "
+                                 f"nd + npf = {nd + npf} rows of {d} (a padded batch leaves rows nobody writes: "
+                                 f"{c.unwritten_ranges('storage')})")
+        if not c.storage_fully_written:
+            raise AssertionError(f"nd={nd}, npf={npf}: elements never written (poison survives): "
+                                 f"{c.unwritten_ranges('storage')}. The decode rows are [0, nd) and the prefill rows "
+                                 "[nd, nd + npf): the two slices must meet exactly at nd.")
+        got = fn(dec, pre)
+        ref = mixed_batch_reference(dec, pre)
+        if got.shape != ref.shape or not torch.equal(got, ref):
+            raise AssertionError(f"nd={nd}, npf={npf}: every row is written, but not with the right rows: decode "
+                                 "outputs go first (rows [0, nd)), then prefill outputs (rows [nd, nd + npf)).")
+
+
+def _zero_fill_spy():
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    class Spy(TorchFunctionMode):
+        """Records zero fills (zeros, zeros_like, new_zeros, full(.., 0), zero_(), fill_(0))."""
+
+        def __init__(self):
+            super().__init__()
+            self.calls: list[str] = []
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            name = getattr(func, "__name__", "")
+            if func in (torch.zeros, torch.zeros_like) or name in ("new_zeros", "zero_"):
+                self.calls.append(name)
+            elif name in ("full", "full_like", "new_full", "fill_"):
+                v = args[1] if len(args) > 1 else kwargs.get("fill_value", kwargs.get("value"))
+                if isinstance(v, (int, float)) and v == 0:
+                    self.calls.append(f"{name}(.., 0)")
+            return func(*args, **kwargs)
+
+    return Spy()
+
+
+class _ZeroFillSpy:
+    def __enter__(self):
+        self._mode = _zero_fill_spy()
+        self._mode.__enter__()
+        return self._mode
+
+    def __exit__(self, *exc):
+        return self._mode.__exit__(*exc)
+
+
+def math_prod(shape) -> int:  # noqa: D401  (math.prod of a shape, kept local to stay import-light)
+    n = 1
+    for s in shape:
+        n *= s
+    return n
