@@ -28,6 +28,14 @@ on fp16/bf16 operands (SPECS.md section 2, seen with Triton 3.9), so there the s
 operands are upcast to fp32 and multiplied exactly (``input_precision="ieee"``). Heuristics turn
 ``EMULATE`` into ``OP`` (operand dtype) and ``PREC`` (dot precision).
 
+Designed for the H200 (132 SMs, HBM3e), where decode is a stream over the cache: the launcher
+splits each context so that about ``WAVES`` x 132 programs run (``DECODE_CONFIG``); the G query
+heads of one KV head share a program, so each cache byte is read once per KV head; a page row of
+codes is 64 contiguous bytes, read as 16-byte vectors; the centroid lookup is one load from a
+32-byte fp16 table that every lane finds in the same L1 line (``LOOKUP=1``: a select tree instead,
+no memory access), and value codes become fp16 through their bit pattern (``nibble_to_fp16``), so
+no per-element conversion instruction runs; products go to the tensor cores, sums stay fp32.
+
 Helpers are inlined by hand in the hot loops: every call of a ``@triton.jit`` helper costs the
 interpreter milliseconds, and the notebooks and tests run there.
 
@@ -42,9 +50,9 @@ import triton.language as tl
 
 @triton.jit
 def lookup_centroids(b_code, centroids, LOOKUP: tl.constexpr):
-    """Centroid values (fp32) of 4-bit codes (int32 in [0, 15]).
+    """Centroid values (the table's dtype, fp16 in the attention kernels) of 4-bit codes (int32 in [0, 15]).
 
-    ``LOOKUP == 0``: a load from the 16-entry fp32 table (64 bytes, one L1 line: every lane of a
+    ``LOOKUP == 0``: a load from the 16-entry table (32 bytes, one L1 line: every lane of a
     warp hits the same line, so the gather costs one wavefront). ``LOOKUP == 1``: no memory access;
     the table is symmetric (c[15 - m] = -c[m]), so three bits pick one of the 8 magnitudes through a
     tree of 7 selects and the top bit gives the sign."""
@@ -67,6 +75,14 @@ def lookup_centroids(b_code, centroids, LOOKUP: tl.constexpr):
     b_hi = tl.where(m_b1, tl.where(m_b0, c7, c6), tl.where(m_b0, c5, c4))
     b_mag = tl.where(m_b2, b_hi, b_lo)
     return tl.where(m_pos, b_mag, -b_mag)
+
+
+@triton.jit
+def nibble_to_fp16(b_code):
+    """Integer codes 0..15 (int32) -> the same values in fp16 without a conversion instruction (those
+    run at a quarter of the ALU rate on Hopper): the fp16 bits 0x6400 | code are 1024 + code, exactly."""
+    b_bits = (b_code | 0x6400).to(tl.int16)
+    return b_bits.to(tl.float16, bitcast=True) - tl.full([1, 1], 1024.0, tl.float16)
 
 
 @triton.jit
@@ -148,7 +164,7 @@ def _attend_cache(
     kvh,                    # KV head
     k_codes, k_scale, v_codes, v_scale, v_zero, centroids,
     HKV: tl.constexpr, D: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
-    LOOKUP: tl.constexpr, OP: tl.constexpr, PREC: tl.constexpr,
+    LOOKUP: tl.constexpr, OP: tl.constexpr, PREC: tl.constexpr, EMULATE: tl.constexpr,
 ):
     """Online softmax over the quantized cache tokens [start, end): keys and values dequantized in
     registers, one tile of BLOCK_N tokens at a time."""
@@ -164,11 +180,11 @@ def _attend_cache(
         b_kc = tl.load(k_codes + p_rows, mask=m_t[:, None], other=0).to(tl.int32)
         b_ks = tl.load(k_scale + o_slot, mask=m_t, other=0.0).to(tl.float32)
         if LOOKUP == 0:  # inline: a jit-helper call costs the interpreter milliseconds
-            b_ke = tl.load(centroids + (b_kc & 15)).to(tl.float16).to(OP)
-            b_ko = tl.load(centroids + (b_kc >> 4)).to(tl.float16).to(OP)
+            b_ke = tl.load(centroids + (b_kc & 15)).to(OP)   # fp16 table: no conversion on the GPU
+            b_ko = tl.load(centroids + (b_kc >> 4)).to(OP)
         else:
-            b_ke = lookup_centroids(b_kc & 15, centroids, LOOKUP).to(tl.float16).to(OP)
-            b_ko = lookup_centroids(b_kc >> 4, centroids, LOOKUP).to(tl.float16).to(OP)
+            b_ke = lookup_centroids(b_kc & 15, centroids, LOOKUP).to(OP)
+            b_ko = lookup_centroids(b_kc >> 4, centroids, LOOKUP).to(OP)
         b_s = tl.dot(b_qe, tl.trans(b_ke), input_precision=PREC)
         b_s = tl.dot(b_qo, tl.trans(b_ko), b_s, input_precision=PREC)
         b_s = tl.where(m_t[None, :], b_s * b_ks[None, :], float("-inf"))
@@ -180,8 +196,14 @@ def _attend_cache(
         b_vs = tl.load(v_scale + o_slot, mask=m_t, other=0.0).to(tl.float32)
         b_vz = tl.load(v_zero + o_slot, mask=m_t, other=0.0).to(tl.float32)
         b_ps = (b_p * b_vs[None, :]).to(tl.float16).to(OP)
-        b_acc_e = tl.dot(b_ps, (b_vc & 15).to(tl.float16).to(OP), b_acc_e * b_alpha[:, None], input_precision=PREC)
-        b_acc_o = tl.dot(b_ps, (b_vc >> 4).to(tl.float16).to(OP), b_acc_o * b_alpha[:, None], input_precision=PREC)
+        if EMULATE:
+            b_vlo = (b_vc & 15).to(OP)
+            b_vhi = (b_vc >> 4).to(OP)
+        else:
+            b_vlo = nibble_to_fp16(b_vc & 15)
+            b_vhi = nibble_to_fp16(b_vc >> 4)
+        b_acc_e = tl.dot(b_ps, b_vlo, b_acc_e * b_alpha[:, None], input_precision=PREC)
+        b_acc_o = tl.dot(b_ps, b_vhi, b_acc_o * b_alpha[:, None], input_precision=PREC)
         b_accz = b_accz * b_alpha + tl.sum(b_p * b_vz[None, :], axis=1)
         m_i = m_new
     return m_i, l_i, b_acc_e, b_acc_o, b_accz
@@ -196,7 +218,7 @@ def tq_decode_kernel(
     block_table,  # int32 [R, max_pages]
     seq_lens,     # int32 [R]: context length per request, the new token included (already stored)
     k_codes, k_scale, v_codes, v_scale, v_zero,
-    centroids,    # fp32 [16]
+    centroids,    # fp16 [16] (the MMA operand dtype: a lookup needs no conversion)
     out,          # attn_out [N, HQ, D]: rows [0, B) written here when NUM_SPLITS == 1
     part_out,     # fp32 [B, HQ, NUM_SPLITS, D] when NUM_SPLITS > 1 (each split's normalized output)
     part_lse,     # fp32 [B, HQ, NUM_SPLITS] (each split's log2-sum-exp2; -inf for an empty split)
@@ -234,7 +256,7 @@ def tq_decode_kernel(
     b_acc_o = tl.zeros([BLOCK_G, HALF], tl.float32)
     m_i, l_i, b_acc_e, b_acc_o, b_accz = _attend_cache(
         b_qe, b_qo, m_i, l_i, b_acc_e, b_acc_o, b_accz, start, end, block_table, b * stride_bt, kvh,
-        k_codes, k_scale, v_codes, v_scale, v_zero, centroids, HKV, D, BLOCK_SIZE, BLOCK_N, LOOKUP, OP, PREC)
+        k_codes, k_scale, v_codes, v_scale, v_zero, centroids, HKV, D, BLOCK_SIZE, BLOCK_N, LOOKUP, OP, PREC, EMULATE)
     m_any = l_i > 0  # false only for an empty split (start >= L)
     b_l = tl.where(m_any, l_i, 1.0)
     b_oe = tl.where(m_any[:, None], (b_acc_e + b_accz[:, None]) / b_l[:, None], 0.0)
@@ -283,7 +305,7 @@ def tq_prefill_kernel(
     seq_lens,     # int32 [R]: context length, new tokens included
     block_table,  # int32 [R, max_pages]
     k_codes, k_scale, v_codes, v_scale, v_zero,
-    centroids,
+    centroids,    # fp16 [16]
     out,          # attn_out [N, HQ, D]: rows [qsl[first], qsl[R]) written here
     first_req,    # index of the first prefill request (= number of decode requests)
     stride_bt,
@@ -321,7 +343,7 @@ def tq_prefill_kernel(
         b_qo = (tl.load(q_rot + o_q + 1, mask=m_m[:, None], other=0.0)).to(tl.float16).to(OP)
         m_acc, l_i, b_acc_e, b_acc_o, b_accz = _attend_cache(
             b_qe, b_qo, m_acc, l_i, b_acc_e, b_acc_o, b_accz, 0, P, block_table, r * stride_bt, kvh,
-            k_codes, k_scale, v_codes, v_scale, v_zero, centroids, HKV, D, BLOCK_SIZE, BLOCK_N, LOOKUP, OP, PREC)
+            k_codes, k_scale, v_codes, v_scale, v_zero, centroids, HKV, D, BLOCK_SIZE, BLOCK_N, LOOKUP, OP, PREC, EMULATE)
         # 2. the new tokens, causal, unrotated and unquantized
         b_qe = (tl.load(q + o_q, mask=m_m[:, None], other=0.0).to(tl.float32) * sm_scale_log2).to(tl.float16).to(OP)
         b_qo = (tl.load(q + o_q + 1, mask=m_m[:, None], other=0.0).to(tl.float32) * sm_scale_log2).to(tl.float16).to(OP)

@@ -6,8 +6,11 @@ import math
 import pytest
 import torch
 
-import workbook  # noqa: F401
+import workbook  # noqa: F401  (before triton: the interpreter switch)
+import triton
+import triton.language as tl
 from workbook import turboquant as tq
+import workbook.kernels.turboquant as kernels
 from workbook.check import grade, rel_err
 from workbook.coverage import poison_, poisons_for
 from workbook.device import DEVICE, ON_GPU
@@ -106,6 +109,23 @@ def test_slot_bytes():
     sb = tq.slot_bytes(128)
     assert (sb["key"], sb["value"], sb["total"], sb["bf16"]) == (66, 68, 134, 512)
     assert abs(sb["ratio"] - 512 / 134) < 1e-12
+
+
+# ---------------------------------------------------------------------------------------------- device helpers
+
+@triton.jit
+def _nibble_probe(codes, out, N: tl.constexpr):
+    o = tl.arange(0, N)
+    b = tl.load(codes + o[:, None] * N + o[None, :]).to(tl.int32)
+    tl.store(out + o[:, None] * N + o[None, :], kernels.nibble_to_fp16(b).to(tl.float32))
+
+
+def test_nibble_to_fp16_is_exact():
+    # the GPU path's int -> fp16 trick for value codes (exercised here in the interpreter too)
+    codes = (torch.arange(256) % 16).to(torch.uint8).view(16, 16).to(DEVICE)
+    out = torch.empty(16, 16, device=DEVICE)
+    _nibble_probe[(1,)](codes, out, N=16)
+    assert torch.equal(out.cpu(), codes.cpu().float())
 
 
 # ---------------------------------------------------------------------------------------------- store

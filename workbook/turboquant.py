@@ -297,6 +297,13 @@ class TurboQuantCache:
     def tensors(self) -> tuple[torch.Tensor, ...]:
         return self.k_codes, self.k_scale, self.v_codes, self.v_scale, self.v_zero
 
+    @property
+    def centroids_half(self) -> torch.Tensor:
+        """The fp16 table the attention kernels look up (their matrix-multiply operand dtype)."""
+        if getattr(self, "_half", None) is None or self._half.device != self.centroids.device:
+            self._half = self.centroids.half()
+        return self._half
+
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.tensors())
 
@@ -669,7 +676,7 @@ def decode_attention(q_rot: torch.Tensor, cache: TurboQuantCache, batch: MixedBa
         part_out = part_lse = None
     require_launchable(kern.tq_decode_kernel)
     kern.tq_decode_kernel[(B, hkv, S)](
-        q_rot, batch.block_table, batch.seq_lens, *cache.tensors(), cache.centroids, out,
+        q_rot, batch.block_table, batch.seq_lens, *cache.tensors(), cache.centroids_half, out,
         part_out, part_lse, batch.block_table.stride(0), split_len,
         HQ=hq, HKV=hkv, D=d, BLOCK_SIZE=cache.block_size,
         BLOCK_G=max(16, triton.next_power_of_2(hq // hkv)), BLOCK_N=cfg["BLOCK_N"], NUM_SPLITS=S,
@@ -695,7 +702,7 @@ def prefill_attention(q, k, v, q_rot, cache: TurboQuantCache, batch: MixedBatch,
     grid = (n_pre, hq, triton.cdiv(batch.max_prefill_query_len, cfg["BLOCK_M"]))
     kern.tq_prefill_kernel[grid](
         q, q_rot, k, v, batch.query_start_loc, batch.seq_lens, batch.block_table, *cache.tensors(),
-        cache.centroids, out, batch.num_decode_reqs, batch.block_table.stride(0), scale,
+        cache.centroids_half, out, batch.num_decode_reqs, batch.block_table.stride(0), scale,
         HQ=hq, HKV=cache.num_kv_heads, D=d, BLOCK_SIZE=cache.block_size, BLOCK_M=cfg["BLOCK_M"],
         BLOCK_N=cfg["BLOCK_N"], LOOKUP=cfg["LOOKUP"], EMULATE=em, num_warps=cfg["num_warps"],
         num_stages=cfg["num_stages"])
