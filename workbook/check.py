@@ -132,14 +132,15 @@ PITFALLS: list[tuple[str, str]] = [
      "convert with .to(...) where the statement says so."),
     (r"\bdot\b|tl\.dot|matmul|mat1 and mat2",
      "tl.dot needs 2-D blocks with every dimension >= 16 and matching inner sizes. In Triton's "
-     "interpreter, tl.dot on bf16/fp16 blocks returns garbage: upcast both to tl.float32 first "
+     "interpreter, tl.dot on bf16 blocks returns garbage: upcast both to tl.float32 first "
      "(.to(tl.float32)); the result is the same on a GPU."),
     (r"float8|fp8|e4m3",
-     "casts to FP8 (.to(tl.float8e4nv)) are mis-rounded by Triton's interpreter (ties go away from "
-     "zero); the workbook's kernels round with workbook.kernels.common.e4m3_rne instead."),
+     "Triton's interpreter gets casts to FP8 (.to(tl.float8e4nv)) wrong: a value that rounds up into "
+     "the next power of two lands a power of two low, and values past 448 are not saturated; the "
+     "workbook's kernels round with workbook.kernels.common.e4m3_rne instead."),
     (r"bfloat16|\bbf16\b",
-     "Triton's interpreter truncates fp32 -> bf16 instead of rounding to nearest even and loses bf16 "
-     "subnormals on the way to fp32; the workbook's kernels round with "
+     "Triton's interpreter truncates fp32 -> bf16 instead of rounding to nearest even and gets bf16 "
+     "subnormals wrong on the way to fp32; the workbook's kernels round with "
      "workbook.kernels.common.round_to_bf16 and unpack with bf16_to_fp32."),
     (r"illegal memory access|out of bounds|out of range|index \d+ is out of|segmentation",
      "an index past the end of a buffer. Every tl.load/tl.store whose offsets can pass the end needs "
