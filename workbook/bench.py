@@ -552,7 +552,7 @@ def benchmark() -> tuple[dict, dict]:
 # Grader of notebook 01's exercise 1.2 (raises AssertionError with a message that teaches)
 # --------------------------------------------------------------------------------------------------
 
-PREDICTION_BYTES = 512 << 20   # not a measured size: the prediction must interpolate
+PREDICTION_SIZES = (512 << 20, 128 << 20)   # not measured sizes: the prediction must interpolate
 _PREDICTION_DTYPES = ("float32", "uint8", "int32")
 _TOLERANCE = 0.01               # run-to-run noise of the large-size fill timings
 
@@ -575,10 +575,10 @@ def check_zero_fill_prediction(fn, rec: dict) -> None:
     allocate-then-overwrite for a ``nbytes`` buffer of ``dtype`` (a torch dtype), by the cost model
     extra = nbytes / beta_fill(dtype, size), beta interpolated from the recorded fill sweep.
 
-    What the data supports at 512 MiB: the fill's bandwidth grows with size, so its time lies between
-    1 GiB's time / 2 and 256 MiB's time x 2 (each within the timing noise). Checked for float32, and
+    What the data supports at a size B between two measured sizes B/2 and 2B: the fill's bandwidth
+    grows with size, so its time lies between (2B's time) / 2 and (B/2's time) x 2, each within the
+    timing noise. Checked at 512 MiB and 128 MiB (an answer must follow ``nbytes``), for float32, and
     for uint8 and int32 when the record holds them (it says 'not recorded yet' otherwise)."""
-    B = PREDICTION_BYTES
     copy = rec["ceilings"].get("copy_GBps")
     checked = []
     for name in _PREDICTION_DTYPES:
@@ -587,43 +587,63 @@ def check_zero_fill_prediction(fn, rec: dict) -> None:
         except NotRecorded:
             print(f"    ({name}: not recorded yet in this record, so not checked)")
             continue
-        lo_row, hi_row = rows[256 << 20], rows[1 << 30]
-        bounds = sorted((hi_row["us"] * B / hi_row["bytes"], lo_row["us"] * B / lo_row["bytes"]))
-        lo, hi = bounds[0] * (1 - _TOLERANCE), bounds[1] * (1 + _TOLERANCE)
-        what = f"{name}, 512 MiB"
-        p = _as_float(fn(rec, B, getattr(torch, name)), what)
-        if lo <= p <= hi:
-            checked.append(name)
-            continue
-        # name the likely mistake
-        beta_mid = (lo_row["GBps"] + hi_row["GBps"]) / 2 * 1e9
-        hints = [
-            (B / beta_mid * 1e0, "that is in SECONDS: multiply by 1e6 for microseconds"),
-            (B / beta_mid * 1e3, "that is in MILLISECONDS: microseconds are 1e6 per second"),
-            (512e6 / beta_mid * 1e6, "512 MiB is 512 * 2**20 = 536870912 bytes, not 512e6"),
-            ((lo_row["us"] + hi_row["us"]) / 2, "averaging the TIMES of 256 MiB and 1 GiB mixes two sizes; "
-             "time scales with bytes: interpolate the bandwidth (or scale each time by 512 MiB / its size)"),
-            (rows[64 << 20]["us"] * 8 if (64 << 20) in rows else -1.0,
-             "the 64 MiB row's bandwidth is lower (the launch still shows there): use the rows around 512 MiB"),
-        ]
-        if copy:
-            hints.append((B / (copy * 1e9) * 1e6, "the copy ceiling counts bytes read + written; a fill only "
-                          "writes, at its own rate: use the fill bandwidth of this dtype"))
-            hints.append((2 * B / (copy * 1e9) * 1e6, "the copy ceiling is not the fill's rate: use the fill "
-                          "bandwidth of this dtype"))
-        if name != "float32":
-            try:
-                f32 = {r["bytes"]: r for r in fill_sweep(rec, "float32")}
-                hints.append((B / ((f32[256 << 20]["GBps"] + f32[1 << 30]["GBps"]) / 2 * 1e9) * 1e6,
-                              f"that is the float32 rate; the fill kernel writes {name} at a different rate "
-                              "(the element size sets its vector width and bytes per thread): use this dtype's rows"))
-            except (NotRecorded, KeyError):
-                pass
-        why = next((h for v, h in hints if v > 0 and abs(p - v) <= 0.015 * v), None)
-        raise AssertionError(
-            f"{what}: your prediction {p:.1f} us is outside what the recorded data supports, "
-            f"{lo:.1f}..{hi:.1f} us (1 GiB's fill time / 2 .. 256 MiB's x 2, {_TOLERANCE:.0%} noise)."
-            + (f" Likely cause: {why}." if why else
-               " Model: extra = bytes / fill bandwidth, bandwidth in bytes/s (GB/s * 1e9), result * 1e6 for us."))
+        got = {}
+        for B in PREDICTION_SIZES:
+            lo_row, hi_row = rows[B // 2], rows[2 * B]
+            bounds = sorted((hi_row["us"] * B / hi_row["bytes"], lo_row["us"] * B / lo_row["bytes"]))
+            lo, hi = bounds[0] * (1 - _TOLERANCE), bounds[1] * (1 + _TOLERANCE)
+            what = f"{name}, {B >> 20} MiB"
+            p = got[B] = _as_float(fn(rec, B, getattr(torch, name)), what)
+            if lo <= p <= hi:
+                continue
+            why = _likely_mistake(rec, rows, name, B, p, got, copy)
+            raise AssertionError(
+                f"{what}: your prediction {p:.1f} us is outside what the recorded data supports, "
+                f"{lo:.1f}..{hi:.1f} us ({human(2 * B)}'s fill time / 2 .. {human(B // 2)}'s x 2, "
+                f"{_TOLERANCE:.0%} noise)."
+                + (f" Likely cause: {why}." if why else
+                   " Model: extra = bytes / fill bandwidth, bandwidth in bytes/s (GB/s * 1e9), result * 1e6 for us."))
+        checked.append(name)
     if not checked:
         raise AssertionError("nothing to check: the record holds no fill sweep")
+
+
+def human(nbytes: int) -> str:
+    return f"{nbytes >> 30} GiB" if nbytes >= 1 << 30 else f"{nbytes >> 20} MiB"
+
+
+def _likely_mistake(rec, rows, name, B, p, got, copy) -> str | None:
+    """The wrong answer that ``p`` matches (within 1.5%), as a sentence; None if none does."""
+    lo_row, hi_row = rows[B // 2], rows[2 * B]
+    beta_mid = (lo_row["GBps"] + hi_row["GBps"]) / 2 * 1e9
+    hints = []
+    if len(got) > 1:
+        first = next(iter(got.values()))
+        hints.append((first, f"your prediction does not change with nbytes (it gave the same at "
+                             f"{next(iter(got)) >> 20} MiB): compute from the nbytes argument"))
+    hints += [
+        (B / beta_mid * 1e0, "that is in SECONDS: multiply by 1e6 for microseconds"),
+        (B / beta_mid * 1e3, "that is in MILLISECONDS: microseconds are 1e6 per second"),
+        ((B >> 20) * 1e6 / beta_mid * 1e6,
+         f"{B >> 20} MiB is {B >> 20} * 2**20 = {B} bytes, not {B >> 20}e6"),
+        ((lo_row["us"] + hi_row["us"]) / 2, f"averaging the TIMES of {human(B // 2)} and {human(2 * B)} mixes two "
+         f"sizes; time scales with bytes: interpolate the bandwidth (or scale each time by {B >> 20} MiB / its size)"),
+    ]
+    if (B // 8) in rows:
+        hints.append((rows[B // 8]["us"] * 8, f"the {human(B // 8)} row's bandwidth is lower (the launch still shows "
+                      f"there): use the rows around {B >> 20} MiB"))
+    if copy:
+        hints.append((B / (copy * 1e9) * 1e6, "the copy ceiling counts bytes read + written; a fill only "
+                      "writes, at its own rate: use the fill bandwidth of this dtype"))
+        hints.append((2 * B / (copy * 1e9) * 1e6, "the copy ceiling is not the fill's rate: use the fill "
+                      "bandwidth of this dtype"))
+    if name != "float32":
+        try:
+            f32 = {r["bytes"]: r for r in fill_sweep(rec, "float32")}
+            hints.append((B / ((f32[B // 2]["GBps"] + f32[2 * B]["GBps"]) / 2 * 1e9) * 1e6,
+                          f"that is the float32 rate; the fill kernel writes {name} at a different rate "
+                          "(the element size sets its vector width and bytes per thread): use this dtype's rows"))
+        except (NotRecorded, KeyError):
+            pass
+    near = [(abs(p - v) / v, h) for v, h in hints if v > 0 and abs(p - v) <= 0.015 * v]
+    return min(near)[1] if near else None
