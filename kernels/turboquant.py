@@ -141,7 +141,7 @@ def tq_store_kernel(
     b_o = tl.load(v + o_in + 2 * o_j[None, :] + 1, mask=m_r[:, None], other=0.0).to(tl.float32)
     b_max = tl.max(b_v, axis=1)
     b_min = tl.min(b_v, axis=1)
-    b_scale = ((b_max - b_min) / 15.0).to(tl.float16).to(tl.float32)
+    b_scale = tl.math.div_rn(b_max - b_min, tl.full([BLOCK_R], 15.0, tl.float32)).to(tl.float16).to(tl.float32)
     b_zero = b_min.to(tl.float16).to(tl.float32)
     m_s = b_scale > 0
     b_div = tl.where(m_s, b_scale, 1.0)[:, None]

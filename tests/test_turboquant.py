@@ -445,6 +445,7 @@ def test_benchmark_smoke():
         assert key in row, row
     assert row["rel_err_vs_sdpa_bf16"] < 0.2
     assert len(res["mse"]) == 3
+    assert {"empty_graph_us", "zeros_graph_us", "zeros_over_empty"} <= set(res["mixed_step"])
 
 
 @pytest.mark.skipif(not ON_GPU, reason="the fp16 tensor-core path exists only on a GPU")

@@ -987,11 +987,14 @@ def _decode_point(B, T, hq, hkv, d, block_size, timer, eager, configs, seed=0):
     return row
 
 
-def _mixed_step_point(timer):
+def _mixed_step_point(timer, smoke: bool = False):
     """zeros vs empty for attn_out in a mixed step (store + decode + prefill)."""
-    q, k, v, cache, batch = make_example([1] * 32 + [512, 256], [4096] * 32 + [1024, 256], 32,
-                                         hq=32, hkv=8, d=128, block_size=16, dtype=torch.bfloat16)
-    res = {"decode_reqs": 32, "decode_context": 4096, "prefill_query_lens": [512, 256],
+    nd, ctx, pre_q, pre_ctx, shape = 32, 4096, [512, 256], [1024, 256], dict(hq=32, hkv=8, d=128)
+    if smoke:
+        nd, ctx, pre_q, pre_ctx, shape = 2, 20, [5], [7], dict(hq=4, hkv=2, d=32)
+    q, k, v, cache, batch = make_example([1] * nd + pre_q, [ctx] * nd + pre_ctx, nd, block_size=16,
+                                         dtype=torch.bfloat16, **shape)
+    res = {"decode_reqs": nd, "decode_context": ctx, "prefill_query_lens": pre_q, "prefill_context": pre_ctx,
            "attn_out_bytes": q.numel() * q.element_size()}
     for alloc in ("empty", "zeros"):
         res[f"{alloc}_graph_us"] = timer(lambda alloc=alloc: mixed_attention(q, k, v, cache, batch, alloc=alloc))
@@ -1042,12 +1045,13 @@ def benchmark(smoke: bool = False):
         print({k_: (round(v_, 2) if isinstance(v_, float) else v_) for k_, v_ in row.items()}, flush=True)
         if ON_GPU:
             torch.cuda.empty_cache()
-    if not smoke:
-        try:
-            res["mixed_step"] = _mixed_step_point(timer)
-        except Exception as e:  # noqa: BLE001  (recorded; the decode figures above stand)
-            res["mixed_step"] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
-        print("mixed", res["mixed_step"], flush=True)
+    try:
+        res["mixed_step"] = _mixed_step_point(timer, smoke)
+    except Exception as e:  # noqa: BLE001  (recorded; the decode figures above stand)
+        if smoke:
+            raise
+        res["mixed_step"] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+    print("mixed", res["mixed_step"], flush=True)
     res["mse"] = mse_table(128 if not smoke else 32, n=4096 if not smoke else 256)
     res["elapsed_s"] = time.time() - t0
     ceilings = {}
