@@ -93,6 +93,7 @@ def test_bench_counts_measurements_and_writes_the_record(capsys, monkeypatch, tm
     rc, out, err = run(capsys, "bench", "alloc", "--data", str(tmp_path))
     assert rc == 0, err
     assert "[alloc] 3 measurements" in out and "measurements" in err   # the tqdm bar is on stderr
+    assert str(tmp_path / "alloc.json") in out and "recorded " in out
     assert json.loads((tmp_path / "alloc.json").read_text())["results"] == {"t_ms": [1.0, 1.0, 1.0]}
     assert triton.testing.do_bench.__name__ == "<lambda>"               # restored afterwards
 

@@ -339,9 +339,10 @@ def _cmd_bench(args) -> int:
         t0 = time.time()
         with _progress(f"bench {topic}") as bar, _count_measurements(bar):
             results, ceilings = module.benchmark()
-        path = bench.save_record(topic, results, ceilings, Path(args.data) if args.data else None)
-        n = len(results) if isinstance(results, (list, dict)) else 1
-        print(f"[{topic}] {bar.n} measurements in {time.time() - t0:.0f} s; {n} result entries -> {path}")
+        directory = Path(args.data) if args.data else None
+        path = bench.save_record(topic, results, ceilings, directory)
+        label = bench.recorded_label(bench.load_record(topic, directory))   # read back: the schema holds
+        print(f"[{topic}] {bar.n} measurements in {time.time() - t0:.0f} s -> {path} ({label})")
     return 0
 
 
