@@ -291,6 +291,29 @@ def test_fp8_cuda_every_bf16_gate():
 
 
 @gpu
+def test_fp8_cuda_silu_sequences_and_the_proof(monkeypatch):
+    """torch's sequence (accurate expf, IEEE division) is exact on every gate; the FAST one (ex2.approx,
+    div.full) is used by the fused kernel only where silu_fast_is_exact proved it; with the proof
+    withheld, the fused kernel runs torch's sequence and still gives the reference's bytes."""
+    g = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
+    g = g[torch.isfinite(g.float())].to(DEVICE)
+    ref = torch.nn.functional.silu(g.float()).to(torch.bfloat16).view(torch.int16)
+    exact = cuda.silu_mul_bf16_cuda(g, torch.ones_like(g), fast=False)
+    assert torch.equal(exact.view(torch.int16), ref), "torch's silu sequence must match torch on every gate"
+    fast = cuda.silu_mul_bf16_cuda(g, torch.ones_like(g), fast=True)
+    assert torch.equal(fast.view(torch.int16), ref) == cuda.silu_fast_is_exact()
+    up = torch.randn(g.shape, device=DEVICE).to(torch.bfloat16)
+    want = (torch.nn.functional.silu(g.float()).to(torch.bfloat16) * up).view(torch.int16)
+    got = cuda.silu_mul_bf16_cuda(g, up, fast=cuda.silu_fast_is_exact())
+    assert torch.equal(got.view(torch.int16), want)
+    monkeypatch.setattr(cuda, "_silu_fast", False)
+    x = make_gate_up(7, 384, seed=4)
+    cq, cs = fp8.silu_mul_quant_fp8_packed(x, backend="cuda")
+    q_ref, s_ref = fp8.silu_mul_quant_fp8_reference(x)
+    check_against_reference(cq, cs, q_ref, s_ref, 7, 384)
+
+
+@gpu
 def test_fp8_cuda_ties_zero_groups_and_large_amax():
     v = torch.arange(0x7F, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
     mids = (v[:-1] + v[1:]) / 2

@@ -42,7 +42,7 @@ from .device import ON_GPU
 
 __all__ = [
     "CUDA_DIR", "SOURCES", "ARCH_FLAGS", "BACKENDS", "find_nvcc", "compile_check", "build", "cache_dir",
-    "check_backend", "sass_counts", "benchmark", "benchmark_table", "show", "MAPPING",
+    "check_backend", "silu_mul_bf16_cuda", "silu_fast_is_exact", "sass_counts", "benchmark", "benchmark_table", "show", "MAPPING",
 ]
 
 BACKENDS = ("triton", "cuda")
@@ -153,8 +153,10 @@ def build(verbose: bool = False):
         vp, i32, i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
         lib.nvfp4_quant_cuda.argtypes = [vp, vp, vp, vp, i32, i32, i32, i32, i32, i32, i32, i32, vp]
         lib.nvfp4_quant_cuda.restype = i32
-        lib.silu_mul_quant_fp8_cuda.argtypes = [vp, vp, vp, i32, i32, i64, i64, i32, i32, i32, vp]
+        lib.silu_mul_quant_fp8_cuda.argtypes = [vp, vp, vp, i32, i32, i64, i64, i32, i32, i32, i32, vp]
         lib.silu_mul_quant_fp8_cuda.restype = i32
+        lib.silu_mul_bf16_cuda.argtypes = [vp, vp, vp, i32, i32, i32, vp]
+        lib.silu_mul_bf16_cuda.restype = i32
         lib.workbook_cuda_error_string.argtypes = [i32]
         lib.workbook_cuda_error_string.restype = ctypes.c_char_p
         _lib = lib
@@ -264,11 +266,49 @@ def _cuda_fp8_quant(src: torch.Tensor, m: int, n: int, silu_mul: bool):
         raise ValueError(f"M={m} x {p} packed words is too large for the CUDA kernel (32-bit warp index)")
     lib = build()
     xa = _aligned16(src)
+    fast = silu_mul and silu_fast_is_exact()
     err = lib.silu_mul_quant_fp8_cuda(xa.data_ptr(), codes.data_ptr(), storage.data_ptr(), m, n,
                                       xa.stride(0), codes.stride(0), storage.stride(0), int(silu_mul),
-                                      *_device_stream(src))
+                                      int(fast), *_device_stream(src))
     _check(lib, err, "silu_mul_quant_fp8_cuda")
     return codes, scales
+
+
+def silu_mul_bf16_cuda(gate: torch.Tensor, up: torch.Tensor, fast: bool) -> torch.Tensor:
+    """The CUDA kernel's y = bf16(bf16(silu(gate)) * up) on 1-D bf16 tensors of the same size, with
+    the FAST silu (ex2.approx, div.full) or torch's sequence (accurate expf, IEEE division)."""
+    check_backend("cuda")
+    from .device import check_tensor
+
+    for name, t in (("gate", gate), ("up", up)):
+        check_tensor(name, t, dtypes=(torch.bfloat16,), ndim=1, device="cuda")
+    if gate.shape != up.shape:
+        raise ValueError(f"gate and up must have the same shape, got {tuple(gate.shape)} and {tuple(up.shape)}")
+    y = torch.empty_like(gate)  # one thread per element writes it: every element written
+    lib = build()
+    _check(lib, lib.silu_mul_bf16_cuda(gate.data_ptr(), up.data_ptr(), y.data_ptr(), gate.numel(), int(fast),
+                                       *_device_stream(gate)), "silu_mul_bf16_cuda")
+    return y
+
+
+_silu_fast: bool | None = None
+
+
+def silu_fast_is_exact() -> bool:
+    """Whether the FAST silu gives torch's ``F.silu(gate.float()).to(bf16)`` for every finite bf16
+    gate on this GPU (65280 values: the whole input space, so a proof, as workbook.fp8.silu_impl
+    proves Triton's cheaper variants). Checked once per process; the fused kernel uses FAST only if
+    so, else torch's own sequence."""
+    global _silu_fast
+    if _silu_fast is None and torch.cuda.is_current_stream_capturing():
+        return False  # no proof inside a graph capture (it copies and compares): torch's sequence
+    if _silu_fast is None:
+        g = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
+        g = g[torch.isfinite(g.float())].to("cuda")
+        ref = torch.nn.functional.silu(g.float()).to(torch.bfloat16)
+        got = silu_mul_bf16_cuda(g, torch.ones_like(g), fast=True)
+        _silu_fast = bool(torch.equal(got.view(torch.int16), ref.view(torch.int16)))
+    return _silu_fast
 
 
 # --------------------------------------------------------------------------------------------------
@@ -331,12 +371,14 @@ def sass_counts(out_dir=None) -> dict:
 
 
 def _short(mangled: str) -> str:
+    """'nvfp4_quant_kernel<bf16=1,swizzled=1,write_padding=1>' from a mangled kernel name."""
+    known = {"nvfp4_quant_kernel": ("bf16", "swizzled", "write_padding"),
+             "silu_mul_quant_fp8_kernel": ("silu_mul", "fast_silu"),
+             "silu_mul_bf16_kernel": ("fast_silu",)}
+    name = next((k for k in known if k in mangled), mangled)
+    keys = known.get(name, ())
     flags = re.findall(r"Lb([01])E", mangled)
-    if "nvfp4" in mangled:
-        keys = ("bf16", "swizzled", "write_padding")
-    else:
-        keys = ("silu_mul",)
-    return ",".join(f"{k}={v}" for k, v in zip(keys, flags)) or mangled
+    return f"{name}<{','.join(f'{k}={v}' for k, v in zip(keys, flags))}>"
 
 
 def _op_histogram(ins: list[str]) -> dict:

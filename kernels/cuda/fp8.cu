@@ -18,7 +18,6 @@
 // half-warp hold one group, reduced with 4 shuffles. Rows M..round_up(M,4)-1 of the scale storage
 // are outside the returned view and are not written, as in Triton.
 #include <cuda_runtime.h>
-#include <cuda_bf16.h>
 #include <stdint.h>
 
 namespace fp8q {
@@ -28,17 +27,42 @@ constexpr int GROUP = 128;
 __device__ __forceinline__ float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xFFFF0000u); }
 
-// fp32 -> the fp32 value of the nearest bf16 (cvt.rn.bf16.f32). Triton: round_to_bf16(x, False).
-__device__ __forceinline__ float round_to_bf16(float v) {
-  return __bfloat162float(__float2bfloat16_rn(v));
+// y = bf16(bf16(silu(gate)) * up). Triton: _silu_mul_bf16.
+// FAST = false: torch's own sequence, CUDA's accurate expf and the IEEE division (__fdiv_rn), as
+//   Triton's SILU_IMPL = 0 (libdevice expf, div_rn).
+// FAST = true: ex2.approx.f32 of -gate * log2(e) and the approximate div.full.f32, the kind of
+//   instructions Triton's tl.exp and default division lower to (its SILU_IMPL = 3). Only bf16(silu)
+//   matters and a bf16
+//   gate has 65536 values, so the launcher uses FAST only after proving, on this GPU and for every
+//   finite gate, that it gives torch's bf16 silu (workbook.cuda.silu_fast_is_exact; the same proof
+//   as workbook.fp8.silu_impl).
+template <bool FAST>
+__device__ __forceinline__ float silu_f32(float gate) {
+  if (FAST) {
+    // ex2.approx.ftz: a subnormal argument or result would only meet 1 + e, which is 1 either way
+    float t = __fmul_rn(-gate, 1.4426950216293335f), e, s;   // log2(e) in fp32
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(t));
+    asm("div.full.f32 %0, %1, %2;" : "=f"(s) : "f"(gate), "f"(__fadd_rn(1.0f, e)));
+    return s;
+  }
+  return __fdiv_rn(gate, __fadd_rn(1.0f, expf(-gate)));
 }
 
-// y = bf16(bf16(silu(gate)) * up). Triton: _silu_mul_bf16 with torch's own sequence (libdevice
-// expf, div_rn); the Triton launcher may pick a cheaper variant that it has proven bit-identical on
-// every bf16 gate (workbook.fp8.silu_impl), so the bytes agree either way.
-__device__ __forceinline__ float silu_mul_bf16(float gate, float up) {
-  const float silu = round_to_bf16(__fdiv_rn(gate, __fadd_rn(1.0f, expf(-gate))));
-  return round_to_bf16(__fmul_rn(silu, up));   // bf16 * bf16: exact in fp32, then one rounding
+// Two fp32 -> two bf16 (round to nearest even) in one word, lo in the low half: cvt.rn.bf16x2.f32
+// rounds two values in one instruction (Triton: round_to_bf16 of a pair, b_y.to(tl.bfloat16)).
+__device__ __forceinline__ uint32_t bf16x2_rn(float lo, float hi) {
+  uint32_t d;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+  return d;
+}
+
+// y of a pair of elements (gate word g, up word u: element 2i low half, 2i+1 high half), as the
+// bf16 word of the two results.
+template <bool FAST>
+__device__ __forceinline__ uint32_t silu_mul_bf16x2(uint32_t g, uint32_t u) {
+  const uint32_t s = bf16x2_rn(silu_f32<FAST>(bf16_lo(g)), silu_f32<FAST>(bf16_hi(g)));
+  // bf16 * bf16 has at most 16 significant bits: exact in fp32, then one rounding
+  return bf16x2_rn(__fmul_rn(bf16_lo(s), bf16_lo(u)), __fmul_rn(bf16_hi(s), bf16_hi(u)));
 }
 
 // Two fp32 -> two E4M3 bytes (round to nearest even, saturating): a in the low byte, b in the high.
@@ -48,7 +72,7 @@ __device__ __forceinline__ uint32_t e4m3x2(float a, float b) {
   return two;
 }
 
-template <bool SILU_MUL>
+template <bool SILU_MUL, bool FAST>
 __global__ void __launch_bounds__(128) silu_mul_quant_fp8_kernel(
     const uint16_t* __restrict__ x,   // [M, 2N] bf16 (gate | up) when SILU_MUL, else y [M, N] bf16
     uint8_t* __restrict__ codes,      // [M, N] E4M3 bytes, row stride stride_cm
@@ -85,13 +109,9 @@ __global__ void __launch_bounds__(128) silu_mul_quant_fp8_kernel(
     float y[8];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {                   // Triton: b_y (bf16_to_fp32, _silu_mul_bf16)
-      if (SILU_MUL) {
-        y[2 * i] = silu_mul_bf16(bf16_lo(gw[i]), bf16_lo(uw[i]));
-        y[2 * i + 1] = silu_mul_bf16(bf16_hi(gw[i]), bf16_hi(uw[i]));
-      } else {
-        y[2 * i] = bf16_lo(gw[i]);
-        y[2 * i + 1] = bf16_hi(gw[i]);
-      }
+      const uint32_t w = SILU_MUL ? silu_mul_bf16x2<FAST>(gw[i], uw[i]) : gw[i];
+      y[2 * i] = bf16_lo(w);
+      y[2 * i + 1] = bf16_hi(w);
     }
     // group amax over the 16 lanes of this half-warp (Triton: b_amax = tl.max(tl.abs(b_y), axis=2))
     float amax = 0.0f;
@@ -128,35 +148,66 @@ __global__ void __launch_bounds__(128) silu_mul_quant_fp8_kernel(
   }
 }
 
+// The SiLU-mul alone, elementwise on bf16 arrays (the exhaustive proof of FAST runs it).
+template <bool FAST>
+__global__ void __launch_bounds__(256) silu_mul_bf16_kernel(const uint16_t* __restrict__ gate,
+                                                            const uint16_t* __restrict__ up,
+                                                            uint16_t* __restrict__ y, uint32_t n) {
+  const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  y[i] = (uint16_t)silu_mul_bf16x2<FAST>(gate[i], up[i]);   // the low half: element i
+}
+
+static int use_device(int device) {
+  int current = -1;   // this library's CUDA runtime keeps its own current device: use the tensors'
+  if (cudaGetDevice(&current) != cudaSuccess || current != device) return (int)cudaSetDevice(device);
+  return (int)cudaSuccess;
+}
+
+template <bool SILU_MUL, bool FAST>
+static void launch(const void* x, void* codes, void* scales, uint32_t M, uint32_t N, uint32_t P,
+                   long long stride_xm, long long stride_cm, int stride_sp, cudaStream_t stream) {
+  const uint64_t warps = (uint64_t)M * P;
+  const uint32_t threads = 128, per_block = threads / 32;
+  const uint32_t blocks = (uint32_t)((warps + per_block - 1) / per_block);
+  silu_mul_quant_fp8_kernel<SILU_MUL, FAST><<<blocks, threads, 0, stream>>>(
+      static_cast<const uint16_t*>(x), static_cast<uint8_t*>(codes), static_cast<int32_t*>(scales),
+      M, N, P, (uint64_t)stride_xm, (uint64_t)stride_cm, (uint32_t)stride_sp);
+}
+
 }  // namespace fp8q
 
 // Host launcher. x: bf16, [M, 2N] (silu_mul = 1) or [M, N] (silu_mul = 0), rows stride_xm elements
 // apart, 16-byte aligned rows; codes: uint8 [M, N], rows stride_cm bytes apart (8-byte aligned);
 // scales: int32 storage [ceil(N/512), stride_sp]. N % 128 == 0; M * ceil(N/512) < 2^32 (the caller
-// checks); device: x's CUDA device; stream: a stream of that device. Returns the launch's
-// cudaError_t (0 = success).
+// checks); silu_fast: the FAST silu (only once proven exact); device: x's CUDA device; stream: a
+// stream of that device. Returns the launch's cudaError_t (0 = success).
 extern "C" int silu_mul_quant_fp8_cuda(const void* x, void* codes, void* scales, int M, int N,
                                        long long stride_xm, long long stride_cm, int stride_sp,
-                                       int silu_mul, int device, cudaStream_t stream) {
+                                       int silu_mul, int silu_fast, int device, cudaStream_t stream) {
   if (M <= 0 || N <= 0) return (int)cudaSuccess;
-  int current = -1;   // this library's CUDA runtime keeps its own current device: use x's
-  if (cudaGetDevice(&current) != cudaSuccess || current != device) {
-    const cudaError_t err = cudaSetDevice(device);
-    if (err != cudaSuccess) return (int)err;
-  }
+  const int err = fp8q::use_device(device);
+  if (err) return err;
   const uint32_t P = (uint32_t)((N + 4 * fp8q::GROUP - 1) / (4 * fp8q::GROUP));
-  const uint64_t warps = (uint64_t)M * P;
-  const uint32_t threads = 128, per_block = threads / 32;
-  const uint32_t blocks = (uint32_t)((warps + per_block - 1) / per_block);
-  if (silu_mul) {
-    fp8q::silu_mul_quant_fp8_kernel<true><<<blocks, threads, 0, stream>>>(
-        static_cast<const uint16_t*>(x), static_cast<uint8_t*>(codes), static_cast<int32_t*>(scales),
-        (uint32_t)M, (uint32_t)N, P, (uint64_t)stride_xm, (uint64_t)stride_cm, (uint32_t)stride_sp);
-  } else {
-    fp8q::silu_mul_quant_fp8_kernel<false><<<blocks, threads, 0, stream>>>(
-        static_cast<const uint16_t*>(x), static_cast<uint8_t*>(codes), static_cast<int32_t*>(scales),
-        (uint32_t)M, (uint32_t)N, P, (uint64_t)stride_xm, (uint64_t)stride_cm, (uint32_t)stride_sp);
-  }
+  const uint32_t m = (uint32_t)M, n = (uint32_t)N;
+  if (!silu_mul) fp8q::launch<false, false>(x, codes, scales, m, n, P, stride_xm, stride_cm, stride_sp, stream);
+  else if (silu_fast) fp8q::launch<true, true>(x, codes, scales, m, n, P, stride_xm, stride_cm, stride_sp, stream);
+  else fp8q::launch<true, false>(x, codes, scales, m, n, P, stride_xm, stride_cm, stride_sp, stream);
+  return (int)cudaGetLastError();
+}
+
+// y[i] = bf16(bf16(silu(gate[i])) * up[i]) for n bf16 values (the kernel's own sequence).
+extern "C" int silu_mul_bf16_cuda(const void* gate, const void* up, void* y, int n, int silu_fast,
+                                  int device, cudaStream_t stream) {
+  if (n <= 0) return (int)cudaSuccess;
+  const int err = fp8q::use_device(device);
+  if (err) return err;
+  const uint32_t threads = 256, blocks = ((uint32_t)n + threads - 1) / threads;
+  const uint16_t* g = static_cast<const uint16_t*>(gate);
+  const uint16_t* u = static_cast<const uint16_t*>(up);
+  uint16_t* out = static_cast<uint16_t*>(y);
+  if (silu_fast) fp8q::silu_mul_bf16_kernel<true><<<blocks, threads, 0, stream>>>(g, u, out, (uint32_t)n);
+  else fp8q::silu_mul_bf16_kernel<false><<<blocks, threads, 0, stream>>>(g, u, out, (uint32_t)n);
   return (int)cudaGetLastError();
 }
 
