@@ -574,19 +574,42 @@ def show(topic: str):
 
     if topic not in SOURCES:
         raise ValueError(f"topic must be one of {sorted(SOURCES)}, got {topic!r}")
-    display(Markdown(f"**`kernels/cuda/{topic}.cu`** (CUDA C++; the Triton kernel is in `kernels/{topic}.py`)"))
+    display(Markdown(f"**`kernels/cuda/{topic}.cu`** (CUDA C++; the Triton kernel is in `kernels/{topic}.py`). "
+                     + _NOTES[topic]))
     display(Code(SOURCES[topic].read_text(), language="cuda"))
+
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|")
+
     rows = ["| CUDA C++ | Triton | what |", "|---|---|---|"]
-    rows += [f"| `{c}` | `{t}` | {w} |" for c, t, w in MAPPING[topic]]
-    display(Markdown("\n".join(r.replace("||", "\\|\\|") for r in rows)))
+    rows += [f"| `{cell(c)}` | `{cell(t)}` | {cell(w)} |" for c, t, w in MAPPING[topic]]
+    display(Markdown("\n".join(rows)))
     try:
         rec = load_record("cuda")
-        text = f"{recorded_label(rec)}\n{benchmark_table(rec, topic)}"
+        text = f"CUDA vs Triton, {recorded_label(rec)}\n{benchmark_table(rec, topic)}"
+        sass = {k.split(":", 1)[1]: v for k, v in rec["results"].get("sass_sm90", {}).items()
+                if k.startswith(f"{topic}:")}
+        if sass:
+            text += "\nSASS for sm_90 (static count of the main path / 16 elements per thread): " + ", ".join(
+                f"{k} {v['main_per_element']}" for k, v in sass.items())
     except (FileNotFoundError, KeyError, ValueError):
         text = "CUDA vs Triton on the H200: not recorded yet (run `python -m workbook bench cuda` on a GPU)"
     print(text)
     if ON_GPU:
         print(_live(topic))
+
+
+_NOTES = {
+    "nvfp4": ("Blackwell has an instruction for the E2M1 rounding, `cvt.rn.satfinite.e2m1x2.f32`, but only on its "
+              "arch-specific targets (sm_100a and later); the H200 is sm_90, which has none. The source uses it "
+              "under an arch guard and, on sm_90, emulates it exactly the way the Triton kernel does: no "
+              "division, one saturating FMA per comparison against the decision points times the scale. The "
+              "E4M3 scale uses the hardware conversion `cvt.rn.satfinite.e4m3x2.f32` on both."),
+    "fp8": ("The conversions are the hardware ones (`cvt.rn.bf16x2.f32`, `cvt.rn.satfinite.e4m3x2.f32`). SiLU "
+            "runs torch's sequence (accurate `expf`, IEEE division) unless a cheaper one (`ex2.approx`, "
+            "`div.full`) has been proven to give the same bf16 on every one of the 65280 finite bf16 gates on "
+            "this GPU: the proof the Triton launcher runs for its own variants."),
+}
 
 
 def _live(topic: str) -> str:

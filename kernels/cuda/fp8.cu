@@ -4,8 +4,9 @@
 // `nvcc -arch=sm_90 -c fp8.cu` compiles it on its own. The Python side (workbook/cuda.py)
 // allocates, checks, and passes raw pointers and a stream.
 //
-//   y = bf16(bf16(silu(gate)) * up), silu(g) = g / (1 + expf(-g)) in fp32 (CUDA's accurate expf,
-//       IEEE division), each product rounded to nearest even to bf16 (cvt.rn.bf16.f32);
+//   y = bf16(bf16(silu(gate)) * up), silu(g) = g / (1 + exp(-g)) in fp32 (torch's sequence: CUDA's
+//       accurate expf and IEEE division, or a cheaper one proven to give the same bf16 on every
+//       gate, see silu_f32), each result rounded to nearest even to bf16 (cvt.rn.bf16x2.f32);
 //   per group of 128 along N: e = the UE8M0 exponent from amax's bits (as the Triton kernel computes
 //       it), q = e4m3_rne_satfinite(y * 2^-e) (cvt.rn.satfinite.e4m3x2.f32; the product is exact);
 //   exponent bytes e + 127 packed four to an int32, group 4p+j in bits 8j..8j+7 (groups past G: 0),
@@ -30,12 +31,11 @@ __device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w 
 // y = bf16(bf16(silu(gate)) * up). Triton: _silu_mul_bf16.
 // FAST = false: torch's own sequence, CUDA's accurate expf and the IEEE division (__fdiv_rn), as
 //   Triton's SILU_IMPL = 0 (libdevice expf, div_rn).
-// FAST = true: ex2.approx.f32 of -gate * log2(e) and the approximate div.full.f32, the kind of
+// FAST = true: ex2.approx of -gate * log2(e) and the approximate div.full.f32, the kind of
 //   instructions Triton's tl.exp and default division lower to (its SILU_IMPL = 3). Only bf16(silu)
-//   matters and a bf16
-//   gate has 65536 values, so the launcher uses FAST only after proving, on this GPU and for every
-//   finite gate, that it gives torch's bf16 silu (workbook.cuda.silu_fast_is_exact; the same proof
-//   as workbook.fp8.silu_impl).
+//   matters and a bf16 gate has 65536 values, so the launcher uses FAST only after proving, on this
+//   GPU and for every finite gate, that it gives torch's bf16 silu (workbook.cuda.silu_fast_is_exact;
+//   the same proof as workbook.fp8.silu_impl).
 template <bool FAST>
 __device__ __forceinline__ float silu_f32(float gate) {
   if (FAST) {
