@@ -639,7 +639,10 @@ def reference_mixed_attention(q, k, v, cache: TurboQuantCache, batch: MixedBatch
 def rotate_queries(q: torch.Tensor, cache: TurboQuantCache, sm_scale=None) -> torch.Tensor:
     """``q H * sm_scale * log2(e)`` in fp32: each query rotated once (never a key rotated back)."""
     scale = (sm_scale if sm_scale is not None else q.shape[-1] ** -0.5) * math.log2(math.e)
-    return (q.float() @ cache.rotation) * scale
+    memo = cache.__dict__.setdefault("_scaled_rotation", {})
+    if scale not in memo:  # H * scale once per scale: one matrix multiply per call, no extra kernel
+        memo[scale] = cache.rotation * scale
+    return q.float() @ memo[scale]
 
 
 def _num_splits(cfg, batch_reqs, hkv, max_len):
