@@ -110,6 +110,7 @@ def test_interpreter_errors_teach(capsys, launch, error, hint, line):
     (TypeError("x must have dtype in (float16, bfloat16), got float32"), "print its .dtype"),
     (TypeError("silu() takes 1 positional argument but 2 were given"), "arguments the statement names"),
     (AttributeError("'NoneType' object has no attribute 'shape'"), "forget to `return`"),
+    (AttributeError("'list' object has no attribute 'to'"), "must return a tensor"),
     (RuntimeError("something nobody anticipated"), "set WORKBOOK_DEBUG=1"),
     (KeyError("BLOCK_M"), "set WORKBOOK_DEBUG=1"),
     (ZeroDivisionError("division by zero"), "set WORKBOOK_DEBUG=1"),

@@ -158,9 +158,10 @@ PITFALLS: list[tuple[str, str]] = [
      "a launch grid, a block size and a shape must be ints: triton.cdiv(n, BLOCK) stays in integers, "
      "n / BLOCK gives a float."),
     (r"object has no attribute '(?:dtype|type|data_ptr)'|must be a torch\.tensor|pointer argument|"
-     r"cannot be accessed from triton",
-     "a kernel's pointer arguments must be torch tensors on the kernels' device (workbook.DEVICE): "
-     "pass the tensor itself, not a list, a NumPy array, a number or None."),
+     r"cannot be accessed from triton|'(?:list|tuple|int|float|numpy\.ndarray)' object has no attribute",
+     "a torch tensor was expected and something else came. A kernel's pointer arguments must be "
+     "torch tensors on the kernels' device (workbook.DEVICE), and a function the grader calls must "
+     "return a tensor: not a list, a NumPy array, a number or None."),
     (r"'NoneType'",
      "a value is None where a tensor or a number is needed: did a function forget to `return`?"),
     (r"triton.*before|TRITON_INTERPRET",
