@@ -411,3 +411,62 @@ def test_build_is_cached():
     lib = cuda.build()
     assert cuda.build() is lib
     assert any(cuda.cache_dir().glob("*/workbook_cuda.so"))
+
+
+# --------------------------------------------------------------------------------------------------
+# Benchmark record and the notebook section (any machine)
+# --------------------------------------------------------------------------------------------------
+
+@pytest.mark.skipif(ON_GPU, reason="on a GPU the benchmark runs (python -m workbook bench cuda)")
+def test_benchmark_needs_a_gpu():
+    with pytest.raises(RuntimeError, match="measures a GPU and none is present"):
+        cuda.benchmark()
+
+
+def _fake_record():
+    """A record shaped as benchmark() writes it, with made-up timings (for the display code only)."""
+    def row(size_key, size, us_c, us_t):
+        return {"M": 64, size_key: size, "bytes": 1000, "cuda_us": us_c, "triton_us": us_t,
+                "cuda_eager_us": 20.0, "triton_eager_us": 30.0, "cuda_frac_of_copy": 0.5,
+                "triton_frac_of_copy": 0.25, "cuda_speedup_vs_triton": us_t / us_c,
+                "exact_cuda": True, "exact_triton": True, "cuda_equals_triton": True}
+    return {"schema": 1, "name": "cuda", "recorded": "2026-01-01",
+            "meta": {"torch": "t", "triton": "t", "device": "cuda", "gpu": "FAKE GPU"}, "ceilings": {"copy_GBps": 1.0},
+            "results": {"nvfp4": {"rows": [row("K", 4096, 2.0, 4.0)]}, "fp8": {"rows": [row("N", 7168, 3.0, 6.0)]},
+                        "sass_sm90": {"nvfp4:nvfp4_quant_kernel<bf16=1,swizzled=1,write_padding=1>": {"main_per_element": 20.1}}}}
+
+
+@pytest.mark.parametrize("topic", ["nvfp4", "fp8"])
+def test_show_labels_the_timers_and_says_when_nothing_is_recorded(topic, monkeypatch, capsys):
+    pytest.importorskip("IPython")
+    import workbook.bench as bench
+
+    def missing(name, directory=None):
+        raise FileNotFoundError(name)
+
+    monkeypatch.setattr(bench, "load_record", missing)
+    monkeypatch.setattr(cuda, "ON_GPU", False)        # no live timing here
+    cuda.show(topic)
+    assert "not recorded yet" in capsys.readouterr().out
+    rec = _fake_record()
+    monkeypatch.setattr(bench, "load_record", lambda name, directory=None: rec)
+    cuda.show(topic)
+    out = capsys.readouterr().out
+    assert "FAKE GPU" in out and "CUDA-graph replay" in out and "eager" in out
+    assert ("4096" if topic == "nvfp4" else "7168") in out
+    assert ("SASS" in out) == (topic == "nvfp4")
+    table = cuda.benchmark_table(rec, topic)
+    assert "2.00" in table.splitlines()[2] and "True" in table.splitlines()[2]
+
+
+def test_mapping_names_real_lines_of_both_kernels():
+    """Each row of the line-by-line mapping quotes identifiers that exist in both sources."""
+    import re
+    from pathlib import Path
+    for topic, rows in cuda.MAPPING.items():
+        cu = cuda.SOURCES[topic].read_text()
+        tri = (Path(cuda.CUDA_DIR).parent / f"{topic}.py").read_text() + (Path(cuda.CUDA_DIR).parent / "common.py").read_text()
+        for c, t, _ in rows:
+            for src, text in ((cu, c), (tri, t)):
+                names = [w for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]{3,}", text) if "_" in w]
+                assert all(n in src for n in names), (topic, text, [n for n in names if n not in src])
