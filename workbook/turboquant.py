@@ -43,7 +43,7 @@ __all__ = [
     "prove_coverage", "store_kv", "store_kv_reference", "dequantize_cache", "reference_attention",
     "reference_mixed_attention", "rotate_queries", "decode_attention", "prefill_attention",
     "mixed_attention", "write_attention", "resolve_emulate", "DECODE_CONFIG", "PREFILL_CONFIG", "STORE_CONFIG", "make_example",
-    "check_value_quant", "check_unwritten_rows", "check_merge_splits", "merge_splits_reference",
+    "check_value_quant", "check_unwritten_rows", "check_merge_splits", "merge_splits_reference", "decode_point",
     "benchmark", "plot_rotation_histograms", "plot_centroids", "draw_cache_layout", "plot_benchmark",
 ]
 
@@ -571,7 +571,6 @@ def store_kv_reference(k, v, cache: TurboQuantCache, slot_mapping) -> None:
     keep = slot_mapping >= 0
     slots = slot_mapping[keep]
     kk, vv = k[keep].float(), v[keep].float()
-    d = cache.head_dim
     qk = quantize_keys(kk, KEY_BITS)
     c = cache.centroids[qk.codes.long()]
     norm = torch.linalg.vector_norm(kk, dim=-1)
@@ -584,7 +583,6 @@ def store_kv_reference(k, v, cache: TurboQuantCache, slot_mapping) -> None:
         cache.v_codes[page, h, off] = pack_nibbles(qv.codes[:, h])
         cache.v_scale[page, h, off] = qv.scale[:, h]
         cache.v_zero[page, h, off] = qv.zero[:, h]
-    del d
 
 
 def dequantize_cache(cache: TurboQuantCache, block_table_row, length: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -926,7 +924,7 @@ def _fill_cache_fast(cache: TurboQuantCache, k_bf16, v_bf16, pages: torch.Tensor
                 cache.v_zero[page, h, off] = qv.zero[:, h]
 
 
-def _decode_point(B, T, hq, hkv, d, block_size, timer, eager, configs, seed=0):
+def decode_point(B, T, hq, hkv, d, block_size, timer, eager, configs, seed=0):
     """One (batch, context) point: ours (each config) vs SDPA on the bf16 cache of the same tokens."""
     import torch.nn.functional as F
 
@@ -1041,7 +1039,7 @@ def benchmark(smoke: bool = False):
                      "windows); eager_us: per-call time with host and launch (triton do_bench)"}
     for B, T in shapes:
         try:
-            row = _decode_point(B, T, hq, hkv, d, bs, timer, eager, configs)
+            row = decode_point(B, T, hq, hkv, d, bs, timer, eager, configs)
         except torch.OutOfMemoryError as e:  # recorded, not fatal: the other points still run
             row = {"batch": B, "context": T, "error": f"OutOfMemoryError: {str(e)[:200]}"}
         res["shapes"].append(row)
