@@ -547,7 +547,8 @@ MAPPING = {
         ("col = 512p + 256t + 8*lane; valid[t] = col < N", "o_n = o_g * GROUP + o_k; m_g = o_g * GROUP < N",
          "the 4 groups of word p; a half-warp holds one group of 128"),
         ("g[t], u[t] = 16-byte loads of gate and up", "b_gate, b_up = bf16_to_fp32(tl.load(..)), tl.load(p_in + N)", ""),
-        ("silu_mul_bf16x2<FAST>: bf16x2_rn(silu_f32(g_lo), silu_f32(g_hi)), then bf16x2_rn(s_lo*u_lo, s_hi*u_hi)",
+        ("silu_mul_bf16x2<FAST>(gw[i], uw[i]): bf16x2_rn(silu_f32(bf16_lo(g)), silu_f32(bf16_hi(g))), then "
+         "bf16x2_rn(bf16_lo(s) * bf16_lo(u), bf16_hi(s) * bf16_hi(u))",
          "_silu_mul_bf16(b_gate, b_up, SILU_IMPL, EMULATE=False): round_to_bf16(div(gate, 1 + exp(-gate))), ...",
          "silu in fp32, rounded to bf16, times up, rounded to bf16 (two values per cvt.rn.bf16x2.f32). Both run "
          "torch's sequence (accurate expf, IEEE division) or a cheaper one proven identical on every bf16 gate"),
