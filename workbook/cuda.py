@@ -229,9 +229,9 @@ def _cuda_nvfp4_quant(x: torch.Tensor, global_scale, *, swizzled: bool = True, w
         sf = new((M, n), dtype=torch.uint8, device=x.device)
     if M == 0:
         return codes, sf.view(torch.float8_e4m3fn)
-    if sf_rows * sf_cols >= 1 << 32 or M * K >= 1 << 62:
-        raise ValueError(f"x of shape {(M, K)} is too large for the CUDA kernel (one 32-bit thread index "
-                         "per scale entry)")
+    if sf_rows * sf_cols >= 1 << 31:
+        raise ValueError(f"x of shape {(M, K)} is too large for the CUDA kernel: it has one thread per "
+                         "scale entry, numbered below 2^31")
     lib = build()
     xa = _aligned16(x)
     gs = global_scale.reshape(1).contiguous()
@@ -262,8 +262,9 @@ def _cuda_fp8_quant(src: torch.Tensor, m: int, n: int, silu_mul: bool):
     scales = storage.T[:m, :]
     if m == 0:
         return codes, scales
-    if m * p >= 1 << 32:
-        raise ValueError(f"M={m} x {p} packed words is too large for the CUDA kernel (32-bit warp index)")
+    if m * p >= 1 << 31:
+        raise ValueError(f"M={m} x {p} packed words is too large for the CUDA kernel: it has one warp per "
+                         "(row, word), numbered below 2^31")
     lib = build()
     xa = _aligned16(src)
     fast = silu_mul and silu_fast_is_exact()

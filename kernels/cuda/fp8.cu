@@ -79,7 +79,7 @@ __global__ void __launch_bounds__(128) silu_mul_quant_fp8_kernel(
     int32_t* __restrict__ scales,     // storage int32 [P, stride_sp]: word p of row m at p*stride_sp + m
     uint32_t M, uint32_t N, uint32_t P,  // rows, columns, packed words per row = ceil(N/512)
     uint64_t stride_xm, uint64_t stride_cm, uint32_t stride_sp) {
-  const uint32_t warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+  const uint32_t warp = (uint32_t)(((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5);
   const uint32_t lane = threadIdx.x & 31;
   if (warp >= M * P) return;                       // whole warps only (blockDim is a multiple of 32)
   const uint32_t m = warp / P;                     // Triton: o_m
@@ -179,7 +179,7 @@ static void launch(const void* x, void* codes, void* scales, uint32_t M, uint32_
 
 // Host launcher. x: bf16, [M, 2N] (silu_mul = 1) or [M, N] (silu_mul = 0), rows stride_xm elements
 // apart, 16-byte aligned rows; codes: uint8 [M, N], rows stride_cm bytes apart (8-byte aligned);
-// scales: int32 storage [ceil(N/512), stride_sp]. N % 128 == 0; M * ceil(N/512) < 2^32 (the caller
+// scales: int32 storage [ceil(N/512), stride_sp]. N % 128 == 0; M * ceil(N/512) < 2^31 (the caller
 // checks); silu_fast: the FAST silu (only once proven exact); device: x's CUDA device; stream: a
 // stream of that device. Returns the launch's cudaError_t (0 = success).
 extern "C" int silu_mul_quant_fp8_cuda(const void* x, void* codes, void* scales, int M, int N,

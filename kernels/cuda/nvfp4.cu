@@ -220,7 +220,7 @@ static void launch(const void* x, const float* gs, void* codes, void* sf, uint32
 
 // Host launcher. x: [M, K] fp16|bf16, contiguous, 16-byte aligned; global_scale: fp32 [1] on the
 // device; codes: uint8 [M, K/2] (8-byte aligned); sf: uint8 storage [sf_rows, sf_cols] (swizzled:
-// round_up(M,128) x round_up(K/16,4); linear: M x K/16). sf_rows * sf_cols < 2^32 (the caller
+// round_up(M,128) x round_up(K/16,4); linear: M x K/16). sf_rows * sf_cols < 2^31 (the caller
 // checks); device: x's CUDA device; stream: a stream of that device. Returns the launch's
 // cudaError_t (0 = success).
 extern "C" int nvfp4_quant_cuda(const void* x, const float* global_scale, void* codes, void* sf,
