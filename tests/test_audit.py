@@ -157,6 +157,15 @@ def test_zero_fills_that_are_the_result_not_reported():
                 caps.zero_()
             else:
                 torch.add(x, 1, out=caps)
+        def slice_alias(x, n):
+            out_padded = torch.zeros(16, 4)
+            out_arg = out_padded[:n]
+            torch.add(x, 1, out=out_arg)
+            return out_padded
+        def narrow_copy(x, k):
+            buf = torch.zeros(4, 8)
+            buf.narrow(1, 0, k).copy_(x)
+            return buf
         def scatter(x, idx):
             out = torch.zeros(8)
             out.scatter_(0, idx, x)

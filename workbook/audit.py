@@ -70,6 +70,7 @@ _META = {"shape", "size", "stride", "dtype", "device", "numel", "dim", "ndim", "
 _VIEWS = {"view", "reshape", "T", "mT", "t", "transpose", "permute", "as_strided", "narrow", "flatten", "unflatten",
           "unsqueeze", "squeeze", "view_as", "reshape_as", "expand", "select", "unbind", "split", "chunk",
           "movedim", "swapaxes", "diagonal", "real", "imag", "data", "detach"}
+_PART_VIEWS = {"narrow", "select", "split", "chunk", "unbind", "diagonal"}   # views of a part of the tensor
 _ACCUM = {"add_", "sub_", "mul_", "div_", "index_add_", "scatter_add_", "scatter_reduce_", "index_reduce_",
           "addmm_", "addmv_", "addcmul_", "addcdiv_", "baddbmm_", "addbmm_", "lerp_", "clamp_", "clamp_min_",
           "clamp_max_", "neg_", "abs_", "exp_", "pow_", "sqrt_", "relu_", "masked_scatter_", "logical_or_",
@@ -669,6 +670,7 @@ class _Analyzer:
         start_pos = (start.end_lineno, start.end_col_offset) if start is not None else (0, 0)
         origin_ctrl = _control(start, self.parents) if start is not None else []
         partials: list[tuple[ast.AST, str]] = []
+        sliced: set[str] = set()   # aliases that are views of a part of the buffer
         view_seen = False
         occ = sorted(self._occurrences(keys), key=lambda n: (n.lineno, n.col_offset))
         by_stmt: dict[int, list] = {}
@@ -687,7 +689,13 @@ class _Analyzer:
         while i < len(order):
             st = order[i]
             i += 1
-            roles = [self._role(n, key) for n in by_stmt[id(st)]]
+            roles = []
+            for n in by_stmt[id(st)]:
+                r0 = self._role(n, key)
+                if _dotted(n) in sliced and r0.kind == "write":   # written through an alias of a slice
+                    r0 = _Use("partial", r0.line, f"{r0.how} (through {_dotted(n)}, a slice of {key})", "medium",
+                              view=True)
+                roles.append(r0)
             roles = [r for r in roles if r.kind != "meta"]
             if not roles:
                 continue
@@ -695,6 +703,8 @@ class _Analyzer:
             aliases = [r for r in roles if r.kind == "alias"]
             for r in aliases:
                 view_seen = view_seen or r.view
+                if r.partial_writes:
+                    sliced.add(r.how)
                 if r.how not in keys:
                     keys.add(r.how)
                     for n in self._occurrences({r.how}):
@@ -765,7 +775,7 @@ class _Analyzer:
                 if attr in _PARTIAL:
                     return _Use("partial", line, f"{key}.{attr}(...)", "medium")
                 if attr in _VIEWS:
-                    return self._role_of_view(gp, key, line, partial=False)
+                    return self._role_of_view(gp, key, line, partial=attr in _PART_VIEWS)
                 return _Use("read", line, f"{key}.{attr}(...)")
             if attr in _VIEWS:
                 return self._role_of_view(par, key, line, partial=False)
@@ -802,7 +812,8 @@ class _Analyzer:
             if par.attr in _META:
                 return _Use("meta", line, par.attr)
             if par.attr in _VIEWS:
-                return self._role_of_value(gp if isinstance(gp, ast.Call) and gp.func is par else par, key, line, True, partial)
+                return self._role_of_value(gp if isinstance(gp, ast.Call) and gp.func is par else par, key, line, True,
+                                           partial or par.attr in _PART_VIEWS)
             if isinstance(gp, ast.Call) and gp.func is par:
                 if par.attr in _WHOLE or par.attr == "fill_":
                     return _Use("partial" if partial else "write", line, f"{_src(expr)}.{par.attr}(...)",
@@ -831,7 +842,7 @@ class _Analyzer:
         if isinstance(par, (ast.Assign, ast.AnnAssign)) and par.value is expr:
             targets = par.targets if isinstance(par, ast.Assign) else [par.target]
             if len(targets) == 1 and _dotted(targets[0]) is not None:
-                return _Use("alias", line, _dotted(targets[0]), view=view)
+                return _Use("alias", line, _dotted(targets[0]), view=view, partial_writes=["sliced"] if partial else [])
             return _Use("escape", line, f"stored: {_src(par)}", "low")
         if isinstance(par, ast.Return):
             return _Use("return", line, f"return {_src(expr)}", view=view, partial_writes=[] if not partial else ["sliced"])
