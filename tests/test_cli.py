@@ -34,6 +34,22 @@ def test_doctor_reports_device_versions_and_a_smoke_run(capsys):
     assert "[ok] start_here: iota(100)" in out and "ready" in out
 
 
+def test_doctor_checks_the_bench_records_and_only_them(capsys, monkeypatch, tmp_path):
+    import shutil
+
+    import workbook.bench as bench
+
+    shutil.copy(bench.DATA_DIR / "alloc.json", tmp_path / "alloc.json")
+    (tmp_path / "notes.json").write_text('{"not": "a bench record"}')   # other data: not checked
+    monkeypatch.setattr(bench, "DATA_DIR", tmp_path)
+    rc, out, _ = run(capsys, "doctor", "start_here")
+    assert rc == 0 and "recorded GPU results (workbook/data/): alloc\n" in out, out
+    assert "not recorded yet: " in out and "nvfp4" in out
+    (tmp_path / "nvfp4.json").write_text('{"schema": 0}')
+    rc, out, _ = run(capsys, "doctor", "start_here")
+    assert rc == 1 and "BROKEN: nvfp4.json" in out and "NOT READY: broken record nvfp4.json" in out, out
+
+
 @pytest.mark.parametrize("topic", sorted(cli.SMOKE))
 def test_every_smoke_launch_passes(topic):
     # the smoke launches call the topic modules' public API: this fails when that API moves

@@ -237,7 +237,8 @@ def _cmd_doctor(args) -> int:
     # the recorded GPU results the notebooks fall back to
     from workbook import bench
 
-    names = sorted(p.stem for p in Path(bench.DATA_DIR).glob("*.json"))
+    topics = bench_topics()   # data/ may hold other JSON too (not bench records): only these are checked
+    names = sorted(p.stem for p in Path(bench.DATA_DIR).glob("*.json") if p.stem in topics)
     bad = []
     for name in names:
         try:
@@ -247,7 +248,7 @@ def _cmd_doctor(args) -> int:
     print("recorded GPU results (workbook/data/): " + (", ".join(names) or "none")
           + (f"; BROKEN: {'; '.join(bad)}" if bad else ""))
     broken += [f"broken record {b}" for b in bad]
-    unrecorded = [t for t in bench_topics() if t not in names]
+    unrecorded = [t for t in topics if t not in names]
     if unrecorded:
         print(f"not recorded yet: {', '.join(unrecorded)} (without a GPU their notebooks have no recorded "
               f"GPU figures; record them on a GPU with `python3 -m workbook bench {' '.join(unrecorded)}`)")
