@@ -181,7 +181,8 @@ def naive_recurrent_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state
 def chunk_gated_delta_rule_ref(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
                                cu_seqlens=None, use_qk_l2norm_in_kernel=False, chunk_size=CHUNK,
                                dtype=torch.float32):
-    """The chunked form in pure torch (SPECS section 4): per chunk of ``chunk_size`` tokens,
+    """The chunked form in pure torch (Yang, Kautz, Hatamizadeh, arXiv 2412.06464; as flash-linear-attention
+    computes it): per chunk of ``chunk_size`` tokens,
     A = (I + strict_lower(diag(beta)(K K^T * Gamma)))^-1, W = A diag(beta exp(G)) K, U = A diag(beta) V,
     V' = U - W h, O = (Q exp(G)) h + (Q K^T * Gamma)_causal V', h <- exp(G_C) h + (K exp(G_C - G))^T V'."""
     (B, T, HV, K, V, N, bounds, scale), tok = _ref_inputs(
@@ -1095,7 +1096,7 @@ def check_chunk_spans(fn) -> None:
             if e <= s:
                 raise AssertionError(where + f"chunk ({s}, {e}) is empty: a zero-length sequence has no chunks "
                                      "(a program for it would read and write rows of its neighbours)")
-            n = max(i for i in range(len(cu) - 1) if cu[i] <= s) if s < cu[-1] else None
+            n = max((i for i in range(len(cu) - 1) if cu[i] <= s < cu[i + 1]), default=None)
             if n is None or e > cu[n + 1]:
                 end = cu[-1] if n is None else cu[n + 1]
                 raise AssertionError(where + f"chunk ({s}, {e}) runs past the end of its sequence at row {end}: a "
@@ -1193,6 +1194,8 @@ def check_state_pass(fn) -> None:
         if not (isinstance(out, (tuple, list)) and len(out) == 2):
             raise AssertionError("return the pair (v_new [T, V], final states [N, K, V])")
         vn, ht = out
+        if not (isinstance(vn, torch.Tensor) and isinstance(ht, torch.Tensor)):
+            raise AssertionError("return the pair (v_new, final states) as two tensors")
         if tuple(vn.shape) != (T, V) or tuple(ht.shape) != (N, K, V):
             raise AssertionError(where + f"v_new must be [T, V] = [{T}, {V}] and the final states [N, K, V] = "
                                  f"[{N}, {K}, {V}], got {list(vn.shape)} and {list(ht.shape)}")
