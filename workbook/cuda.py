@@ -57,7 +57,9 @@ def _cuda_dir() -> Path:
 CUDA_DIR = _cuda_dir()
 SOURCES = {"nvfp4": CUDA_DIR / "nvfp4.cu", "fp8": CUDA_DIR / "fp8.cu"}
 ARCH_FLAGS = ["-gencode", "arch=compute_90,code=sm_90"]   # the H200 (Hopper, sm_90)
-_BUILD_FLAGS = ["-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", "-cudart", "static", *ARCH_FLAGS]
+# the CUDA runtime linked in statically and kept private (no cuda* symbol exported to clash with torch's)
+_BUILD_FLAGS = ["-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", "-cudart", "static",
+                "-Xlinker", "--exclude-libs,ALL", *ARCH_FLAGS]
 
 
 # --------------------------------------------------------------------------------------------------
