@@ -47,6 +47,8 @@ import workbook.device  # noqa: F401  (sets TRITON_INTERPRET=1 on a CPU-only mac
 import triton
 import triton.language as tl
 
+from .common import round_to_bf16
+
 
 @triton.jit
 def lookup_centroids(b_code, centroids, LOOKUP: tl.constexpr):
@@ -267,6 +269,9 @@ def tq_decode_kernel(
         tl.store(part_out + o_row[:, None] * D + 2 * o_j[None, :] + 1, b_oo, mask=m_g[:, None])
         tl.store(part_lse + o_row, tl.where(m_any, m_i + tl.log2(b_l), float("-inf")), mask=m_g)
     else:
+        if out.dtype.element_ty == tl.bfloat16:  # the interpreter's fp32 -> bf16 cast truncates
+            b_oe = round_to_bf16(b_oe, EMULATE)
+            b_oo = round_to_bf16(b_oo, EMULATE)
         p_o = out + (b * HQ + o_hq)[:, None].to(tl.int64) * D + 2 * o_j[None, :]
         tl.store(p_o, b_oe.to(out.dtype.element_ty), mask=m_g[:, None])
         tl.store(p_o + 1, b_oo.to(out.dtype.element_ty), mask=m_g[:, None])
@@ -278,6 +283,7 @@ def tq_merge_kernel(
     part_lse,   # fp32 [B, HQ, NUM_SPLITS]
     out,        # attn_out [N, HQ, D]: row b, head h written by program (b, h)
     HQ: tl.constexpr, D: tl.constexpr, NUM_SPLITS: tl.constexpr, BLOCK_S: tl.constexpr,
+    EMULATE: tl.constexpr,
 ):
     """Log-sum-exp merge of the splits: out = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M)."""
     b = tl.program_id(0)
@@ -290,6 +296,8 @@ def tq_merge_kernel(
     b_w = tl.exp2(b_lse - tl.max(b_lse, axis=0))   # an empty split has lse -inf: weight 0
     b_o = tl.load(part_out + (row + o_s)[:, None] * D + o_d[None, :], mask=m_s[:, None], other=0.0)
     b_res = tl.sum(b_w[:, None] * b_o, axis=0) / tl.sum(b_w, axis=0)
+    if out.dtype.element_ty == tl.bfloat16:
+        b_res = round_to_bf16(b_res, EMULATE)
     tl.store(out + (b * HQ + h).to(tl.int64) * D + o_d, b_res.to(out.dtype.element_ty))
 
 
@@ -369,6 +377,10 @@ def tq_prefill_kernel(
             b_acc_o = tl.dot(b_pm, b_vo, b_acc_o * b_alpha[:, None], input_precision=PREC)
             b_accz = b_accz * b_alpha
             m_acc = m_new
-        p_o = out + o_q
-        tl.store(p_o, ((b_acc_e + b_accz[:, None]) / l_i[:, None]).to(out.dtype.element_ty), mask=m_m[:, None])
-        tl.store(p_o + 1, ((b_acc_o + b_accz[:, None]) / l_i[:, None]).to(out.dtype.element_ty), mask=m_m[:, None])
+        b_oe = (b_acc_e + b_accz[:, None]) / l_i[:, None]
+        b_oo = (b_acc_o + b_accz[:, None]) / l_i[:, None]
+        if out.dtype.element_ty == tl.bfloat16:
+            b_oe = round_to_bf16(b_oe, EMULATE)
+            b_oo = round_to_bf16(b_oo, EMULATE)
+        tl.store(out + o_q, b_oe.to(out.dtype.element_ty), mask=m_m[:, None])
+        tl.store(out + o_q + 1, b_oo.to(out.dtype.element_ty), mask=m_m[:, None])

@@ -684,7 +684,7 @@ def decode_attention(q_rot: torch.Tensor, cache: TurboQuantCache, batch: MixedBa
         LOOKUP=cfg["LOOKUP"], EMULATE=em, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     if S > 1:
         kern.tq_merge_kernel[(B, hq)](part_out, part_lse, out, HQ=hq, D=d, NUM_SPLITS=S,
-                                      BLOCK_S=triton.next_power_of_2(S), num_warps=4)
+                                      BLOCK_S=triton.next_power_of_2(S), EMULATE=em, num_warps=4)
     return out
 
 
