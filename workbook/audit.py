@@ -28,9 +28,16 @@ Confidence (the rule, so that a maintainer can weigh a finding):
   (``x[:] =``, ``copy_``, ``out=``) or a launch/custom op/function whose body in the files given
   writes that argument and never reads it.
 * ``medium``: the same, but the overwrite is conditional, goes through an allocation helper's
-  callers, or the callee is not in the files (a kernel or op whose argument has an output-like
+  callers, is done by a kernel whose stores depend on values it loads (indices, lengths) or that
+  returns early, or the callee is not in the files (a kernel or op whose argument has an output-like
   name such as ``out``/``output``/``*_out``); reverse-risk (partial ``empty``) findings.
 * ``low``: the callee is not in the files and nothing says the argument is an output.
+
+Writes through part of a tensor (``x[:n]``, ``narrow``, ``select``, an alias ``y = x[:n]``) are partial;
+``if``/``else`` branches are exclusive; other control flow is read in source order. Only the functions
+that hold a fill or an ``empty`` (and those the analysis follows) are parsed, one def at a time, which
+keeps a tree of thousands of files to seconds of CPU; a file whose def does not parse is parsed whole
+and, if that fails, named in the output and skipped.
 
 A finding is a *candidate*, not a proof: its **proof obligation** says which writes must cover which
 region (and whether padding, a view over larger storage or a partial slice is involved); prove it
