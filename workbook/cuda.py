@@ -334,8 +334,9 @@ def _cuobjdump() -> str | None:
     return None
 
 
-# elements one thread handles: nvfp4, one 16-element block; fp8, 2 x 8 columns per lane
-_ELEMENTS_PER_THREAD = {"nvfp4": 16, "fp8": 16}
+# elements one thread handles: nvfp4, one 16-element block; fp8, 2 x 8 columns per lane; the
+# silu-only kernel of the proof, one
+_ELEMENTS_PER_THREAD = {"nvfp4_quant_kernel": 16, "silu_mul_quant_fp8_kernel": 16, "silu_mul_bf16_kernel": 1}
 _INSTR = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+(.*?)\s*;")
 
 
@@ -343,7 +344,7 @@ def sass_counts(out_dir=None) -> dict:
     """Static SASS of each CUDA kernel for sm_90 (compiled here, no GPU needed): per kernel
     instantiation, the instructions up to the first EXIT-terminated main path's end (``main``, the
     out-of-line slow paths of IEEE division after it excluded), all of them (``total``), and
-    ``main`` per element (a thread handles 16 elements in both kernels). A static count: every
+    ``main`` per element (a thread of either quant kernel handles 16 elements). A static count: every
     instruction of the main path once, as a thread of a real block executes it."""
     tool = _cuobjdump()
     if tool is None:
@@ -367,7 +368,7 @@ def sass_counts(out_dir=None) -> dict:
                 main = ins[:last_exit + 1]
                 out[f"{topic}:{_short(fn)}"] = {
                     "total": len(ins), "main": len(main),
-                    "main_per_element": round(len(main) / _ELEMENTS_PER_THREAD[topic], 2),
+                    "main_per_element": round(len(main) / _ELEMENTS_PER_THREAD[_short(fn).split("<")[0]], 2),
                     "ops": _op_histogram(main),
                 }
     return out
