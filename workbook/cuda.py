@@ -594,7 +594,7 @@ def show(topic: str):
         rec = load_record("cuda")
         text = f"CUDA vs Triton, {recorded_label(rec)}\n{benchmark_table(rec, topic)}"
         sass = {k.split(":", 1)[1]: v for k, v in rec["results"].get("sass_sm90", {}).items()
-                if k.startswith(f"{topic}:")}
+                if k.startswith(f"{topic}:") and "quant" in k}
         if sass:
             text += "\nSASS for sm_90 (static count of the main path / 16 elements per thread): " + ", ".join(
                 f"{k} {v['main_per_element']}" for k, v in sass.items())
