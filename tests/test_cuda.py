@@ -67,6 +67,26 @@ def test_compile_check_reports_nvcc_errors(tmp_path, monkeypatch):
         cuda.compile_check("bad", tmp_path)
 
 
+@needs_nvcc
+def test_sm90_sass_uses_the_hardware_conversions():
+    """In the sm_90 SASS: the E4M3 conversions are F2FP instructions (cvt.rn.satfinite.e4m3x2.f32), the
+    NVFP4 amax is HMNMX2 on packed pairs, and the NVFP4 kernel divides no element (its E2M1 rounding
+    is the division-free emulation, FFMA.SAT comparisons)."""
+    if cuda._cuobjdump() is None:
+        pytest.skip("no cuobjdump (CUDA toolkit or Triton's bundled copy) to read the SASS")
+    counts = cuda.sass_counts()
+    nv = [v for k, v in counts.items() if "nvfp4_quant_kernel" in k]
+    f8 = [v for k, v in counts.items() if "silu_mul_quant_fp8_kernel" in k]
+    assert len(nv) == 6 and len(f8) == 3, sorted(counts)
+    for v in nv:
+        # one MUFU.RCP: the integer division of the thread index by the scale columns, none per element
+        assert v["ops"].get("F2FP", 0) >= 1 and v["ops"].get("HMNMX2", 0) == 7, v["ops"]
+        assert v["ops"].get("MUFU", 0) <= 1 and "FCHK" not in v["ops"], v["ops"]
+        assert v["ops"].get("FFMA", 0) >= 8 * 19 and v["main_per_element"] < 24, v
+    for v in f8:
+        assert v["ops"].get("F2FP", 0) >= 8, v["ops"]   # 2 x 4 e4m3x2 (+ the bf16x2 roundings)
+
+
 @pytest.mark.parametrize("topic", ["nvfp4", "fp8"])
 def test_sources_are_torch_free_and_packaged(topic):
     text = cuda.SOURCES[topic].read_text()
