@@ -408,6 +408,10 @@ METHODS = {
     "<peer>_GBps": "bytes / <peer>_us (fewest bytes: inputs read once, outputs written once)",
     "<peer>_frac_of_copy": "<peer>_GBps / ceilings.copy_GBps",
     "ceilings.copy_GBps": "one 1 GiB fp32 device-to-device copy, do_bench median, bytes read + written",
+    "sass_sm90": "CUDA kernels compiled for sm_90 here (nvcc, cuobjdump): static count of the instructions up "
+                 "to the main path's EXIT (the out-of-line IEEE-division slow path excluded) / elements per thread",
+    "sass_sm90_triton": "Triton kernels as this GPU compiled them (asm['sass']): static count of all "
+                        "instructions but NOPs / elements per thread (workbook.nvfp4.sass_counts's method)",
 }
 
 
@@ -479,18 +483,53 @@ def benchmark() -> tuple[dict, dict]:
         sass = sass_counts()
     except Exception as e:  # a machine without cuobjdump still records the timings
         sass = {"error": f"{type(e).__name__}: {e}"}
+    # the Triton kernels' SASS as this GPU runs them, counted the same way (None where unavailable)
+    try:
+        triton_sass = {"nvfp4 (1, 512, 4) tile, large inputs": nvfp4.sass_counts(),
+                       "nvfp4 (16, 8, 4) tile, the default": nvfp4.sass_counts({"BLOCK_M": 16, "BLOCK_S": 8, "num_warps": 4}),
+                       "fp8 fused, BLOCK_M = 8": _triton_fp8_sass()}
+    except Exception as e:  # noqa: BLE001  (the timings are recorded regardless)
+        triton_sass = {"error": f"{type(e).__name__}: {e}"}
     results = {
         "nvfp4": {"rows": nv_rows, "dtype": "bfloat16", "layout": "swizzled",
                   "bytes_model": "read M*K*2 (x) + write M*K/2 (codes) + the swizzled scales"},
         "fp8": {"rows": f_rows, "op": "fused silu-mul + quant (silu_mul_quant_fp8_packed)",
                 "bytes_model": "read M*2N*2 (x, bf16) + write M*N (codes) + write M*ceil(N/512)*4 (scales)"},
         "sass_sm90": sass,
+        "sass_sm90_triton": triton_sass,
         "build_flags": " ".join(_BUILD_FLAGS),
         "methods": METHODS,
         "timer": "<peer>_us: GPU time per call from CUDA-graph replay; <peer>_eager_us: eager per-call "
                  "time (do_bench, host included)",
     }
     return results, {"copy_GBps": round(ceiling, 1)}
+
+
+def _triton_fp8_sass() -> dict | None:
+    """GPU only: static SASS count of Triton's fused FP8 kernel as launched by default (BLOCK_M = 8,
+    4 warps, the proven SILU_IMPL, EMULATE=False), per element a thread handles; None where the SASS
+    cannot be read."""
+    import re
+
+    from . import fp8
+    from .kernels.fp8 import silu_mul_quant_fp8_kernel
+
+    try:
+        m, n, bm, warps = 64, 2048, 8, 4
+        x = torch.randn(m, 2 * n, device="cuda", dtype=torch.bfloat16)
+        codes = torch.empty(m, n, dtype=torch.uint8, device="cuda")
+        storage = torch.empty(n // 512, m, dtype=torch.int32, device="cuda")
+        compiled = silu_mul_quant_fp8_kernel[(m // bm, n // 512)](
+            x, codes, storage, m, n, x.stride(0), codes.stride(0), storage.stride(0), GROUP=128, BLOCK_M=bm,
+            SILU_MUL=True, SILU_IMPL=fp8.silu_impl(), EMULATE=False, num_warps=warps)
+        sass = compiled.asm["sass"]
+    except Exception:  # no cuobjdump, or a Triton without asm["sass"]
+        return None
+    ops = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_.]*)", sass)
+    ops = [o for o in ops if not o.startswith("NOP")]
+    per_thread = bm * 512 / (32 * warps)
+    return {"config": [bm, warps], "instructions": len(ops), "elements_per_thread": per_thread,
+            "per_element": len(ops) / per_thread}
 
 
 def benchmark_table(rec: dict, topic: str) -> str:
