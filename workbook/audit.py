@@ -310,7 +310,7 @@ class _Func:
 
 
 _DEF_RE = re.compile(r"^([ \t]*)(?:async[ \t]+)?def[ \t]+(\w+)", re.M)
-_CAND_RE = re.compile(r"zeros|zero_\(|fill_\(|full(?:_like)?\(|\]\s*=\s*0\b|empty")
+_CAND_RE = re.compile(r"zeros|zero_\(|fill_\(|full(?:_like)?\(|\]\s*=\s*0\b|empty(?:_like|_strided)?\(")
 
 
 def _indent(line: str) -> int:
@@ -461,6 +461,7 @@ class _Project:
                 self.index.setdefault(name, []).append((src.name, ln, ind))
         self.loaded: dict[tuple[str, int], list[_Func]] = {}
         self._kernel_summary: dict[tuple[int, str], str] = {}
+        self._bodies: dict[int, list] = {}
         self._param_summary: dict[tuple[int, str], tuple] = {}
         self._resolved: dict[str, _Func | None] = {}
 
@@ -554,7 +555,9 @@ class _Project:
             return self._kernel_summary[key]
         self._kernel_summary[key] = "none"
         taint = {param}
-        body = list(ast.walk(fn.node))
+        body = self._bodies.get(id(fn.node))
+        if body is None:
+            body = self._bodies[id(fn.node)] = list(ast.walk(fn.node))
         for _ in range(3):  # propagate through local pointer arithmetic / block pointers
             for n in body:
                 if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and n.value is not None:
@@ -605,7 +608,8 @@ class _Project:
                     else:
                         atomics = True
                 continue
-            callee = self.resolve(name) if depth < _MAX_DEPTH else None
+            hits = [i for i, a in enumerate(n.args) if {x.id for x in ast.walk(a) if isinstance(x, ast.Name)} & taint]
+            callee = self.resolve(name) if hits and depth < _MAX_DEPTH else None
             if callee is not None:   # a @triton.jit helper called with our pointer
                 callee = [callee]
                 params = _params(callee[0].node)
@@ -1072,7 +1076,8 @@ def _follow_helpers(project: _Project, helper_sites, findings, necessary):
     """An allocation helper returns a zero-filled buffer: what do its callers (in the files) do with it?"""
     by_name: dict[str, list] = {}
     for site in helper_sites:
-        by_name.setdefault(site[0].node.name, []).append(site)
+        if len(project.index.get(site[0].node.name, [])) <= 1:   # an ambiguous name cannot be followed
+            by_name.setdefault(site[0].node.name, []).append(site)
     if not by_name:
         return
     callers: dict[str, list[tuple[_Func, ast.AST, str]]] = {n: [] for n in by_name}
