@@ -61,7 +61,8 @@ __all__ = [
     "EPS", "DecoderConfig", "DEMO", "rmsnorm", "add_rmsnorm", "add_rmsnorm_ref", "all_reduce",
     "fused_all_reduce_add_rmsnorm", "make_decoder_weights", "shard_weights", "MiniDecoder",
     "FusionPass", "compile_decoder", "expected_sites", "count_ops", "run_tp",
-    "benchmark", "main", "logger",
+    "benchmark", "main", "logger", "site_chain", "plot_site", "code_excerpt", "kernel_names", "kernel_after", "kernel_source",
+    "load_timings", "timing_table", "BENCH", "SMOKE", "DECODE_TOKENS", "PREFILL_TOKENS",
 ]
 
 EPS = 1e-6
@@ -185,8 +186,9 @@ def gdn_block(x: torch.Tensor, in_proj_qkvz: torch.Tensor, in_proj_ba: torch.Ten
     """This rank's partial sum of a Gated DeltaNet block on one sequence ``x [T, D]`` ->
     ``[T, D]``: :func:`workbook.gdn.qwen3_next_linear_attention` on the rank's heads. Opaque to the
     compiler (its Triton launches are not traced), as an engine registers its GDN attention."""
-    p = GDNBlockParams(in_proj_qkvz, in_proj_ba, conv_weight, A_log, dt_bias, norm_weight, out_proj,
-                       num_k_heads, num_v_heads, head_k_dim, head_v_dim)
+    p = GDNBlockParams(in_proj_qkvz=in_proj_qkvz, in_proj_ba=in_proj_ba, conv_weight=conv_weight, A_log=A_log,
+                       dt_bias=dt_bias, norm_weight=norm_weight, out_proj=out_proj, num_k_heads=num_k_heads,
+                       num_v_heads=num_v_heads, head_k_dim=head_k_dim, head_v_dim=head_v_dim)
     return qwen3_next_linear_attention(x.contiguous()[None], p, kernel=kernel)[0]
 
 
@@ -802,7 +804,8 @@ def plot_site(graph: torch.fx.Graph, ax, title: str, start: str = "all_reduce", 
     for i, (_, op, side, others) in enumerate(chain):
         y = -i
         face = "#fb6a4a" if op in _BREAKERS else colors.get(op, "#f0f0f0")
-        ax.text(6.2, y, op, ha="center", va="center", fontsize=9, family="monospace",
+        label = op if len(op) <= 18 else op[:op.index("_", len(op) // 2 - 3) + 1] + "\n" + op[op.index("_", len(op) // 2 - 3) + 1:]
+        ax.text(6.2, y, label, ha="center", va="center", fontsize=9, family="monospace",
                 bbox=dict(boxstyle="round,pad=0.3", fc=face, ec="black", lw=0.8))
         if side:
             label = ", ".join(s if len(s) < 18 else s[:16] + ".." for s in side[:2])
@@ -817,7 +820,7 @@ def plot_site(graph: torch.fx.Graph, ax, title: str, start: str = "all_reduce", 
     return ax
 
 
-def code_excerpt(code: str, needle: str, before: int = 1, after: int = 6, limit: int = 2) -> str:
+def code_excerpt(code: str, needle: str, before: int = 1, after: int = 6, limit: int = 1) -> str:
     """The lines around the first ``limit`` occurrences of ``needle`` in Inductor's output code."""
     lines = code.splitlines()
     hits = [i for i, s in enumerate(lines) if needle in s][:limit]
@@ -825,6 +828,38 @@ def code_excerpt(code: str, needle: str, before: int = 1, after: int = 6, limit:
     for i in hits:
         parts.append("\n".join(lines[max(0, i - before): i + after + 1]))
     return "\n    ...\n".join(parts) if parts else f"(no line with {needle!r})"
+
+
+def kernel_names(code: str, contains: str = "") -> list[str]:
+    """Names of the kernels defined in Inductor's output code (``name = async_compile.<lang>(...)``,
+    C++ on a CPU, Triton on a GPU), those whose name contains ``contains``. Inductor names a fused
+    kernel after the ops it fused (``..._add_mean_mul_pow_rsqrt_slice_scatter_3``)."""
+    import re
+    names = re.findall(r"^(\w+) = async_compile\.\w+\(", code, flags=re.M)
+    return [n for n in names if contains in n]
+
+
+def kernel_after(code: str, needle: str) -> str:
+    """The first kernel (of :func:`kernel_names`) that the output code calls after the line with ``needle``."""
+    names = set(kernel_names(code))
+    lines = code.splitlines()
+    start = next((i for i, s in enumerate(lines) if needle in s), None)
+    if start is None:
+        raise ValueError(f"no line with {needle!r} in this code")
+    for s in lines[start + 1:]:
+        call = s.strip().split("(")[0]
+        if call in names:
+            return call
+    raise ValueError(f"no kernel is called after {needle!r}")
+
+
+def kernel_source(code: str, name: str, lines: int = 30) -> str:
+    """The first ``lines`` lines of kernel ``name``'s definition in Inductor's output code."""
+    src = code.splitlines()
+    for i, s in enumerate(src):
+        if s.startswith(f"{name} = async_compile."):
+            return "\n".join(src[i: i + lines])
+    raise ValueError(f"no kernel {name!r} in this code")
 
 
 def load_timings():
