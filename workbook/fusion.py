@@ -344,7 +344,10 @@ class MiniDecoder(torch.nn.Module):
     def _attention(self, kind, m, x, num_tokens):
         block = self._linear_attention if kind == "linear" else self._full_attention
         if self.style == "buffer":
-            # the engine's layer: a caller-owned output buffer, written on the real tokens only
+            # the engine's layer: a caller-owned output buffer, written on the real tokens only.
+            # empty: rows [num_tokens:] stay unwritten, and only row-wise ops read them, into padding rows
+            # that nothing reads (attention is causal and runs on the real rows); the test
+            # test_buffer_padding_rows_never_reach_real_rows poisons them two ways.
             output = torch.empty_like(x)
             output[:num_tokens] = all_reduce(block(m, x[:num_tokens]))
             return output
