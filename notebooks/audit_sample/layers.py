@@ -45,9 +45,10 @@ def gate_into(z, z_out):
     return z_out
 
 
-def token_histogram(ids, num_experts):
+def token_histogram(ids, num_experts, counts=None):
     """How many tokens go to each expert."""
-    counts = torch.zeros(num_experts, dtype=torch.int32, device=ids.device)
+    if counts is None:
+        counts = torch.zeros(num_experts, dtype=torch.int32, device=ids.device)
     T = ids.numel()
     histogram_kernel[(triton.cdiv(T, 64),)](ids, counts, T, BLOCK=64)
     return counts
