@@ -167,3 +167,18 @@ def test_bench_progress_without_tqdm(capsys, monkeypatch):
         bar.update(1)
         bar.update(1)
     assert bar.n == 2 and "bench x: 2 measurements" in capsys.readouterr().err
+
+
+def test_audit_subcommand(capsys, tmp_path):
+    """`python -m workbook audit` runs workbook.audit: findings -> exit 1 with file:line, none -> 0,
+    a missing path -> 2 in one line."""
+    src = tmp_path / "layer.py"
+    src.write_text("import torch\n\ndef f(x):\n    out = torch.zeros_like(x)\n    out.copy_(x * 2)\n    return out\n")
+    assert cli.main(["audit", str(tmp_path)]) == 1
+    assert "layer.py:4" in capsys.readouterr().out
+    (tmp_path / "layer.py").write_text("import torch\n\ndef f(x):\n    return x * 2\n")
+    assert cli.main(["audit", str(tmp_path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["findings"] == []
+    assert cli.main(["audit", str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err
+    assert "nope" in err and "Traceback" not in err

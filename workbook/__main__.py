@@ -4,6 +4,8 @@
                                                   smoke run of one small kernel per topic (alias: check)
     python -m workbook bench TOPIC [TOPIC ...]    GPU benchmarks -> workbook/data/<topic>.json
     python -m workbook execute NB.ipynb ... --out DIR   run notebooks top to bottom (nbclient), save with outputs
+    python -m workbook audit PATH ... [--json] [--min-confidence high|medium|low] [--exclude GLOB]
+                                                  allocate-then-overwrite candidates in Python sources
 
 Bench topics: alloc (zeros vs empty), and every topic module with a ``benchmark()`` function
 (nvfp4, fp8, gdn, ...); ``benchmark()`` returns ``(results, ceilings)``. A command never answers with
@@ -427,6 +429,12 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--timeout", type=int, default=600, help="seconds per cell (default 600)")
     e.add_argument("--kernel", default="python3", help="Jupyter kernel name (default python3)")
     e.set_defaults(fn=_cmd_execute)
+    from . import audit  # ast only: no torch, no GPU
+    a = sub.add_parser("audit", help="list zero fills that a kernel or assignment then overwrites, and empty "
+                                     "buffers written only in part",
+                       description=audit.__doc__.split("\n\n")[0] if audit.__doc__ else None)
+    audit.add_arguments(a)
+    a.set_defaults(fn=audit.run)
     return p
 
 
