@@ -56,27 +56,27 @@ def lookup_centroids(b_code, centroids, LOOKUP: tl.constexpr):
 
     ``LOOKUP == 0``: a load from the 16-entry table (32 bytes, one L1 line: every lane of a
     warp hits the same line, so the gather costs one wavefront). ``LOOKUP == 1``: no memory access;
-    the table is symmetric (c[15 - m] = -c[m]), so three bits pick one of the 8 magnitudes through a
-    tree of 7 selects and the top bit gives the sign."""
+    the codes are sign-magnitude (c[8 + m] = -c[m]), so three bits pick one of the 8 magnitudes through
+    a tree of 7 selects and the top bit gives the sign."""
     if LOOKUP == 0:
         return tl.load(centroids + b_code)
-    m_pos = b_code >= 8
-    b_k = tl.where(m_pos, b_code - 8, 7 - b_code)      # magnitude index: c[8 + k] = |value|
-    c0 = tl.load(centroids + 8)
-    c1 = tl.load(centroids + 9)
-    c2 = tl.load(centroids + 10)
-    c3 = tl.load(centroids + 11)
-    c4 = tl.load(centroids + 12)
-    c5 = tl.load(centroids + 13)
-    c6 = tl.load(centroids + 14)
-    c7 = tl.load(centroids + 15)
+    m_neg = b_code >= 8
+    b_k = b_code & 7                                   # magnitude index: c[k] = |value|
+    c0 = tl.load(centroids + 0)
+    c1 = tl.load(centroids + 1)
+    c2 = tl.load(centroids + 2)
+    c3 = tl.load(centroids + 3)
+    c4 = tl.load(centroids + 4)
+    c5 = tl.load(centroids + 5)
+    c6 = tl.load(centroids + 6)
+    c7 = tl.load(centroids + 7)
     m_b0 = (b_k & 1) != 0
     m_b1 = (b_k & 2) != 0
     m_b2 = (b_k & 4) != 0
     b_lo = tl.where(m_b1, tl.where(m_b0, c3, c2), tl.where(m_b0, c1, c0))
     b_hi = tl.where(m_b1, tl.where(m_b0, c7, c6), tl.where(m_b0, c5, c4))
     b_mag = tl.where(m_b2, b_hi, b_lo)
-    return tl.where(m_pos, b_mag, -b_mag)
+    return tl.where(m_neg, -b_mag, b_mag)
 
 
 @triton.jit
@@ -87,14 +87,84 @@ def nibble_to_fp16(b_code):
     return b_bits.to(tl.float16, bitcast=True) - tl.full([1, 1], 1024.0, tl.float16)
 
 
+# PTX for the decode kernel's GPU path (EMULATE=False). One 32-bit word holds 8 codes: nibble k =
+# coordinate 8j + k. Outputs $0..$7 are the fp16 values of nibbles 0..7; each 32-bit result register
+# holds the pair (k, k + 4), which one mask extracts (bits 0-3 and 16-19 after a shift). Values: the
+# fp16 bits 0x6400 | code are 1024 + code, and one packed subtraction (sub.f16x2, exact) leaves the
+# code. (Subtracting 1024 * sum(p * v_scale) once at the end instead was measured on the H200 to
+# lose the output: a tiny mean over a long context minus two large fp32 tensor-core sums.)
+_VALUE_ASM = tl.constexpr("""{
+.reg .b32 w, p, c;
+mov.b32 c, 0x64006400;
+and.b32 p, $8, 0x000F000F;  or.b32 p, p, c;  sub.f16x2 p, p, c;  mov.b32 {$0, $4}, p;
+shr.b32 w, $8, 4;   and.b32 p, w, 0x000F000F;  or.b32 p, p, c;  sub.f16x2 p, p, c;  mov.b32 {$1, $5}, p;
+shr.b32 w, $8, 8;   and.b32 p, w, 0x000F000F;  or.b32 p, p, c;  sub.f16x2 p, p, c;  mov.b32 {$2, $6}, p;
+shr.b32 w, $8, 12;  and.b32 p, w, 0x000F000F;  or.b32 p, p, c;  sub.f16x2 p, p, c;  mov.b32 {$3, $7}, p;
+}""")
+# Keys: nibble = sign (bit 3) | magnitude index m (bits 0-2). prmt.b32 picks 4 bytes at once from an
+# 8-byte table by 4 selector nibbles: $9:$10 hold the low bytes of the 8 fp16 magnitudes, $11:$12 the
+# high bytes. Then two byte interleaves give the fp16 pairs (k, k + 4), and the sign bits (4k + 3 and
+# 4k + 19 of the word) shifted by 12 - 4k land on bits 15 and 31.
+_KEY_ASM = tl.constexpr("""{
+.reg .b32 s, t, l0, h0, l1, h1, x, y, p, q;
+and.b32 s, $8, 0x77777777;  shr.b32 t, s, 16;
+prmt.b32 l0, $9, $10, s;  prmt.b32 h0, $11, $12, s;  prmt.b32 l1, $9, $10, t;  prmt.b32 h1, $11, $12, t;
+prmt.b32 x, l0, l1, 0x5140;  prmt.b32 y, h0, h1, 0x5140;
+prmt.b32 p, x, y, 0x5140;  shl.b32 q, $8, 12;  and.b32 q, q, 0x80008000;  or.b32 p, p, q;  mov.b32 {$0, $4}, p;
+prmt.b32 p, x, y, 0x7362;  shl.b32 q, $8, 8;   and.b32 q, q, 0x80008000;  or.b32 p, p, q;  mov.b32 {$1, $5}, p;
+prmt.b32 x, l0, l1, 0x7362;  prmt.b32 y, h0, h1, 0x7362;
+prmt.b32 p, x, y, 0x5140;  shl.b32 q, $8, 4;   and.b32 q, q, 0x80008000;  or.b32 p, p, q;  mov.b32 {$2, $6}, p;
+prmt.b32 p, x, y, 0x7362;  and.b32 q, $8, 0x80008000;  or.b32 p, p, q;  mov.b32 {$3, $7}, p;
+}""")
+
+
+@triton.jit
+def unpack_values(b_w, OP: tl.constexpr, EMULATE: tl.constexpr):
+    """8 code words -> the codes 0..15 of nibbles 0..7 as fp16 (8 tensors shaped like ``b_w``). GPU:
+    about 3 instructions per nibble pair, no conversion (``_VALUE_ASM``); EMULATE: integer ops."""
+    if EMULATE:
+        v0 = (b_w & 15).to(OP)
+        v1 = ((b_w >> 4) & 15).to(OP)
+        v2 = ((b_w >> 8) & 15).to(OP)
+        v3 = ((b_w >> 12) & 15).to(OP)
+        v4 = ((b_w >> 16) & 15).to(OP)
+        v5 = ((b_w >> 20) & 15).to(OP)
+        v6 = ((b_w >> 24) & 15).to(OP)
+        v7 = ((b_w >> 28) & 15).to(OP)
+    else:
+        v0, v1, v2, v3, v4, v5, v6, v7 = tl.inline_asm_elementwise(
+            _VALUE_ASM, "=h,=h,=h,=h,=h,=h,=h,=h,r", [b_w], dtype=(tl.float16,) * 8, is_pure=True, pack=1)
+    return v0, v1, v2, v3, v4, v5, v6, v7
+
+
+@triton.jit
+def unpack_keys(b_w, centroids, tl0, tl1, th0, th1, OP: tl.constexpr, EMULATE: tl.constexpr):
+    """8 code words -> the fp16 centroids of nibbles 0..7 (8 tensors shaped like ``b_w``). GPU: byte
+    permutes from the table held in 4 registers (``_KEY_ASM``); EMULATE: loads from the fp16 table."""
+    if EMULATE:
+        v0 = tl.load(centroids + (b_w & 15)).to(OP)
+        v1 = tl.load(centroids + ((b_w >> 4) & 15)).to(OP)
+        v2 = tl.load(centroids + ((b_w >> 8) & 15)).to(OP)
+        v3 = tl.load(centroids + ((b_w >> 12) & 15)).to(OP)
+        v4 = tl.load(centroids + ((b_w >> 16) & 15)).to(OP)
+        v5 = tl.load(centroids + ((b_w >> 20) & 15)).to(OP)
+        v6 = tl.load(centroids + ((b_w >> 24) & 15)).to(OP)
+        v7 = tl.load(centroids + ((b_w >> 28) & 15)).to(OP)
+    else:
+        v0, v1, v2, v3, v4, v5, v6, v7 = tl.inline_asm_elementwise(
+            _KEY_ASM, "=h,=h,=h,=h,=h,=h,=h,=h,r,r,r,r,r", [b_w, tl0, tl1, th0, th1],
+            dtype=(tl.float16,) * 8, is_pure=True, pack=1)
+    return v0, v1, v2, v3, v4, v5, v6, v7
+
+
 @triton.jit
 def tq_store_kernel(
     k,             # new keys [N, HKV, D] (fp16 / bf16 / fp32), contiguous
     v,             # new values [N, HKV, D], same dtype
     slot_mapping,  # int64 [N]: cache slot of token n = page * BLOCK_SIZE + offset; < 0 = skip (padding)
     hadamard,      # fp32 [D, D], orthonormal and symmetric
-    centroids,     # fp32 [16], sorted, symmetric
-    boundaries,    # fp32 [16]: midpoints between neighbouring centroids, then +inf
+    centroids,     # fp32 [16] in code order: c[m] = m-th magnitude (ascending), c[8 + m] = -c[m]
+    boundaries,    # fp32 [16]: midpoints between neighbouring SORTED centroids, then +inf
     k_codes,       # cache pages (layout in the module docstring)
     k_scale,
     v_codes,
@@ -128,6 +198,9 @@ def tq_store_kernel(
     b_bnd = tl.load(boundaries + tl.arange(0, 16))
     b_ce = tl.sum((b_ye[:, :, None] > b_bnd[None, None, :]).to(tl.int32), axis=2)
     b_co = tl.sum((b_yo[:, :, None] > b_bnd[None, None, :]).to(tl.int32), axis=2)
+    # sign-magnitude code (module docstring): sorted index i >= 8 -> i - 8, i < 8 -> 8 | (7 - i)
+    b_ce = tl.where(b_ce >= 8, b_ce - 8, 15 - b_ce)
+    b_co = tl.where(b_co >= 8, b_co - 8, 15 - b_co)
     b_ve = tl.load(centroids + b_ce)
     b_vo = tl.load(centroids + b_co)
     b_cnorm = tl.sqrt(tl.sum(b_ve * b_ve + b_vo * b_vo, axis=1))
@@ -219,8 +292,12 @@ def tq_decode_kernel(
     q_rot,        # fp32 [N, HQ, D]: rotated queries times sm_scale * log2(e); rows [0, B) are the decode tokens
     block_table,  # int32 [R, max_pages]
     seq_lens,     # int32 [R]: context length per request, the new token included (already stored)
-    k_codes, k_scale, v_codes, v_scale, v_zero,
-    centroids,    # fp16 [16] (the MMA operand dtype: a lookup needs no conversion)
+    k_words,      # int32 view of k_codes [num_blocks, HKV, BLOCK_SIZE, D / 8]: 8 codes per word
+    k_scale,
+    v_words,      # int32 view of v_codes
+    v_scale, v_zero,
+    centroids,    # fp16 [16] in code order (EMULATE reads it; the GPU path holds it in tl0..th1)
+    tl0, tl1, th0, th1,  # int32: low / high bytes of the 8 fp16 magnitudes, 4 per word (the prmt table)
     out,          # attn_out [N, HQ, D]: rows [0, B) written here when NUM_SPLITS == 1
     part_out,     # fp32 [B, HQ, NUM_SPLITS, D] when NUM_SPLITS > 1 (each split's normalized output)
     part_lse,     # fp32 [B, HQ, NUM_SPLITS] (each split's log2-sum-exp2; -inf for an empty split)
@@ -229,15 +306,20 @@ def tq_decode_kernel(
     HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, BLOCK_SIZE: tl.constexpr,
     BLOCK_G: tl.constexpr,     # next power of two >= max(HQ // HKV, 16): the query heads of one KV head
     BLOCK_N: tl.constexpr,     # cache tokens per tile
+    BLOCK_W: tl.constexpr,     # max(16, D / 8): words per token row (tl.dot needs >= 16 per dimension)
     NUM_SPLITS: tl.constexpr,
     SPLIT: tl.constexpr,       # from NUM_SPLITS (heuristic): write partials for the merge kernel
-    LOOKUP: tl.constexpr, EMULATE: tl.constexpr,
+    EMULATE: tl.constexpr,
     OP: tl.constexpr, PREC: tl.constexpr,  # from EMULATE (heuristics): MMA operand dtype, tl.dot precision
 ):
     """Split-KV decode: program (request b, KV head, split s) attends the G = HQ // HKV query heads of
-    that KV head (each cache byte read once per KV head) over tokens [s * split_len, ...)."""
+    that KV head (each cache byte read once per KV head) over tokens [s * split_len, ...).
+
+    The cache is read as 32-bit words of 8 codes (coordinates 8j .. 8j + 7 of word j), unpacked into 8
+    operands [BLOCK_N, D / 8] (``unpack_keys`` / ``unpack_values``): the score is the sum of 8 matrix
+    multiplies over D / 8 coordinates each, and the output has 8 accumulators, one per nibble position."""
     G: tl.constexpr = HQ // HKV
-    HALF: tl.constexpr = D // 2
+    W: tl.constexpr = D // 8
     b = tl.program_id(0)
     kvh = tl.program_id(1)
     s = tl.program_id(2)
@@ -246,35 +328,101 @@ def tq_decode_kernel(
     end = tl.minimum(start + split_len, L)
     o_g = tl.arange(0, BLOCK_G)
     m_g = o_g < G
-    o_j = tl.arange(0, HALF)
+    o_w = tl.arange(0, BLOCK_W)
+    m_w = o_w < W
     o_hq = kvh * G + o_g
-    p_q = q_rot + (b * HQ + o_hq)[:, None].to(tl.int64) * D + 2 * o_j[None, :]
-    b_qe = (tl.load(p_q, mask=m_g[:, None], other=0.0)).to(tl.float16).to(OP)
-    b_qo = (tl.load(p_q + 1, mask=m_g[:, None], other=0.0)).to(tl.float16).to(OP)
+    p_q = q_rot + (b * HQ + o_hq)[:, None].to(tl.int64) * D + 8 * o_w[None, :]
+    q0 = tl.load(p_q + 0, mask=m_g[:, None] & m_w[None, :], other=0.0).to(tl.float16).to(OP)
+    q1 = tl.load(p_q + 1, mask=m_g[:, None] & m_w[None, :], other=0.0).to(tl.float16).to(OP)
+    q2 = tl.load(p_q + 2, mask=m_g[:, None] & m_w[None, :], other=0.0).to(tl.float16).to(OP)
+    q3 = tl.load(p_q + 3, mask=m_g[:, None] & m_w[None, :], other=0.0).to(tl.float16).to(OP)
+    q4 = tl.load(p_q + 4, mask=m_g[:, None] & m_w[None, :], other=0.0).to(tl.float16).to(OP)
+    q5 = tl.load(p_q + 5, mask=m_g[:, None] & m_w[None, :], other=0.0).to(tl.float16).to(OP)
+    q6 = tl.load(p_q + 6, mask=m_g[:, None] & m_w[None, :], other=0.0).to(tl.float16).to(OP)
+    q7 = tl.load(p_q + 7, mask=m_g[:, None] & m_w[None, :], other=0.0).to(tl.float16).to(OP)
     m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_G], tl.float32)
-    b_accz = tl.zeros([BLOCK_G], tl.float32)
-    b_acc_e = tl.zeros([BLOCK_G, HALF], tl.float32)
-    b_acc_o = tl.zeros([BLOCK_G, HALF], tl.float32)
-    m_i, l_i, b_acc_e, b_acc_o, b_accz = _attend_cache(
-        b_qe, b_qo, m_i, l_i, b_acc_e, b_acc_o, b_accz, start, end, block_table, b * stride_bt, kvh,
-        k_codes, k_scale, v_codes, v_scale, v_zero, centroids, HKV, D, BLOCK_SIZE, BLOCK_N, LOOKUP, OP, PREC, EMULATE)
+    b_accz = tl.zeros([BLOCK_G], tl.float32)   # sum p * v_zero
+    a0 = tl.zeros([BLOCK_G, BLOCK_W], tl.float32)
+    a1 = tl.zeros([BLOCK_G, BLOCK_W], tl.float32)
+    a2 = tl.zeros([BLOCK_G, BLOCK_W], tl.float32)
+    a3 = tl.zeros([BLOCK_G, BLOCK_W], tl.float32)
+    a4 = tl.zeros([BLOCK_G, BLOCK_W], tl.float32)
+    a5 = tl.zeros([BLOCK_G, BLOCK_W], tl.float32)
+    a6 = tl.zeros([BLOCK_G, BLOCK_W], tl.float32)
+    a7 = tl.zeros([BLOCK_G, BLOCK_W], tl.float32)
+    o_n = tl.arange(0, BLOCK_N)
+    bt_row = b * stride_bt
+    for t0 in range(start, end, BLOCK_N):
+        o_t = t0 + o_n
+        m_t = o_t < end
+        b_page = tl.load(block_table + bt_row + o_t // BLOCK_SIZE, mask=m_t, other=0).to(tl.int64)
+        o_slot = (b_page * HKV + kvh) * BLOCK_SIZE + o_t % BLOCK_SIZE    # [BLOCK_N]
+        p_rows = o_slot[:, None] * W + o_w[None, :]                     # 4 * W contiguous bytes per token
+        if D < 128:
+            b_kw = tl.load(k_words + p_rows, mask=m_t[:, None] & m_w[None, :], other=0)
+            b_vw = tl.load(v_words + p_rows, mask=m_t[:, None] & m_w[None, :], other=0)
+        else:  # a mask constant along each row keeps the 16-byte vector loads
+            b_kw = tl.load(k_words + p_rows, mask=m_t[:, None], other=0)
+            b_vw = tl.load(v_words + p_rows, mask=m_t[:, None], other=0)
+        b_ks = tl.load(k_scale + o_slot, mask=m_t, other=0.0).to(tl.float32)
+        k0, k1, k2, k3, k4, k5, k6, k7 = unpack_keys(b_kw, centroids, tl0, tl1, th0, th1, OP, EMULATE)
+        b_s = tl.dot(q0, tl.trans(k0), input_precision=PREC)
+        b_s = tl.dot(q1, tl.trans(k1), b_s, input_precision=PREC)
+        b_s = tl.dot(q2, tl.trans(k2), b_s, input_precision=PREC)
+        b_s = tl.dot(q3, tl.trans(k3), b_s, input_precision=PREC)
+        b_s = tl.dot(q4, tl.trans(k4), b_s, input_precision=PREC)
+        b_s = tl.dot(q5, tl.trans(k5), b_s, input_precision=PREC)
+        b_s = tl.dot(q6, tl.trans(k6), b_s, input_precision=PREC)
+        b_s = tl.dot(q7, tl.trans(k7), b_s, input_precision=PREC)
+        b_s = tl.where(m_t[None, :], b_s * b_ks[None, :], float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(b_s, axis=1))
+        b_alpha = tl.exp2(m_i - m_new)
+        b_p = tl.exp2(b_s - m_new[:, None])
+        l_i = l_i * b_alpha + tl.sum(b_p, axis=1)
+        b_vs = tl.load(v_scale + o_slot, mask=m_t, other=0.0).to(tl.float32)
+        b_vz = tl.load(v_zero + o_slot, mask=m_t, other=0.0).to(tl.float32)
+        b_ps = (b_p * b_vs[None, :]).to(tl.float16).to(OP)
+        v0, v1, v2, v3, v4, v5, v6, v7 = unpack_values(b_vw, OP, EMULATE)
+        a0 = tl.dot(b_ps, v0, a0 * b_alpha[:, None], input_precision=PREC)
+        a1 = tl.dot(b_ps, v1, a1 * b_alpha[:, None], input_precision=PREC)
+        a2 = tl.dot(b_ps, v2, a2 * b_alpha[:, None], input_precision=PREC)
+        a3 = tl.dot(b_ps, v3, a3 * b_alpha[:, None], input_precision=PREC)
+        a4 = tl.dot(b_ps, v4, a4 * b_alpha[:, None], input_precision=PREC)
+        a5 = tl.dot(b_ps, v5, a5 * b_alpha[:, None], input_precision=PREC)
+        a6 = tl.dot(b_ps, v6, a6 * b_alpha[:, None], input_precision=PREC)
+        a7 = tl.dot(b_ps, v7, a7 * b_alpha[:, None], input_precision=PREC)
+        b_accz = b_accz * b_alpha + tl.sum(b_p * b_vz[None, :], axis=1)
+        m_i = m_new
     m_any = l_i > 0  # false only for an empty split (start >= L)
     b_l = tl.where(m_any, l_i, 1.0)
-    b_oe = tl.where(m_any[:, None], (b_acc_e + b_accz[:, None]) / b_l[:, None], 0.0)
-    b_oo = tl.where(m_any[:, None], (b_acc_o + b_accz[:, None]) / b_l[:, None], 0.0)
     if SPLIT:
         o_row = (b * HQ + o_hq).to(tl.int64) * NUM_SPLITS + s
-        tl.store(part_out + o_row[:, None] * D + 2 * o_j[None, :], b_oe, mask=m_g[:, None])
-        tl.store(part_out + o_row[:, None] * D + 2 * o_j[None, :] + 1, b_oo, mask=m_g[:, None])
+        p_o = part_out + o_row[:, None] * D + 8 * o_w[None, :]
         tl.store(part_lse + o_row, tl.where(m_any, m_i + tl.log2(b_l), float("-inf")), mask=m_g)
     else:
-        if out.dtype.element_ty == tl.bfloat16:  # the interpreter's fp32 -> bf16 cast truncates
-            b_oe = round_to_bf16(b_oe, EMULATE)
-            b_oo = round_to_bf16(b_oo, EMULATE)
-        p_o = out + (b * HQ + o_hq)[:, None].to(tl.int64) * D + 2 * o_j[None, :]
-        tl.store(p_o, b_oe.to(out.dtype.element_ty), mask=m_g[:, None])
-        tl.store(p_o + 1, b_oo.to(out.dtype.element_ty), mask=m_g[:, None])
+        p_o = out + (b * HQ + o_hq)[:, None].to(tl.int64) * D + 8 * o_w[None, :]
+    b_z = b_accz[:, None]
+    b_l = b_l[:, None]
+    m_o = m_g[:, None] & m_w[None, :]
+    store_part(p_o + 0, a0, b_z, b_l, m_any, m_o, SPLIT, EMULATE)
+    store_part(p_o + 1, a1, b_z, b_l, m_any, m_o, SPLIT, EMULATE)
+    store_part(p_o + 2, a2, b_z, b_l, m_any, m_o, SPLIT, EMULATE)
+    store_part(p_o + 3, a3, b_z, b_l, m_any, m_o, SPLIT, EMULATE)
+    store_part(p_o + 4, a4, b_z, b_l, m_any, m_o, SPLIT, EMULATE)
+    store_part(p_o + 5, a5, b_z, b_l, m_any, m_o, SPLIT, EMULATE)
+    store_part(p_o + 6, a6, b_z, b_l, m_any, m_o, SPLIT, EMULATE)
+    store_part(p_o + 7, a7, b_z, b_l, m_any, m_o, SPLIT, EMULATE)
+
+
+@triton.jit
+def store_part(p_o, b_acc, b_z, b_l, m_any, m_o, SPLIT: tl.constexpr, EMULATE: tl.constexpr):
+    """One nibble position's output columns: (acc + zero sum) / l; 0 for an empty split."""
+    b_o = tl.where(m_any[:, None], (b_acc + b_z) / b_l, 0.0)
+    if not SPLIT:
+        if p_o.dtype.element_ty == tl.bfloat16:  # the interpreter's fp32 -> bf16 cast truncates
+            b_o = round_to_bf16(b_o, EMULATE)
+    tl.store(p_o, b_o.to(p_o.dtype.element_ty), mask=m_o)
 
 
 @triton.jit

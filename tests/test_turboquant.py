@@ -120,6 +120,64 @@ def _nibble_probe(codes, out, N: tl.constexpr):
     tl.store(out + o[:, None] * N + o[None, :], kernels.nibble_to_fp16(b).to(tl.float32))
 
 
+@triton.jit
+def _unpack_probe(words, centroids, tl0, tl1, th0, th1, kout, vout, N: tl.constexpr, EMULATE: tl.constexpr):
+    o = tl.arange(0, N)
+    b_w = tl.load(words + o[:, None] * 16 + tl.arange(0, 16)[None, :])
+    OP: tl.constexpr = tl.float32 if EMULATE else tl.float16
+    p_k = kout + o[:, None] * 128 + 8 * tl.arange(0, 16)[None, :]
+    p_v = vout + o[:, None] * 128 + 8 * tl.arange(0, 16)[None, :]
+    k0, k1, k2, k3, k4, k5, k6, k7 = kernels.unpack_keys(b_w, centroids, tl0, tl1, th0, th1, OP, EMULATE)
+    v0, v1, v2, v3, v4, v5, v6, v7 = kernels.unpack_values(b_w, OP, EMULATE)
+    tl.store(p_k + 0, k0.to(tl.float32))
+    tl.store(p_k + 1, k1.to(tl.float32))
+    tl.store(p_k + 2, k2.to(tl.float32))
+    tl.store(p_k + 3, k3.to(tl.float32))
+    tl.store(p_k + 4, k4.to(tl.float32))
+    tl.store(p_k + 5, k5.to(tl.float32))
+    tl.store(p_k + 6, k6.to(tl.float32))
+    tl.store(p_k + 7, k7.to(tl.float32))
+    tl.store(p_v + 0, v0.to(tl.float32))
+    tl.store(p_v + 1, v1.to(tl.float32))
+    tl.store(p_v + 2, v2.to(tl.float32))
+    tl.store(p_v + 3, v3.to(tl.float32))
+    tl.store(p_v + 4, v4.to(tl.float32))
+    tl.store(p_v + 5, v5.to(tl.float32))
+    tl.store(p_v + 6, v6.to(tl.float32))
+    tl.store(p_v + 7, v7.to(tl.float32))
+
+
+@pytest.mark.parametrize("emulate", [True, False])
+def test_unpack_words_match_torch(emulate):
+    # the decode kernel's unpackers: word j of a row = coordinates 8j..8j+7 (nibble k = coordinate 8j+k);
+    # keys -> the code-ordered fp16 centroid, values -> the code. Every code at every nibble position.
+    if not emulate and not ON_GPU:
+        pytest.skip("the PTX path (prmt / lop3) runs only on a GPU")
+    cache = tq.allocate_cache(1, 16, 1, 128, DEVICE)
+    g = torch.Generator().manual_seed(4)
+    codes = torch.randint(0, 16, (16, 128), generator=g, dtype=torch.uint8)
+    codes[0] = torch.arange(128) % 16          # every code at every nibble position
+    codes[1] = (torch.arange(128) // 8) % 16
+    words = tq.pack_nibbles(codes).contiguous().view(torch.int32).to(DEVICE)
+    kout = torch.full((16, 128), float("nan"), device=DEVICE)
+    vout = torch.full((16, 128), float("nan"), device=DEVICE)
+    _unpack_probe[(1,)](words, cache.centroids_half, *cache.key_table_words, kout, vout, N=16, EMULATE=emulate)
+    assert torch.equal(kout.cpu(), cache.centroids_half.float().cpu()[codes.long()])
+    assert torch.equal(vout.cpu(), codes.float())
+
+
+def test_sign_magnitude_codes():
+    c = tq.lloyd_max_centroids(4, 128)
+    t = tq.sign_magnitude_table(c)
+    idx = torch.arange(16)
+    assert torch.equal(t[tq.sign_magnitude(idx)], c)             # same value, new label
+    assert torch.equal(t[8:], -t[:8]) and (t[:8] > 0).all() and (t[1:8] > t[:7]).all()
+    w = tq.allocate_cache(1, 16, 1, 128).key_table_words         # the prmt table: bytes of t[:8] in fp16
+    raw = b"".join(x.to_bytes(4, "little", signed=True) for x in w)
+    bits = t[:8].half().view(torch.int16).tolist()
+    assert list(raw[:8]) == [b & 0xFF for b in bits] and list(raw[8:]) == [(b >> 8) & 0xFF for b in bits]
+
+
 def test_nibble_to_fp16_is_exact():
     # the GPU path's int -> fp16 trick for value codes (exercised here in the interpreter too)
     codes = (torch.arange(256) % 16).to(torch.uint8).view(16, 16).to(DEVICE)
@@ -193,7 +251,7 @@ def test_gqa_ratios(hq, hkv):
 
 
 def test_splits_and_select_lookup_and_small_tiles():
-    cfg = {"decode": {"NUM_SPLITS": 5, "BLOCK_N": 16, "LOOKUP": 1},
+    cfg = {"decode": {"NUM_SPLITS": 5, "BLOCK_N": 16},
            "prefill": {"BLOCK_M": 16, "BLOCK_N": 16, "LOOKUP": 1}}
     out, ref, _ = _run([1, 1, 19], [100, 17, 40], 2, hkv=2, bs=8, config=cfg)   # 13 pages, empty splits
     assert rel_err(out, ref) <= BOUND
@@ -223,6 +281,66 @@ def test_quantized_attention_error_vs_full_precision():
     # 4-bit keys and values on random data with a flat softmax: visibly lossy, far from garbage (an
     # unrelated output would give about sqrt(2))
     assert 1e-3 < e < 0.25, e
+
+
+@contextlib.contextmanager
+def bounds_checked():
+    """Every load and store of a kernel run in Triton's interpreter must touch only the storage of
+    that launch's tensor arguments (masked-off lanes excepted). The interpreter itself does not check
+    (an out-of-range address reads host memory or crashes much later); on a GPU the same bug is an
+    illegal memory access. Patches the interpreter's builder for the duration."""
+    import numpy as np
+    import triton.runtime.interpreter as interp
+
+    ranges = []
+    real_init = interp.GridExecutor._init_args_hst
+    builder = interp.interpreter_builder
+    real_ld, real_st = builder.create_masked_load, builder.create_masked_store
+
+    def init(self, args_dev, kwargs):
+        args, kw = real_init(self, args_dev, kwargs)
+        ranges.clear()
+        for a in list(args) + list(kw.values()):
+            if hasattr(a, "untyped_storage"):
+                st = a.untyped_storage()
+                ranges.append((st.data_ptr(), st.data_ptr() + st.nbytes()))
+        return args, kw
+
+    def check(ptrs, mask, what):
+        p = ptrs.data[mask.data.astype(bool)]
+        size = np.dtype(interp._get_np_dtype(ptrs.get_element_ty())).itemsize
+        ok = np.zeros(p.shape, bool)
+        for lo, hi in ranges:
+            ok |= (p >= lo) & (p + size <= hi)
+        if not ok.all():
+            raise IndexError(f"{what} of {int((~ok).sum())} elements outside every tensor argument")
+
+    builder.create_masked_load = lambda ptrs, mask, other, cp, vol: (check(ptrs, mask, "load"),
+                                                                     real_ld(ptrs, mask, other, cp, vol))[1]
+    builder.create_masked_store = lambda ptrs, val, mask, cp: (check(ptrs, mask, "store"), real_st(ptrs, val, mask, cp))[1]
+    interp.GridExecutor._init_args_hst = init
+    try:
+        yield
+    finally:
+        interp.GridExecutor._init_args_hst = real_init
+        del builder.create_masked_load, builder.create_masked_store
+
+
+@triton.jit
+def _oob_probe(x, y, N: tl.constexpr):
+    o = tl.arange(0, N)
+    tl.store(y + o, tl.load(x + o + 1))   # one element past the end
+
+
+@pytest.mark.skipif(ON_GPU, reason="checks the interpreter's addresses (on a GPU: compute-sanitizer)")
+def test_every_kernel_address_stays_inside_its_tensors():
+    with bounds_checked():
+        with pytest.raises(Exception, match="outside every tensor argument"):  # the guard can fail
+            _oob_probe[(1,)](torch.randn(16), torch.empty(16), N=16)
+        gpu_like = {"decode": {"BLOCK_N": 32, "MIN_SPLIT": 16, "WAVES": 4}, "prefill": {"BLOCK_M": 16, "BLOCK_N": 16}}
+        for (hq, hkv, d), cfg in (((2, 2, 64), None), ((2, 2, 64), gpu_like), ((8, 2, 32), gpu_like)):
+            out, ref, _ = _run([1, 4], [33, 20], 1, hq=hq, hkv=hkv, d=d, config=cfg)
+            assert rel_err(out, ref) <= BOUND
 
 
 # ---------------------------------------------------------------------------------------------- poison
@@ -457,3 +575,9 @@ def test_gpu_path_matches_emulation():
     ref = tq.reference_mixed_attention(q, k, v, cache, batch)
     assert rel_err(a, ref) <= BOUND and rel_err(b, ref) <= BOUND
     assert rel_err(a, b) <= 1e-4
+    # one long split (20k tokens, flat softmax: a small output from large sums) on both paths
+    q, k, v, cache, batch = tq.make_example([1, 1], [20000, 3000], 2, hq=8, hkv=2, d=128)
+    ref = tq.reference_mixed_attention(q, k, v, cache, batch)
+    for em in (False, True):
+        out = tq.mixed_attention(q, k, v, cache, batch, emulate=em, config={"decode": {"NUM_SPLITS": 1}})
+        assert rel_err(out, ref) <= BOUND, em

@@ -36,7 +36,8 @@ from .device import DEVICE, ON_GPU, check_tensor, require_launchable, same_devic
 from .kernels import turboquant as kern
 
 __all__ = [
-    "hadamard", "coordinate_density", "lloyd_max_centroids", "centroid_boundaries",
+    "hadamard", "coordinate_density", "lloyd_max_centroids", "centroid_boundaries", "sign_magnitude",
+    "sign_magnitude_table",
     "QuantizedKeys", "quantize_keys", "dequantize_keys", "QuantizedValues", "quantize_values",
     "dequantize_values", "pack_nibbles", "unpack_nibbles", "key_mse", "mse_table", "PAPER_MSE",
     "TurboQuantCache", "allocate_cache", "slot_bytes", "MixedBatch", "make_batch", "CoverageError",
@@ -138,6 +139,19 @@ def lloyd_max_centroids(bits: int, dim: int) -> torch.Tensor:
     if not isinstance(dim, int) or dim < 2:
         raise ValueError(f"dim must be an integer >= 2, got {dim!r}")
     return _lloyd_max_cpu(bits, dim).clone()
+
+
+def sign_magnitude(codes: torch.Tensor) -> torch.Tensor:
+    """Sorted centroid indices 0..15 -> the cache's sign-magnitude codes: index i >= 8 (a positive
+    centroid) -> i - 8, i < 8 -> 8 | (7 - i). So code & 7 is the magnitude's rank and bit 3 the sign
+    (the decode kernel looks magnitudes up 4 at a time with byte permutes)."""
+    return torch.where(codes >= 8, codes - 8, 15 - codes)
+
+
+def sign_magnitude_table(centroids: torch.Tensor) -> torch.Tensor:
+    """The 16 sorted (symmetric) centroids in sign-magnitude code order: t[m] = c[8 + m], t[8 + m] = -c[8 + m]."""
+    pos = centroids[8:]
+    return torch.cat([pos, -pos])
 
 
 def centroid_boundaries(centroids: torch.Tensor) -> torch.Tensor:
@@ -304,6 +318,18 @@ class TurboQuantCache:
             self._half = self.centroids.half()
         return self._half
 
+    @property
+    def key_table_words(self) -> tuple[int, int, int, int]:
+        """The decode kernel's prmt table (host ints, computed once, no device sync): the low bytes of
+        the 8 fp16 magnitudes centroids[0..7], 4 per int32 word, then their high bytes."""
+        if getattr(self, "_table_words", None) is None:
+            bits = sign_magnitude_table(lloyd_max_centroids(KEY_BITS, self.head_dim))[:8].half().view(torch.int16)
+            bits = [int(x) & 0xFFFF for x in bits.tolist()]
+            word = lambda bs: int.from_bytes(bytes(bs), "little", signed=True)  # noqa: E731
+            self._table_words = (word([b & 0xFF for b in bits[:4]]), word([b & 0xFF for b in bits[4:]]),
+                                 word([b >> 8 for b in bits[:4]]), word([b >> 8 for b in bits[4:]]))
+        return self._table_words
+
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.tensors())
 
@@ -336,7 +362,7 @@ def allocate_cache(num_blocks: int, block_size: int, num_kv_heads: int, head_dim
         v_codes=torch.empty(*shape, head_dim // 2, dtype=torch.uint8, device=dev),
         v_scale=torch.empty(shape, dtype=torch.float16, device=dev),
         v_zero=torch.empty(shape, dtype=torch.float16, device=dev),
-        centroids=c.to(dev), boundaries=bnd.to(dev), rotation=hadamard(head_dim, dev))
+        centroids=sign_magnitude_table(c).to(dev), boundaries=bnd.to(dev), rotation=hadamard(head_dim, dev))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -523,8 +549,8 @@ def _resolve_config(defaults: dict, config) -> dict:
 
 
 # Launch configurations. NUM_SPLITS None = enough splits for WAVES programs per multiprocessor.
-DECODE_CONFIG = {"BLOCK_N": 64, "NUM_SPLITS": None, "WAVES": 4, "MIN_SPLIT": 512, "LOOKUP": 0,
-                 "num_warps": 4, "num_stages": 2}
+DECODE_CONFIG = {"BLOCK_N": 32, "NUM_SPLITS": None, "WAVES": 4, "MIN_SPLIT": 512,
+                 "num_warps": 1, "num_stages": 1}
 PREFILL_CONFIG = {"BLOCK_M": 64, "BLOCK_N": 64, "LOOKUP": 0, "num_warps": 4, "num_stages": 2}
 STORE_CONFIG = {"BLOCK_R": 16, "num_warps": 4}
 if not ON_GPU:  # the interpreter pays per operation, not per element: few, large programs
@@ -572,13 +598,14 @@ def store_kv_reference(k, v, cache: TurboQuantCache, slot_mapping) -> None:
     slots = slot_mapping[keep]
     kk, vv = k[keep].float(), v[keep].float()
     qk = quantize_keys(kk, KEY_BITS)
-    c = cache.centroids[qk.codes.long()]
+    codes = sign_magnitude(qk.codes)  # the cache's code order (cache.centroids is indexed by it)
+    c = cache.centroids[codes.long()]
     norm = torch.linalg.vector_norm(kk, dim=-1)
     scale = (norm / torch.linalg.vector_norm(c, dim=-1)).half()
     qv = quantize_values(vv)
     page, off = slots // cache.block_size, slots % cache.block_size
     for h in range(cache.num_kv_heads):
-        cache.k_codes[page, h, off] = pack_nibbles(qk.codes[:, h])
+        cache.k_codes[page, h, off] = pack_nibbles(codes[:, h])
         cache.k_scale[page, h, off] = scale[:, h]
         cache.v_codes[page, h, off] = pack_nibbles(qv.codes[:, h])
         cache.v_scale[page, h, off] = qv.scale[:, h]
@@ -677,11 +704,12 @@ def decode_attention(q_rot: torch.Tensor, cache: TurboQuantCache, batch: MixedBa
         part_out = part_lse = None
     require_launchable(kern.tq_decode_kernel)
     kern.tq_decode_kernel[(B, hkv, S)](
-        q_rot, batch.block_table, batch.seq_lens, *cache.tensors(), cache.centroids_half, out,
-        part_out, part_lse, batch.block_table.stride(0), split_len,
+        q_rot, batch.block_table, batch.seq_lens, cache.k_codes.view(torch.int32), cache.k_scale,
+        cache.v_codes.view(torch.int32), cache.v_scale, cache.v_zero, cache.centroids_half,
+        *cache.key_table_words, out, part_out, part_lse, batch.block_table.stride(0), split_len,
         HQ=hq, HKV=hkv, D=d, BLOCK_SIZE=cache.block_size,
-        BLOCK_G=max(16, triton.next_power_of_2(hq // hkv)), BLOCK_N=cfg["BLOCK_N"], NUM_SPLITS=S,
-        LOOKUP=cfg["LOOKUP"], EMULATE=em, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+        BLOCK_G=max(16, triton.next_power_of_2(hq // hkv)), BLOCK_N=cfg["BLOCK_N"], BLOCK_W=max(16, d // 8),
+        NUM_SPLITS=S, EMULATE=em, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     if S > 1:
         kern.tq_merge_kernel[(B, hq)](part_out, part_lse, out, HQ=hq, D=d, NUM_SPLITS=S,
                                       BLOCK_S=triton.next_power_of_2(S), EMULATE=em, num_warps=4)
@@ -910,7 +938,7 @@ def _fill_cache_fast(cache: TurboQuantCache, k_bf16, v_bf16, pages: torch.Tensor
             kk = k_bf16[b, :, t0:t1].float().transpose(0, 1)  # [t, Hkv, D]
             vv = v_bf16[b, :, t0:t1].float().transpose(0, 1)
             norm = torch.linalg.vector_norm(kk, dim=-1)
-            codes = torch.bucketize((kk / norm.clamp_min(1e-30).unsqueeze(-1)) @ H, bnd)
+            codes = sign_magnitude(torch.bucketize((kk / norm.clamp_min(1e-30).unsqueeze(-1)) @ H, bnd))
             c = cache.centroids[codes]
             ks = (norm / torch.linalg.vector_norm(c, dim=-1)).half()
             qv = quantize_values(vv)
@@ -1021,18 +1049,15 @@ def benchmark(smoke: bool = False):
         eager = timer
         shapes = [(2, 64)]
         hq, hkv, d, bs = 4, 2, 32, 16
-        configs = {"table": {"LOOKUP": 0}, "select": {"LOOKUP": 1}}
+        configs = {"n32_w1": {}, "n64_w2": {"BLOCK_N": 64, "num_warps": 2}}
     else:
         require_gpu("turboquant.benchmark")
         timer = lambda fn: graph_time_us(fn, n=10, windows=3)  # noqa: E731
         eager = time_us
-        shapes = [(b, t) for b in (8, 32, 128) for t in (4096, 16384, 32768, 65536)]
+        shapes = [(8, 4096), (8, 32768), (32, 4096), (32, 32768), (128, 16384)]
         hq, hkv, d, bs = 32, 8, 128, 16
-        configs = {"table": {"LOOKUP": 0}, "select": {"LOOKUP": 1},
-                   "table_n128_w8": {"LOOKUP": 0, "BLOCK_N": 128, "num_warps": 8},
-                   "table_n32_w2": {"LOOKUP": 0, "BLOCK_N": 32, "num_warps": 2},
-                   "table_waves8": {"LOOKUP": 0, "WAVES": 8}, "table_st3": {"LOOKUP": 0, "num_stages": 3},
-                   "select_n128_w8": {"LOOKUP": 1, "BLOCK_N": 128, "num_warps": 8}}
+        configs = {"n32_w1": {}, "n32_w1_waves8": {"WAVES": 8}, "n64_w2": {"BLOCK_N": 64, "num_warps": 2},
+                   "n64_w2_waves8": {"BLOCK_N": 64, "num_warps": 2, "WAVES": 8}}
     t0 = time.time()
     res = {"shapes": [], "configs": configs, "slot_bytes": slot_bytes(d),
            "timing": "graph_us: GPU time per call from CUDA-graph replay (workbook.bench.graph_time_us, median of 3 "
