@@ -11,9 +11,11 @@ The paged cache (one page = ``BLOCK_SIZE`` tokens; a request's block table lists
     v_scale  float16 [num_blocks, HKV, BLOCK_SIZE]       (max - min) / 15
     v_zero   float16 [num_blocks, HKV, BLOCK_SIZE]       min
 
-Byte ``j`` of a row holds coordinate ``2j`` in its low nibble and ``2j + 1`` in its high nibble, so
-the kernels never interleave: the even coordinates come from the low nibbles, the odd ones from the
-high nibbles, and every dot product is split into an even half and an odd half.
+Byte ``j`` of a row holds coordinate ``2j`` in its low nibble and ``2j + 1`` in its high nibble (so
+32-bit word ``j`` holds coordinates ``8j .. 8j + 7``, nibble ``k`` = coordinate ``8j + k``). Key codes
+are sign-magnitude: bit 3 is the sign, bits 0-2 the rank of the magnitude, and the cache's centroid
+table is in that order (``c[m]`` ascending magnitudes, ``c[8 + m] = -c[m]``; the Lloyd-Max table is
+symmetric, so this is a relabelling of the sorted codes, ``workbook.turboquant.sign_magnitude``).
 
 Keys: ``k ~= k_scale * (c[codes] @ H)`` with ``H`` the orthonormal (symmetric) Hadamard matrix. The
 attention kernels never rotate a key back: ``<q, c H> = <q H, c>``, so the launcher rotates each
@@ -30,11 +32,14 @@ operands are upcast to fp32 and multiplied exactly (``input_precision="ieee"``).
 
 Designed for the H200 (132 SMs, HBM3e), where decode is a stream over the cache: the launcher
 splits each context so that about ``WAVES`` x 132 programs run (``DECODE_CONFIG``); the G query
-heads of one KV head share a program, so each cache byte is read once per KV head; a page row of
-codes is 64 contiguous bytes, read as 16-byte vectors; the centroid lookup is one load from a
-32-byte fp16 table that every lane finds in the same L1 line (``LOOKUP=1``: a select tree instead,
-no memory access), and value codes become fp16 through their bit pattern (``nibble_to_fp16``), so
-no per-element conversion instruction runs; products go to the tensor cores, sums stay fp32.
+heads of one KV head share a program, so each cache byte is read once per KV head. The decode kernel
+reads each token's codes as 16 words of 32 bits (64 contiguous bytes) and unpacks a word into 8 fp16
+operands in registers: keys with ``prmt.b32`` byte permutes that look up 4 magnitudes at once in an
+fp16 table held in 4 registers, then the sign bit OR-ed in (``_KEY_ASM``); values with a mask, the
+0x6400 exponent and one packed fp16 subtraction (``_VALUE_ASM``); no per-element conversion or
+memory gather. The score is then 8 matrix multiplies over D/8 coordinates each (tensor cores, fp32
+sums). The prefill kernel's cached-prefix loop (``_attend_cache``) still reads bytes and looks each
+centroid up (``LOOKUP`` 0: fp16 table load, 1: select tree).
 
 Helpers are inlined by hand in the hot loops: every call of a ``@triton.jit`` helper costs the
 interpreter milliseconds, and the notebooks and tests run there.
