@@ -548,8 +548,11 @@ def _resolve_config(defaults: dict, config) -> dict:
     return cfg
 
 
-# Launch configurations. NUM_SPLITS None = enough splits for WAVES programs per multiprocessor.
-DECODE_CONFIG = {"BLOCK_N": 32, "NUM_SPLITS": None, "WAVES": 4, "MIN_SPLIT": 512,
+# Launch configurations. NUM_SPLITS None = enough splits for WAVES programs per multiprocessor
+# (at most one split per MIN_SPLIT tokens).
+# Decode: one warp per program (about 200 registers per thread in the sm_90 build, so about 9
+# programs fit on an SM), and WAVES x 132 programs, about 2 full rounds of them.
+DECODE_CONFIG = {"BLOCK_N": 32, "NUM_SPLITS": None, "WAVES": 18, "MIN_SPLIT": 256,
                  "num_warps": 1, "num_stages": 1}
 PREFILL_CONFIG = {"BLOCK_M": 64, "BLOCK_N": 64, "LOOKUP": 0, "num_warps": 4, "num_stages": 2}
 STORE_CONFIG = {"BLOCK_R": 16, "num_warps": 4}
@@ -1032,8 +1035,8 @@ def _mixed_step_point(timer, smoke: bool = False):
 
 
 def benchmark(smoke: bool = False):
-    """H200: decode (Hq=32, Hkv=8, D=128, pages of 16 tokens, shuffled) for batch 8..128 x context
-    4k..64k against SDPA(enable_gqa=True) on a bf16 cache of the same tokens. GPU time from CUDA-graph
+    """H200: decode (Hq=32, Hkv=8, D=128, pages of 16 tokens, shuffled) for batch 8 and 32 x context
+    4k and 32k, and batch 128 x 16k, each launch configuration in ``configs``, against SDPA(enable_gqa=True) on a bf16 cache of the same tokens. GPU time from CUDA-graph
     replay (``bench.graph_time_us``), eager per-call time (``bench.time_us``) beside it; read rates;
     zeros vs empty in a mixed step; the key-MSE table. ``smoke=True`` runs the same code on tiny
     sizes with plain wall-clock timers (any device; for testing this function on a CPU)."""
@@ -1056,8 +1059,8 @@ def benchmark(smoke: bool = False):
         eager = time_us
         shapes = [(8, 4096), (8, 32768), (32, 4096), (32, 32768), (128, 16384)]
         hq, hkv, d, bs = 32, 8, 128, 16
-        configs = {"n32_w1": {}, "n32_w1_waves8": {"WAVES": 8}, "n64_w2": {"BLOCK_N": 64, "num_warps": 2},
-                   "n64_w2_waves8": {"BLOCK_N": 64, "num_warps": 2, "WAVES": 8}}
+        configs = {"n32_w1_waves18": {}, "n32_w1_waves4": {"WAVES": 4}, "n32_w1_waves9": {"WAVES": 9},
+                   "n32_w1_waves36": {"WAVES": 36}, "n64_w2_waves8": {"BLOCK_N": 64, "num_warps": 2, "WAVES": 8}}
     t0 = time.time()
     res = {"shapes": [], "configs": configs, "slot_bytes": slot_bytes(d),
            "timing": "graph_us: GPU time per call from CUDA-graph replay (workbook.bench.graph_time_us, median of 3 "
