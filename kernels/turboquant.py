@@ -37,7 +37,7 @@ reads each token's codes as 16 words of 32 bits (64 contiguous bytes) and unpack
 operands in registers: keys with ``prmt.b32`` byte permutes that look up 4 magnitudes at once in an
 fp16 table held in 4 registers, then the sign bit OR-ed in (``_KEY_ASM``); values with a mask, the
 0x6400 exponent and one packed fp16 subtraction (``_VALUE_ASM``); no per-element conversion or
-memory gather. The score is then 8 matrix multiplies over D/8 coordinates each (tensor cores, fp32
+memory gather. The score is then 4 matrix multiplies over D/4 coordinates each (tensor cores, fp32
 sums). The prefill kernel's cached-prefix loop (``_attend_cache``) still reads bytes and looks each
 centroid up (``LOOKUP`` 0: fp16 table load, 1: select tree).
 
@@ -321,8 +321,9 @@ def tq_decode_kernel(
     that KV head (each cache byte read once per KV head) over tokens [s * split_len, ...).
 
     The cache is read as 32-bit words of 8 codes (coordinates 8j .. 8j + 7 of word j), unpacked into 8
-    operands [BLOCK_N, D / 8] (``unpack_keys`` / ``unpack_values``): the score is the sum of 8 matrix
-    multiplies over D / 8 coordinates each, and the output has 8 accumulators, one per nibble position."""
+    operands [BLOCK_N, D / 8] (``unpack_keys`` / ``unpack_values``). Nibbles k and k + 4 of a word come
+    out of one 32-bit register, so they are joined side by side (no repacking): the score is the sum of
+    4 matrix multiplies over D / 4 coordinates each, and the output has 4 accumulators."""
     G: tl.constexpr = HQ // HKV
     W: tl.constexpr = D // 8
     b = tl.program_id(0)
@@ -336,26 +337,23 @@ def tq_decode_kernel(
     o_w = tl.arange(0, BLOCK_W)
     m_w = o_w < W
     o_hq = kvh * G + o_g
-    p_q = q_rot + (b * HQ + o_hq)[:, None].to(tl.int64) * D + 8 * o_w[None, :]
-    q0 = tl.load(p_q + 0, mask=m_g[:, None] & m_w[None, :], other=0.0).to(tl.float16).to(OP)
-    q1 = tl.load(p_q + 1, mask=m_g[:, None] & m_w[None, :], other=0.0).to(tl.float16).to(OP)
-    q2 = tl.load(p_q + 2, mask=m_g[:, None] & m_w[None, :], other=0.0).to(tl.float16).to(OP)
-    q3 = tl.load(p_q + 3, mask=m_g[:, None] & m_w[None, :], other=0.0).to(tl.float16).to(OP)
-    q4 = tl.load(p_q + 4, mask=m_g[:, None] & m_w[None, :], other=0.0).to(tl.float16).to(OP)
-    q5 = tl.load(p_q + 5, mask=m_g[:, None] & m_w[None, :], other=0.0).to(tl.float16).to(OP)
-    q6 = tl.load(p_q + 6, mask=m_g[:, None] & m_w[None, :], other=0.0).to(tl.float16).to(OP)
-    q7 = tl.load(p_q + 7, mask=m_g[:, None] & m_w[None, :], other=0.0).to(tl.float16).to(OP)
+    # operand column c of pair k (k = 0..3) is coordinate 8 (c // 2) + 4 (c % 2) + k: the two fp16
+    # halves of one unpacked register (nibbles k and k + 4 of a word) stay side by side
+    o_c = tl.arange(0, 2 * BLOCK_W)
+    o_cd = 8 * (o_c // 2) + 4 * (o_c % 2)
+    m_c = (o_c // 2) < W
+    p_q = q_rot + (b * HQ + o_hq)[:, None].to(tl.int64) * D + o_cd[None, :]
+    q0 = tl.load(p_q + 0, mask=m_g[:, None] & m_c[None, :], other=0.0).to(tl.float16).to(OP)
+    q1 = tl.load(p_q + 1, mask=m_g[:, None] & m_c[None, :], other=0.0).to(tl.float16).to(OP)
+    q2 = tl.load(p_q + 2, mask=m_g[:, None] & m_c[None, :], other=0.0).to(tl.float16).to(OP)
+    q3 = tl.load(p_q + 3, mask=m_g[:, None] & m_c[None, :], other=0.0).to(tl.float16).to(OP)
     m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_G], tl.float32)
     b_accz = tl.zeros([BLOCK_G], tl.float32)   # sum p * v_zero
-    a0 = tl.zeros([BLOCK_G, BLOCK_W], tl.float32)
-    a1 = tl.zeros([BLOCK_G, BLOCK_W], tl.float32)
-    a2 = tl.zeros([BLOCK_G, BLOCK_W], tl.float32)
-    a3 = tl.zeros([BLOCK_G, BLOCK_W], tl.float32)
-    a4 = tl.zeros([BLOCK_G, BLOCK_W], tl.float32)
-    a5 = tl.zeros([BLOCK_G, BLOCK_W], tl.float32)
-    a6 = tl.zeros([BLOCK_G, BLOCK_W], tl.float32)
-    a7 = tl.zeros([BLOCK_G, BLOCK_W], tl.float32)
+    a0 = tl.zeros([BLOCK_G, 2 * BLOCK_W], tl.float32)
+    a1 = tl.zeros([BLOCK_G, 2 * BLOCK_W], tl.float32)
+    a2 = tl.zeros([BLOCK_G, 2 * BLOCK_W], tl.float32)
+    a3 = tl.zeros([BLOCK_G, 2 * BLOCK_W], tl.float32)
     o_n = tl.arange(0, BLOCK_N)
     bt_row = b * stride_bt
     for t0 in range(start, end, BLOCK_N):
@@ -372,14 +370,10 @@ def tq_decode_kernel(
             b_vw = tl.load(v_words + p_rows, mask=m_t[:, None], other=0)
         b_ks = tl.load(k_scale + o_slot, mask=m_t, other=0.0).to(tl.float32)
         k0, k1, k2, k3, k4, k5, k6, k7 = unpack_keys(b_kw, centroids, tl0, tl1, th0, th1, OP, EMULATE)
-        b_s = tl.dot(q0, tl.trans(k0), input_precision=PREC)
-        b_s = tl.dot(q1, tl.trans(k1), b_s, input_precision=PREC)
-        b_s = tl.dot(q2, tl.trans(k2), b_s, input_precision=PREC)
-        b_s = tl.dot(q3, tl.trans(k3), b_s, input_precision=PREC)
-        b_s = tl.dot(q4, tl.trans(k4), b_s, input_precision=PREC)
-        b_s = tl.dot(q5, tl.trans(k5), b_s, input_precision=PREC)
-        b_s = tl.dot(q6, tl.trans(k6), b_s, input_precision=PREC)
-        b_s = tl.dot(q7, tl.trans(k7), b_s, input_precision=PREC)
+        b_s = tl.dot(q0, tl.trans(tl.join(k0, k4).reshape(BLOCK_N, 2 * BLOCK_W)), input_precision=PREC)
+        b_s = tl.dot(q1, tl.trans(tl.join(k1, k5).reshape(BLOCK_N, 2 * BLOCK_W)), b_s, input_precision=PREC)
+        b_s = tl.dot(q2, tl.trans(tl.join(k2, k6).reshape(BLOCK_N, 2 * BLOCK_W)), b_s, input_precision=PREC)
+        b_s = tl.dot(q3, tl.trans(tl.join(k3, k7).reshape(BLOCK_N, 2 * BLOCK_W)), b_s, input_precision=PREC)
         b_s = tl.where(m_t[None, :], b_s * b_ks[None, :], float("-inf"))
         m_new = tl.maximum(m_i, tl.max(b_s, axis=1))
         b_alpha = tl.exp2(m_i - m_new)
@@ -389,35 +383,27 @@ def tq_decode_kernel(
         b_vz = tl.load(v_zero + o_slot, mask=m_t, other=0.0).to(tl.float32)
         b_ps = (b_p * b_vs[None, :]).to(tl.float16).to(OP)
         v0, v1, v2, v3, v4, v5, v6, v7 = unpack_values(b_vw, OP, EMULATE)
-        a0 = tl.dot(b_ps, v0, a0 * b_alpha[:, None], input_precision=PREC)
-        a1 = tl.dot(b_ps, v1, a1 * b_alpha[:, None], input_precision=PREC)
-        a2 = tl.dot(b_ps, v2, a2 * b_alpha[:, None], input_precision=PREC)
-        a3 = tl.dot(b_ps, v3, a3 * b_alpha[:, None], input_precision=PREC)
-        a4 = tl.dot(b_ps, v4, a4 * b_alpha[:, None], input_precision=PREC)
-        a5 = tl.dot(b_ps, v5, a5 * b_alpha[:, None], input_precision=PREC)
-        a6 = tl.dot(b_ps, v6, a6 * b_alpha[:, None], input_precision=PREC)
-        a7 = tl.dot(b_ps, v7, a7 * b_alpha[:, None], input_precision=PREC)
+        a0 = tl.dot(b_ps, tl.join(v0, v4).reshape(BLOCK_N, 2 * BLOCK_W), a0 * b_alpha[:, None], input_precision=PREC)
+        a1 = tl.dot(b_ps, tl.join(v1, v5).reshape(BLOCK_N, 2 * BLOCK_W), a1 * b_alpha[:, None], input_precision=PREC)
+        a2 = tl.dot(b_ps, tl.join(v2, v6).reshape(BLOCK_N, 2 * BLOCK_W), a2 * b_alpha[:, None], input_precision=PREC)
+        a3 = tl.dot(b_ps, tl.join(v3, v7).reshape(BLOCK_N, 2 * BLOCK_W), a3 * b_alpha[:, None], input_precision=PREC)
         b_accz = b_accz * b_alpha + tl.sum(b_p * b_vz[None, :], axis=1)
         m_i = m_new
     m_any = l_i > 0  # false only for an empty split (start >= L)
     b_l = tl.where(m_any, l_i, 1.0)
     if SPLIT:
         o_row = (b * HQ + o_hq).to(tl.int64) * NUM_SPLITS + s
-        p_o = part_out + o_row[:, None] * D + 8 * o_w[None, :]
+        p_o = part_out + o_row[:, None] * D + o_cd[None, :]
         tl.store(part_lse + o_row, tl.where(m_any, m_i + tl.log2(b_l), float("-inf")), mask=m_g)
     else:
-        p_o = out + (b * HQ + o_hq)[:, None].to(tl.int64) * D + 8 * o_w[None, :]
+        p_o = out + (b * HQ + o_hq)[:, None].to(tl.int64) * D + o_cd[None, :]
     b_z = b_accz[:, None]
     b_l = b_l[:, None]
-    m_o = m_g[:, None] & m_w[None, :]
+    m_o = m_g[:, None] & m_c[None, :]
     store_part(p_o + 0, a0, b_z, b_l, m_any, m_o, SPLIT, EMULATE)
     store_part(p_o + 1, a1, b_z, b_l, m_any, m_o, SPLIT, EMULATE)
     store_part(p_o + 2, a2, b_z, b_l, m_any, m_o, SPLIT, EMULATE)
     store_part(p_o + 3, a3, b_z, b_l, m_any, m_o, SPLIT, EMULATE)
-    store_part(p_o + 4, a4, b_z, b_l, m_any, m_o, SPLIT, EMULATE)
-    store_part(p_o + 5, a5, b_z, b_l, m_any, m_o, SPLIT, EMULATE)
-    store_part(p_o + 6, a6, b_z, b_l, m_any, m_o, SPLIT, EMULATE)
-    store_part(p_o + 7, a7, b_z, b_l, m_any, m_o, SPLIT, EMULATE)
 
 
 @triton.jit
