@@ -49,9 +49,9 @@ def _package_dir() -> Path:
 
 def topic_modules() -> list[str]:
     """Topic stems: companion modules ``workbook.<stem>`` that have a kernels module of the same stem."""
-    import workbook.kernels as kernels
+    from workbook import kernels_dir
 
-    stems = {m.name for m in pkgutil.iter_modules(kernels.__path__)} - {"common"}
+    stems = {m.name for m in pkgutil.iter_modules([str(kernels_dir())])} - {"common"}
     found = [s for s in stems if (_package_dir() / f"{s}.py").exists()]
     return sorted(found, key=lambda s: (_SERIES.index(s) if s in _SERIES else len(_SERIES), s))
 

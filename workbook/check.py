@@ -189,9 +189,9 @@ def _library_dirs() -> tuple[str, ...]:
     here = os.path.dirname(os.path.abspath(__file__))
     dirs = {here}
     try:
-        from . import kernels
+        from . import kernels_dir
 
-        dirs.update(os.path.abspath(p) for p in kernels.__path__)
+        dirs.add(str(kernels_dir()))
     except Exception:  # pragma: no cover - the package is installed with its kernels
         pass
     for key in ("stdlib", "platstdlib", "purelib", "platlib"):

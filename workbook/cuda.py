@@ -49,9 +49,9 @@ BACKENDS = ("triton", "cuda")
 
 
 def _cuda_dir() -> Path:
-    import workbook.kernels as kernels  # the top-level kernels/ folder (package-dir), or the wheel's copy
+    from workbook import kernels_dir  # the top-level kernels/ folder (package-dir), or the wheel's copy
 
-    return Path(kernels.__file__).resolve().parent / "cuda"
+    return kernels_dir() / "cuda"
 
 
 CUDA_DIR = _cuda_dir()

@@ -986,6 +986,8 @@ def sass_counts(config=None) -> dict | None:
         return None
     ops = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_.]*)", sass)
     ops = [o for o in ops if not o.startswith("NOP")]
+    if not ops:   # an empty or differently formatted listing (seen: Triton 3.6 on the H200): no count
+        return None
     per_thread = bm * bs * 16 / (32 * warps)
     ffma = sum(o.startswith("FFMA") for o in ops)
     return {"config": [bm, bs, warps], "instructions": len(ops), "ffma": ffma,
