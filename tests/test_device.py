@@ -94,3 +94,25 @@ def test_same_device_treats_cuda_as_the_current_cuda():
     assert same_device("cuda", "cuda:0") and same_device("cuda:0", "cuda")
     assert same_device("cpu", torch.device("cpu"))
     assert not same_device("cpu", "cuda") and not same_device("cuda:0", "cuda:1")
+
+
+def test_resolve_config_is_the_one_config_rule():
+    """Every launcher's config= goes through device.resolve_config: dict or triton.Config, nested
+    dicts per kernel, unknown names and non-powers of two refused with the name in the message."""
+    import triton
+
+    from workbook.device import resolve_config
+
+    d = {"BLOCK_M": 16, "num_warps": 4, "state": {"BV": 32}}
+    assert resolve_config(None, d) == d and resolve_config(None, d)["state"] is not d["state"]
+    assert resolve_config({"state": {"BV": 64}}, d)["state"] == {"BV": 64}
+    got = resolve_config(triton.Config({"BLOCK_M": 32}, num_warps=8), d, pow2=("BLOCK_M",))
+    assert got["BLOCK_M"] == 32 and got["num_warps"] == 8 and "num_stages" not in got
+    with pytest.raises(ValueError, match=r"config has unknown keys \['BLOCK_N'\]"):
+        resolve_config({"BLOCK_N": 8}, d)
+    with pytest.raises(ValueError, match=r"config\['state'\] has unknown keys \['bv'\]"):
+        resolve_config({"state": {"bv": 8}}, d)
+    with pytest.raises(ValueError, match=r"config\['BLOCK_M'\] must be a positive power of two"):
+        resolve_config({"BLOCK_M": 24}, d, pow2=("BLOCK_M",))
+    with pytest.raises(TypeError, match="config must be a dict or a triton.Config"):
+        resolve_config((16, 4), d)

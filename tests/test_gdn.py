@@ -551,9 +551,9 @@ def test_benchmark_table_reads_old_and_new_records():
 
 def test_config_is_checked():
     x = gdn.make_inputs(1, 8, 1, 16, seed=21)
-    with pytest.raises(ValueError, match="unknown name 'rec_bv'"):
+    with pytest.raises(ValueError, match=r"unknown keys \['rec_bv'\]"):
         gdn.fused_recurrent_gated_delta_rule(**x, config={"rec_bv": 16})
-    with pytest.raises(ValueError, match=r"unknown name 'bv'"):
+    with pytest.raises(ValueError, match=r"\['state'\] has unknown keys \['bv'\]"):
         gdn.chunk_gated_delta_rule(**x, config={"state": {"bv": 16}})
     if not ON_GPU:
         with pytest.raises(ValueError, match="emulate=False"):

@@ -482,9 +482,11 @@ def test_bad_inputs():
         nvfp4_quant(x, torch.empty(1, device="meta"))
     with pytest.raises(ValueError, match="alloc must be"):
         nvfp4_quant(x, gs, alloc="ones")
-    with pytest.raises(ValueError, match="config must be a dict"):
+    with pytest.raises(TypeError, match="config must be a dict"):
         nvfp4_quant(x, gs, config=(16, 8, 4))
-    with pytest.raises(ValueError, match="powers of two"):
+    with pytest.raises(ValueError, match="must name BLOCK_M and BLOCK_S"):
+        nvfp4_quant(x, gs, config={"BLOCK_M": 16})
+    with pytest.raises(ValueError, match="power of two"):
         nvfp4_quant(x, gs, config={"BLOCK_M": 3, "BLOCK_S": 8})
     if not ON_GPU:
         with pytest.raises(ValueError, match="emulate=False needs a GPU"):

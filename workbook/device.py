@@ -17,7 +17,7 @@ import torch
 
 __all__ = [
     "DEVICE", "ON_GPU", "INTERPRETED", "TritonImportOrderError",
-    "describe", "require_launchable", "check_tensor", "same_device",
+    "describe", "require_launchable", "check_tensor", "same_device", "resolve_config",
 ]
 
 
@@ -106,6 +106,34 @@ def check_tensor(name: str, t, *, dtypes=None, ndim=None, device=None, contiguou
         raise ValueError(f"{name} is on {t.device} but must be on {device} (the kernels' DEVICE or the other inputs' device)")
     if contiguous and not t.is_contiguous():
         raise ValueError(f"{name} must be contiguous (stride {tuple(t.stride())} for shape {tuple(t.shape)}); call .contiguous() first")
+
+
+def resolve_config(config, defaults: dict, *, name: str = "config", pow2=()) -> dict:
+    """The one public launch-configuration argument of every launcher: ``defaults`` updated with
+    ``config`` (None, a dict, or a ``triton.Config``; a default that is itself a dict takes a nested
+    dict, one per kernel of a multi-kernel launcher). Unknown names raise, so a typo is never
+    ignored; the keys in ``pow2`` must be positive powers of two (``tl.arange`` sizes, warps)."""
+    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in defaults.items()}
+    if config is None:
+        return out
+    if hasattr(config, "kwargs") and hasattr(config, "num_warps"):       # triton.Config
+        given = dict(config.kwargs)
+        for attr in ("num_warps", "num_stages"):
+            if attr in defaults and getattr(config, attr, None) is not None:
+                given[attr] = getattr(config, attr)
+        config = given
+    if not isinstance(config, dict):
+        raise TypeError(f"{name} must be a dict or a triton.Config, got {type(config).__name__}")
+    unknown = sorted(set(config) - set(defaults))
+    if unknown:
+        raise ValueError(f"{name} has unknown keys {unknown}; it takes {sorted(defaults)}")
+    for k, v in config.items():
+        out[k] = resolve_config(v, defaults[k], name=f"{name}[{k!r}]", pow2=pow2) if isinstance(defaults[k], dict) else v
+    for k in pow2:
+        v = out.get(k)
+        if k in out and v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1 or v & (v - 1)):
+            raise ValueError(f"{name}[{k!r}] must be a positive power of two (tl.arange sizes and warps are), got {v!r}")
+    return out
 
 
 def describe() -> dict:

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .device import DEVICE, INTERPRETED, ON_GPU, check_tensor, require_launchable
+from .device import DEVICE, INTERPRETED, ON_GPU, check_tensor, require_launchable, resolve_config
 
 import triton  # noqa: E402  (after workbook.device, which chose the interpreter if needed)
 
@@ -162,20 +162,8 @@ def _launch_config(m: int, config) -> dict:
     """Defaults for M rows, overridden by ``config``: a dict or a ``triton.Config`` with the names in
     ``CONFIG_KEYS`` (BLOCK_M: rows per program, a power of two; num_warps; SILU_IMPL: the silu
     variant, by default the cheapest one proven exact here, :func:`silu_impl`)."""
-    cfg = {"BLOCK_M": _block_m(m), "num_warps": 4, "SILU_IMPL": None}
-    if config is not None:
-        if isinstance(config, triton.Config):
-            config = {**config.kwargs, "num_warps": config.num_warps}
-        if not isinstance(config, dict):
-            raise TypeError(f"config must be a dict or a triton.Config, got {type(config).__name__}")
-        unknown = sorted(set(config) - set(CONFIG_KEYS))
-        if unknown:
-            raise ValueError(f"config has unknown keys {unknown}; the kernel takes {list(CONFIG_KEYS)}")
-        cfg.update(config)
-    for key in ("BLOCK_M", "num_warps"):
-        v = cfg[key]
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1 or v & (v - 1):
-            raise ValueError(f"config[{key!r}] must be a positive power of two, got {v!r}")
+    cfg = resolve_config(config, {"BLOCK_M": _block_m(m), "num_warps": 4, "SILU_IMPL": None},
+                         pow2=("BLOCK_M", "num_warps"))
     if cfg["SILU_IMPL"] is None:
         cfg["SILU_IMPL"] = silu_impl()
     elif cfg["SILU_IMPL"] not in SILU_CANDIDATES:

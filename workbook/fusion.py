@@ -53,7 +53,7 @@ import torch
 import torch.nn.functional as F
 import triton
 
-from .device import DEVICE, ON_GPU, check_tensor, require_launchable
+from .device import DEVICE, ON_GPU, check_tensor, require_launchable, resolve_config
 from .gdn import GDNBlockParams, qwen3_next_linear_attention
 from .kernels import fusion as kern
 
@@ -117,13 +117,9 @@ def add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, e
         raise ValueError("emulate=False needs a GPU: Triton's interpreter gets the bf16 casts wrong")
     M, D = x.shape
     BLOCK_D = triton.next_power_of_2(D)
-    cfg = {"BLOCK_M": max(1, min(16, 4096 // BLOCK_D)), "num_warps": 4 if BLOCK_D <= 2048 else 8}
-    if not ON_GPU:
-        cfg["BLOCK_M"] = 64   # the interpreter runs programs one after another: fewer, taller ones
-    cfg.update(dict(config or {}))
-    unknown = set(cfg) - {"BLOCK_M", "num_warps"}
-    if unknown:
-        raise ValueError(f"config takes BLOCK_M and num_warps, got unknown {sorted(unknown)}")
+    # the interpreter runs programs one after another: fewer, taller ones
+    cfg = resolve_config(config, {"BLOCK_M": max(1, min(16, 4096 // BLOCK_D)) if ON_GPU else 64,
+                                  "num_warps": 4 if BLOCK_D <= 2048 else 8}, pow2=("BLOCK_M", "num_warps"))
     # empty, both: program i writes rows [i*BLOCK_M, (i+1)*BLOCK_M) x all D columns of out and of
     # residual_out (masked only past M and D), and the grid cdiv(M, BLOCK_M) covers all M rows.
     out = torch.empty_like(x)

@@ -22,7 +22,7 @@ import torch
 import triton
 import torch.nn.functional as F
 
-from .device import DEVICE, ON_GPU, check_tensor, require_launchable, same_device
+from .device import DEVICE, ON_GPU, check_tensor, require_launchable, resolve_config, same_device
 from .kernels import gdn as kern
 
 __all__ = [
@@ -51,21 +51,8 @@ if not ON_GPU:  # the interpreter runs programs one after another: fewer, wider 
 
 
 def _merge_config(default: dict, config, name: str) -> dict:
-    """``default`` updated with ``config`` (a dict, or an object with a ``.kwargs`` dict such as
-    ``triton.Config``); unknown names raise, so a typo is not silently ignored."""
-    if config is None:
-        return {n: (dict(v) if isinstance(v, dict) else v) for n, v in default.items()}
-    if not isinstance(config, dict):
-        kw = dict(getattr(config, "kwargs", {}))
-        if getattr(config, "num_warps", None) is not None:
-            kw["num_warps"] = config.num_warps
-        config = kw
-    out = _merge_config(default, None, name)
-    for n, v in config.items():
-        if n not in default:
-            raise ValueError(f"config for {name}: unknown name {n!r}; it takes {sorted(default)}")
-        out[n] = _merge_config(default[n], v, f"{name}[{n!r}]") if isinstance(default[n], dict) else v
-    return out
+    """``default`` updated with ``config`` (nested dicts per kernel; unknown names raise)."""
+    return resolve_config(config, default, name=f"config of {name}")
 
 
 def _pow2(n: int, lo: int = 16) -> int:

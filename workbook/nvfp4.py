@@ -19,7 +19,7 @@ import torch
 
 import triton
 
-from .device import DEVICE, ON_GPU, check_tensor, require_launchable
+from .device import DEVICE, ON_GPU, check_tensor, require_launchable, resolve_config
 from .kernels.nvfp4 import nvfp4_quant_kernel, nvfp4_quant_plain_kernel
 
 __all__ = [
@@ -203,15 +203,11 @@ _tuned: dict = {}
 
 def _as_tile(config) -> tuple[int, int, int]:
     """``config`` (a dict or a ``triton.Config`` with BLOCK_M, BLOCK_S and num_warps) -> the tuple."""
-    if hasattr(config, "kwargs") and hasattr(config, "num_warps"):      # triton.Config
-        config = {**config.kwargs, "num_warps": config.num_warps}
-    if not isinstance(config, dict) or not {"BLOCK_M", "BLOCK_S"} <= set(config):
-        raise ValueError(f"config must be a dict (or triton.Config) with BLOCK_M, BLOCK_S and optionally "
-                         f"num_warps, got {config!r}")
-    bm, bs, w = int(config["BLOCK_M"]), int(config["BLOCK_S"]), int(config.get("num_warps", 4))
-    if bm < 1 or bs < 1 or bm & (bm - 1) or bs & (bs - 1):
-        raise ValueError(f"config: BLOCK_M and BLOCK_S must be powers of two, got {bm}, {bs}")
-    return bm, bs, w
+    cfg = resolve_config(config, {"BLOCK_M": None, "BLOCK_S": None, "num_warps": 4},
+                         pow2=("BLOCK_M", "BLOCK_S", "num_warps"))
+    if cfg["BLOCK_M"] is None or cfg["BLOCK_S"] is None:
+        raise ValueError(f"config must name BLOCK_M and BLOCK_S (and optionally num_warps), got {config!r}")
+    return cfg["BLOCK_M"], cfg["BLOCK_S"], cfg["num_warps"]
 
 
 def _config(M: int, K: int) -> tuple[int, int, int]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 import triton
 
-from .device import DEVICE, describe, require_launchable
+from .device import DEVICE, describe, require_launchable, resolve_config
 from .kernels.start_here import iota_kernel
 
 __all__ = ["iota", "DEFAULT_CONFIG", "environment_report", "check_iota_grid", "GRID_CASES", "NOTEBOOKS", "notebook_map"]
@@ -15,20 +15,7 @@ DEFAULT_CONFIG = {"BLOCK": 64, "num_warps": 4}
 
 def _launch_config(config) -> dict:
     """``DEFAULT_CONFIG`` overridden by ``config`` (a dict or a ``triton.Config`` with those names)."""
-    cfg = dict(DEFAULT_CONFIG)
-    if config is not None:
-        if isinstance(config, triton.Config):
-            config = {**config.kwargs, "num_warps": config.num_warps}
-        if not isinstance(config, dict):
-            raise TypeError(f"config must be a dict or a triton.Config, got {type(config).__name__}")
-        unknown = sorted(set(config) - set(DEFAULT_CONFIG))
-        if unknown:
-            raise ValueError(f"config has unknown keys {unknown}; iota_kernel takes {list(DEFAULT_CONFIG)}")
-        cfg.update(config)
-    for key, v in cfg.items():
-        if not isinstance(v, int) or v <= 0 or v & (v - 1):
-            raise ValueError(f"config[{key!r}] must be a positive power of two (Triton's tl.arange), got {v!r}")
-    return cfg
+    return resolve_config(config, DEFAULT_CONFIG, pow2=tuple(DEFAULT_CONFIG))
 
 
 def iota(n: int, *, grid: int | None = None, config=None) -> torch.Tensor:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from .device import DEVICE, ON_GPU, check_tensor, require_launchable, same_device
+from .device import DEVICE, ON_GPU, check_tensor, require_launchable, resolve_config, same_device
 from .kernels import turboquant as kern
 
 __all__ = [
@@ -538,14 +538,7 @@ def _check_qkv(q, k, v, cache, batch):
 
 
 def _resolve_config(defaults: dict, config) -> dict:
-    cfg = dict(defaults)
-    if config is not None:
-        given = dict(config.all_kwargs()) if hasattr(config, "all_kwargs") else dict(config)
-        unknown = set(given) - set(defaults)
-        if unknown:
-            raise ValueError(f"config has unknown keys {sorted(unknown)}; known: {sorted(defaults)}")
-        cfg.update(given)
-    return cfg
+    return resolve_config(config, defaults)
 
 
 # Launch configurations. NUM_SPLITS None = enough splits for WAVES programs per multiprocessor
