@@ -289,7 +289,8 @@ def _check_inputs(x, global_scale, check_finite: bool = False):
 
 
 def nvfp4_quant(x: torch.Tensor, global_scale, *, swizzled: bool = True, write_padding: bool = True,
-                alloc: str = "empty", config=None, emulate: bool | None = None, check_finite: bool = False):
+                alloc: str = "empty", config=None, emulate: bool | None = None, check_finite: bool = False,
+                backend: str = "triton"):
     """Quantize x [M, K] (fp16/bf16, K % 16 == 0) to NVFP4 on ``DEVICE`` with the fast kernel.
 
     Returns ``(codes, scales)``: codes uint8 [M, K/2] (element 2i in the low nibble); scales
@@ -309,7 +310,15 @@ def nvfp4_quant(x: torch.Tensor, global_scale, *, swizzled: bool = True, write_p
     picks the tile instead of the default/autotuned one; ``emulate=True`` on a GPU runs the
     interpreter's path (exact emulation of the packed |max| and of the E4M3 conversion) instead of
     the GPU instructions, so the tests can compare the two (default: ``not ON_GPU``).
+
+    ``backend='cuda'`` runs the CUDA C++ kernel of kernels/cuda/nvfp4.cu instead (GPU only; the same
+    checks, allocations and bytes; it takes neither ``config`` nor ``emulate``; see workbook.cuda).
     """
+    from .cuda import _cuda_nvfp4_quant, check_backend  # imports without a GPU; builds on first CUDA use
+
+    if check_backend(backend, emulate, config):
+        return _cuda_nvfp4_quant(x, global_scale, swizzled=swizzled, write_padding=write_padding, alloc=alloc,
+                                 check_finite=check_finite)
     global _launchable
     M, K, global_scale = _check_inputs(x, global_scale, check_finite)
     if alloc not in ("empty", "zeros"):
