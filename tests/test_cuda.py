@@ -302,7 +302,9 @@ def test_fp8_cuda_every_bf16_gate():
     g = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
     g = g[torch.isfinite(g.float())]
     gate = g.view(-1, 128)
-    for up in (torch.ones_like(gate), torch.randn(gate.shape).to(torch.bfloat16)):
+    # |up| <= 1 keeps y = silu(gate) * up finite for every finite gate (|silu(g)| <= |g|); a product
+    # that overflows bf16 to inf is outside the format's contract (kernels and reference differ there)
+    for up in (torch.ones_like(gate), (torch.rand(gate.shape) * 2 - 1).to(torch.bfloat16)):
         x = torch.cat([gate, up], dim=1).contiguous().to(DEVICE)
         cq, cs = fp8.silu_mul_quant_fp8_packed(x, backend="cuda")
         q_ref, s_ref = fp8.silu_mul_quant_fp8_reference(x)

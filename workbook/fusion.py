@@ -847,6 +847,7 @@ def kernel_after(code: str, needle: str) -> str:
         raise ValueError(f"no line with {needle!r} in this code")
     for s in lines[start + 1:]:
         call = s.strip().split("(")[0]
+        call = call[:-len(".run")] if call.endswith(".run") else call   # Triton kernels: name.run(...)
         if call in names:
             return call
     raise ValueError(f"no kernel is called after {needle!r}")
