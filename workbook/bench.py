@@ -43,7 +43,7 @@ import torch
 from .device import DEVICE, ON_GPU, describe
 
 __all__ = [
-    "DATA_DIR", "require_gpu", "time_us", "graph_time_us", "copy_ceiling_GBps", "save_record", "load_record",
+    "DATA_DIR", "require_gpu", "time_us", "capture_graph", "graph_time_us", "copy_ceiling_GBps", "save_record", "load_record",
     "validate_record", "recorded_label", "zeros_vs_empty_sweep", "graph_decode_step",
     "profile_zeros_vs_empty", "stale_bytes_demo", "reuse_demo", "fill_bandwidth_events", "fill_kernel_names",
     "benchmark", "SWEEP_SIZES", "FILL_DTYPES", "ALLOC_TIMERS", "NotRecorded", "timer_of", "fill_sweep",
@@ -69,6 +69,18 @@ def time_us(fn: Callable[[], object], *, warmup_ms: int = 25, rep_ms: int = 100)
     return 1e3 * do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median")
 
 
+def capture_graph(fn, n: int):
+    """``fn`` called once (compilation, autotuning, allocator warm-up), then ``n`` calls captured in
+    one CUDA graph, which is returned (replay it to time GPU work without host or launch cost)."""
+    fn()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(n):
+            fn()
+    return g
+
+
 def graph_time_us(fn: Callable[[], object], n: int = 20, windows: int = 1) -> float:
     """Per-call GPU time of ``fn`` replayed from a CUDA graph that holds ``n`` calls: no host work
     between the kernels, so small calls measure the GPU, not Python and the launch path. ``fn`` is
@@ -78,12 +90,7 @@ def graph_time_us(fn: Callable[[], object], n: int = 20, windows: int = 1) -> fl
     that runs the H200 into its 700 W power cap sees the clock move by 10-20% from one window to the
     next, and one window can land in a dip."""
     require_gpu("graph_time_us")
-    fn()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(n):
-            fn()
+    g = capture_graph(fn, n)
     g.replay()
     torch.cuda.synchronize()
     times = sorted(time_us(g.replay) / n for _ in range(windows))
@@ -346,11 +353,7 @@ def graph_decode_step(n_buffers: int = 50, nbytes: int = 16 << 10) -> dict:
         def step():
             return [make(n, device=DEVICE).copy_(s) for s in srcs]
 
-        step()  # warm the caching allocator outside capture
-        torch.cuda.synchronize()
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            step()
+        g = capture_graph(step, 1)   # the first call warms the caching allocator outside capture
         g.replay()
         torch.cuda.synchronize()
         out[f"{alloc}_us"] = time_us(g.replay)
@@ -375,12 +378,7 @@ def stale_bytes_demo(n: int = 8) -> dict:
             holder["buf"] = buf
             return buf
 
-        step()
-        torch.cuda.synchronize()
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            step()
-        replay, mode = g.replay, "CUDA graph replay"
+        replay, mode = capture_graph(step, 1).replay, "CUDA graph replay"
     else:
         step_in = torch.zeros(1)
         static = torch.empty(n)   # allocated once, reused by every "replay", like a graph's buffers

@@ -603,13 +603,9 @@ def _fixed_time_us(fn, iters: int, warmup: int = 3) -> float:
 
 def _graph_fixed_us(fn, n: int = 10, replays: int = 10) -> float:
     """GPU time per call from replaying a CUDA graph of ``n`` calls, ``replays`` times (fixed counts)."""
-    fn()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(n):
-            fn()
-    return _fixed_time_us(g.replay, replays, warmup=2) / n
+    from .bench import capture_graph
+
+    return _fixed_time_us(capture_graph(fn, n).replay, replays, warmup=2) / n
 
 
 def _bench_sizes(cfg, rank, world_size, sizes, *, timer, device, log=print):
