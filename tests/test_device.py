@@ -116,3 +116,19 @@ def test_resolve_config_is_the_one_config_rule():
         resolve_config({"BLOCK_M": 24}, d, pow2=("BLOCK_M",))
     with pytest.raises(TypeError, match="config must be a dict or a triton.Config"):
         resolve_config((16, 4), d)
+
+
+def test_resolve_emulate_is_the_one_emulation_rule():
+    """Every launcher's emulate= goes through device.resolve_emulate: None follows the device, a
+    non-bool is refused, and emulate=False without a GPU names what the interpreter gets wrong."""
+    from workbook.device import ON_GPU, resolve_emulate
+
+    assert resolve_emulate(None, "x") is (not ON_GPU)
+    assert resolve_emulate(True, "x") is True
+    with pytest.raises(TypeError, match="emulate must be None, True or False"):
+        resolve_emulate(1, "x")
+    if not ON_GPU:
+        with pytest.raises(ValueError, match="emulate=False needs a GPU: the reason here"):
+            resolve_emulate(False, "the reason here")
+    else:
+        assert resolve_emulate(False, "x") is False

@@ -300,15 +300,6 @@ def _params(fn) -> list[str]:
 
 # ---- the project index ----------------------------------------------------------------------------
 
-@dataclass
-class _Func:
-    file: str
-    node: ast.FunctionDef
-    qualname: str
-    parents: dict
-    is_method: bool
-
-
 _DEF_RE = re.compile(r"^([ \t]*)(?:async[ \t]+)?def[ \t]+(\w+)", re.M)
 _CAND_RE = re.compile(r"zeros|zero_\(|fill_\(|full(?:_like)?\(|\]\s*=\s*0\b|empty(?:_like|_strided)?\(")
 

@@ -17,7 +17,7 @@ import torch
 
 __all__ = [
     "DEVICE", "ON_GPU", "INTERPRETED", "TritonImportOrderError",
-    "describe", "require_launchable", "check_tensor", "same_device", "resolve_config",
+    "describe", "require_launchable", "check_tensor", "same_device", "resolve_config", "resolve_emulate",
 ]
 
 
@@ -106,6 +106,21 @@ def check_tensor(name: str, t, *, dtypes=None, ndim=None, device=None, contiguou
         raise ValueError(f"{name} is on {t.device} but must be on {device} (the kernels' DEVICE or the other inputs' device)")
     if contiguous and not t.is_contiguous():
         raise ValueError(f"{name} must be contiguous (stride {tuple(t.stride())} for shape {tuple(t.shape)}); call .contiguous() first")
+
+
+def resolve_emulate(emulate, why: str) -> bool:
+    """The kernels' one ``EMULATE`` switch from a launcher's ``emulate`` keyword: None -> emulate exactly
+    when there is no GPU; True -> the exact emulation also on a GPU (tests run both paths there);
+    False -> the GPU's own instructions, which need a GPU. ``why`` names what the interpreter cannot
+    run or runs wrongly in that kernel (it goes into the error)."""
+    if emulate is None:
+        return not ON_GPU
+    if not isinstance(emulate, bool):
+        raise TypeError(f"emulate must be None, True or False, got {emulate!r}")
+    if not emulate and not ON_GPU:
+        raise ValueError(f"emulate=False needs a GPU: {why}, and there is no GPU here. Use emulate=None "
+                         "(the default) or True.")
+    return emulate
 
 
 def resolve_config(config, defaults: dict, *, name: str = "config", pow2=()) -> dict:

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .device import DEVICE, INTERPRETED, ON_GPU, check_tensor, require_launchable, resolve_config
+from .device import resolve_emulate as _resolve_emulate
 
 import triton  # noqa: E402  (after workbook.device, which chose the interpreter if needed)
 
@@ -141,18 +142,9 @@ def _quiet():
 
 
 def resolve_emulate(emulate) -> bool:
-    """The kernels' ``EMULATE`` switch from a launcher's ``emulate`` keyword: None -> emulate exactly
-    when there is no GPU (the interpreter's casts are wrong); True -> the exact integer roundings
-    also on a GPU (tests run both paths there); False -> the hardware casts, which need a GPU."""
-    if emulate is None:
-        return not ON_GPU
-    if not isinstance(emulate, bool):
-        raise TypeError(f"emulate must be None, True or False, got {emulate!r}")
-    if not emulate and not ON_GPU:
-        raise ValueError("emulate=False runs the GPU's own fp32 -> E4M3/bf16 conversions, and there is "
-                         "no GPU here: Triton's interpreter rounds those casts wrongly (notebook 03, "
-                         "section 3). Use emulate=None (the default) or True.")
-    return emulate
+    """``EMULATE`` for the FP8 kernels (:func:`workbook.device.resolve_emulate`)."""
+    return _resolve_emulate(emulate, "it runs the GPU's own fp32 -> E4M3/bf16 conversions, which "
+                                     "Triton's interpreter rounds wrongly (notebook 03, section 3)")
 
 
 CONFIG_KEYS = ("BLOCK_M", "num_warps", "SILU_IMPL")

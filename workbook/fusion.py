@@ -53,7 +53,7 @@ import torch
 import torch.nn.functional as F
 import triton
 
-from .device import DEVICE, ON_GPU, check_tensor, require_launchable, resolve_config
+from .device import DEVICE, ON_GPU, check_tensor, require_launchable, resolve_config, resolve_emulate
 from .gdn import GDNBlockParams, qwen3_next_linear_attention
 from .kernels import fusion as kern
 
@@ -111,10 +111,7 @@ def add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, e
     ``config``: ``{"BLOCK_M": rows per program, "num_warps": ...}``. ``emulate``: exact bf16
     conversions with integer ops (default: on without a GPU, where the interpreter runs the kernel)."""
     _check_add_rmsnorm(x, residual, weight, eps, device=DEVICE)
-    if emulate is None:
-        emulate = not ON_GPU
-    if not emulate and not ON_GPU:
-        raise ValueError("emulate=False needs a GPU: Triton's interpreter gets the bf16 casts wrong")
+    emulate = resolve_emulate(emulate, "it runs the hardware bf16 casts, which Triton's interpreter gets wrong")
     M, D = x.shape
     BLOCK_D = triton.next_power_of_2(D)
     # the interpreter runs programs one after another: fewer, taller ones

@@ -22,7 +22,7 @@ import torch
 import triton
 import torch.nn.functional as F
 
-from .device import DEVICE, ON_GPU, check_tensor, require_launchable, resolve_config, same_device
+from .device import DEVICE, ON_GPU, check_tensor, require_launchable, resolve_config, resolve_emulate, same_device
 from .kernels import gdn as kern
 
 __all__ = [
@@ -209,12 +209,7 @@ def chunk_gated_delta_rule_ref(q, k, v, g, beta, scale=None, initial_state=None,
 
 def _emulate(emulate):
     """The one emulation switch: default ``not ON_GPU``; ``emulate=False`` needs a GPU."""
-    if emulate is None:
-        return not ON_GPU
-    if not emulate and not ON_GPU:
-        raise ValueError("emulate=False runs tl.dot on 16-bit operands, which Triton's interpreter gets "
-                         "wrong: it needs a GPU (leave emulate=None here)")
-    return bool(emulate)
+    return resolve_emulate(emulate, "it runs tl.dot on 16-bit operands, which Triton's interpreter gets wrong")
 
 
 def _final_state_buffer(initial_state, inplace, N, HV, K, V, dev):

@@ -19,7 +19,7 @@ import torch
 
 import triton
 
-from .device import DEVICE, ON_GPU, check_tensor, require_launchable, resolve_config
+from .device import DEVICE, ON_GPU, check_tensor, require_launchable, resolve_config, resolve_emulate
 from .kernels.nvfp4 import nvfp4_quant_kernel, nvfp4_quant_plain_kernel
 
 __all__ = [
@@ -323,10 +323,8 @@ def nvfp4_quant(x: torch.Tensor, global_scale, *, swizzled: bool = True, write_p
     M, K, global_scale = _check_inputs(x, global_scale, check_finite)
     if alloc not in ("empty", "zeros"):
         raise ValueError(f"alloc must be 'empty' or 'zeros', got {alloc!r}")
-    emulate = (not ON_GPU) if emulate is None else bool(emulate)
-    if not emulate and not ON_GPU:
-        raise ValueError("emulate=False needs a GPU: Triton's interpreter runs no inline PTX and "
-                         "mis-rounds casts to float8e4nv")
+    emulate = resolve_emulate(emulate, "Triton's interpreter runs no inline PTX and mis-rounds casts to "
+                                       "float8e4nv")
     n = K // 16
     # codes: program (i, j) writes rows [i*BM, +BM) x bytes [j*8*BS, +8*BS) of the real rows; the
     # grid's columns cover all K/2 bytes and its rows cover >= M rows, so every byte is written.

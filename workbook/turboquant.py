@@ -33,6 +33,7 @@ import torch
 import triton
 
 from .device import DEVICE, ON_GPU, check_tensor, require_launchable, resolve_config, same_device
+from .device import resolve_emulate as _resolve_emulate
 from .kernels import turboquant as kern
 
 __all__ = [
@@ -491,15 +492,9 @@ def prove_coverage(batch: MixedBatch, num_rows: int) -> list[tuple[str, int, int
 # --------------------------------------------------------------------------------------------------
 
 def resolve_emulate(emulate) -> bool:
-    """``EMULATE`` from a launcher's ``emulate`` keyword: None -> emulate only without a GPU."""
-    if emulate is None:
-        return not ON_GPU
-    if not isinstance(emulate, bool):
-        raise TypeError(f"emulate must be None, True or False, got {emulate!r}")
-    if not emulate and not ON_GPU:
-        raise ValueError("emulate=False runs fp16 tl.dot, which Triton's interpreter gets wrong (SPECS.md "
-                         "section 2) and there is no GPU here; use emulate=None (default) or True")
-    return emulate
+    """``EMULATE`` for the TurboQuant kernels (:func:`workbook.device.resolve_emulate`)."""
+    return _resolve_emulate(emulate, "it runs fp16 tl.dot and inline PTX, which Triton's interpreter gets wrong "
+                                     "or cannot run")
 
 
 def _check_cache(cache):
