@@ -4,6 +4,8 @@
                                                   smoke run of one small kernel per topic (alias: check)
     python -m workbook bench TOPIC [TOPIC ...]    GPU benchmarks -> workbook/data/<topic>.json
     python -m workbook execute NB.ipynb ... --out DIR   run notebooks top to bottom (nbclient), save with outputs
+    python -m workbook exercises OUTDIR [NB ...]  participant notebooks: every solution region replaced by
+                                                  its stub (workbook/exercises.py has the convention)
     python -m workbook audit PATH ... [--json] [--min-confidence high|medium|low] [--exclude GLOB]
                                                   allocate-then-overwrite candidates in Python sources
 
@@ -396,6 +398,34 @@ def _cmd_execute(args) -> int:
 
 
 # --------------------------------------------------------------------------------------------------
+# exercises
+# --------------------------------------------------------------------------------------------------
+
+def _cmd_exercises(args) -> int:
+    try:
+        import nbformat  # noqa: F401
+    except ImportError as e:
+        raise CommandError(f"exercises needs nbformat ({_one_line(e)}): python3 -m pip install nbformat")
+    from . import exercises
+
+    try:
+        paths = exercises.resolve_notebooks(args.notebooks)
+    except LookupError as e:
+        raise CommandError(str(e), 2)
+    try:
+        written = exercises.write_participant_notebooks(args.outdir, paths, force=args.force)
+    except exercises.ExerciseFormatError as e:
+        raise CommandError(f"malformed exercise metadata in {e}")
+    except (OSError, ValueError) as e:   # unwritable OUTDIR, a file in its place, an unreadable notebook
+        raise CommandError(f"participant notebooks not written: {_one_line(e, 400)}")
+    for path, ids in written:
+        what = (f"{len(ids)} exercise{'s' if len(ids) != 1 else ''} ({', '.join(ids)}), solutions replaced by "
+                "their stubs" if ids else "no exercises, copied as it is")
+        print(f"[{path.name}] {what} -> {path}")
+    return 0
+
+
+# --------------------------------------------------------------------------------------------------
 # main
 # --------------------------------------------------------------------------------------------------
 
@@ -429,6 +459,18 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--timeout", type=int, default=600, help="seconds per cell (default 600)")
     e.add_argument("--kernel", default="python3", help="Jupyter kernel name (default python3)")
     e.set_defaults(fn=_cmd_execute)
+    x = sub.add_parser("exercises", help="write participant notebooks: each solution region replaced by its stub",
+                       description="Write the participant version of every notebook in notebooks/ (or of the "
+                                   "ones named) into OUTDIR: the cells tagged 'solution' are removed, so the "
+                                   "stub above each grader is the participant's to fill in; outputs of stub and "
+                                   "grader cells are cleared, every other cell is kept. The packages the "
+                                   "notebooks import from their folder (audit_sample/) are copied beside them. "
+                                   "The tags are described in workbook/exercises.py.")
+    x.add_argument("outdir", metavar="OUTDIR", help="directory for the participant notebooks (created if missing)")
+    x.add_argument("notebooks", nargs="*", metavar="NB",
+                   help="notebooks to convert: a path, a file name, a stem or a number such as 02 (default: all)")
+    x.add_argument("--force", action="store_true", help="overwrite notebooks already in OUTDIR")
+    x.set_defaults(fn=_cmd_exercises)
     from . import audit  # ast only: no torch, no GPU
     a = sub.add_parser("audit", help="list zero fills that a kernel or assignment then overwrites, and empty "
                                      "buffers written only in part",
