@@ -2,8 +2,11 @@
 with the return style), both styles equal, the fused add + RMSNorm kernel against the unfused chain,
 tensor parallel TP=2 over gloo against TP=1, bad input.
 
-torch.compile is slow on a small CPU: the decoder is tiny and each style compiles once per process
-(module fixture); the TP=2 run compiles both styles once in each of its two spawned ranks.
+torch.compile is slow on a small CPU, mostly because Inductor compiles C++ kernels there: on a CPU the
+tests compile with ``codegen=False`` (Inductor's graph passes, the fusion pass among them, then the
+post-grad graph run op by op; the same graphs and the same log), on a GPU with full code generation.
+Notebook 06 compiles with full code generation on both. The decoder is tiny and each style compiles
+once per process (module fixture); the TP=2 run compiles both styles once in each of its two ranks.
 """
 import pytest
 import torch
@@ -94,6 +97,35 @@ def test_styles_equal_eager(demo):
     assert_rel_close(a, b, 1e-5, "buffer vs return")
 
 
+def test_linear_attention_is_the_gdn_block(demo):
+    """The decoder's linear-attention layer (torch glue + the opaque recurrence) computes
+    workbook.gdn.qwen3_next_linear_attention (here on its fp32 reference path)."""
+    from workbook import gdn
+    cfg, w = demo
+    L = w["layers"][cfg.layers.index("linear")]
+    p = gdn.GDNBlockParams(**{k: L[k] for k in ("in_proj_qkvz", "in_proj_ba", "conv_weight", "A_log", "dt_bias",
+                                                "norm_weight", "out_proj")},
+                           num_k_heads=cfg.gdn_k_heads, num_v_heads=cfg.gdn_v_heads, head_k_dim=cfg.gdn_head_dim,
+                           head_v_dim=cfg.gdn_head_dim)
+    m = fu.MiniDecoder(cfg, w, "return")
+    x = _hidden(cfg, T=13, seed=4)
+    with torch.no_grad():
+        out = m._linear_attention(m.layers[cfg.layers.index("linear")], x)
+        ref = gdn.qwen3_next_linear_attention(x[None], p, kernel="reference")[0]
+    assert_rel_close(out, ref, 1e-5, "linear-attention layer vs workbook.gdn block")
+
+
+def test_gdn_core_auto_picks_recurrent_then_chunk():
+    gen = torch.Generator().manual_seed(7)
+    for T, kernel in ((fu.GDN_RECURRENT_MAX_T, "recurrent"), (fu.GDN_RECURRENT_MAX_T + 1, "chunk")):
+        q, k = (torch.randn(T, 1, 16, generator=gen).to(DEVICE) for _ in range(2))
+        v = torch.randn(T, 2, 16, generator=gen).to(DEVICE)
+        g, beta = (-0.1 * torch.rand(T, 2, generator=gen)).to(DEVICE), torch.rand(T, 2, generator=gen).to(DEVICE)
+        auto, ref = fu.gdn_core(q, k, v, g, beta, "auto"), fu.gdn_core(q, k, v, g, beta, kernel)
+        assert torch.equal(auto, ref), (T, kernel)
+        assert_rel_close(auto, fu.gdn_core(q, k, v, g, beta, "reference"), 1e-5, f"gdn_core {kernel}")
+
+
 def test_buffer_padding_rows_never_reach_real_rows(demo):
     """``output = torch.empty_like(x)`` leaves rows [num_tokens:] unwritten: poisoned two ways, the
     real rows of the decoder's output do not change (nobody reads the padding rows into them)."""
@@ -144,7 +176,7 @@ def compiled(demo):
     for style in ("buffer", "return"):
         fusion = fu.FusionPass(cfg.dtype)
         before, after = [], []
-        fn = fu.compile_decoder(fu.MiniDecoder(cfg, w, style), fusion, before=before, after=after)
+        fn = fu.compile_decoder(fu.MiniDecoder(cfg, w, style), fusion, before=before, after=after, codegen=ON_GPU)
         with torch.no_grad():
             out = fn(h, N)
             out_full = fn(_hidden(cfg, 16, seed=2), 16)   # another size, num_tokens == T_pad: no recompile
@@ -192,10 +224,49 @@ def test_tp2_gloo_equals_tp1():
     h = _hidden(cfg).cpu()
     with torch.no_grad():
         ref = fu.MiniDecoder(cfg, {**weights}, "return").to("cpu")(h, N)[:N]
-    ranks = fu.run_tp(cfg, h, N, world_size=2, compiled=True, timeout_s=300)
+    ranks = fu.run_tp(cfg, h, N, world_size=2, compiled=True, codegen=False, timeout_s=300)
     for r, res in enumerate(ranks):
         for style in ("buffer", "return"):
             e = fu.expected_sites(cfg, style)
             assert res[style]["counts"] == [e["attention"] + e["mlp"]], (r, style, res[style]["counts"])
             assert_rel_close(res[style]["out"], ref, 1e-5, f"TP=2 rank {r} {style}")
     assert ranks[0]["buffer"]["counts"] == [2] and ranks[0]["return"]["counts"] == [4]
+
+
+# --------------------------------------------------------------------------------------------------
+# Profile tables (the record's per-kernel breakdown)
+# --------------------------------------------------------------------------------------------------
+
+def _events(names_us, steps=2):
+    return [{"cat": "kernel", "name": n, "dur": us} for n, us in names_us for _ in range(steps)] + \
+           [{"cat": "cpu_op", "name": "aten::mm", "dur": 1000.0}]
+
+
+def test_kernel_groups_and_site_costs():
+    assert fu.kernel_group("ncclDevKernel_AllReduce_Sum_bf16_RING_LL") == "all-reduce (NCCL)"
+    assert fu.kernel_group("triton_per_fused_add_mean_mul_pow_rsqrt_slice_scatter_2") == "Inductor: norm kernels"
+    assert fu.kernel_group("nvjet_sm90_tst_64x8_64x16_4x1_v_bz_TNT") == "matmul (cuBLAS)"
+    assert fu.kernel_group("add_rmsnorm_kernel") == "fused add+RMSNorm (ours)"
+    assert fu.kernel_group("Memcpy DtoD (Device -> Device)") == "device copies (memcpy)"
+    # two attention sites: the buffer style runs Inductor's norm kernel there (3 us), the return style ours (2 us)
+    common = [("nvjet_a", 10.0), ("triton_red_fused_mean_rsqrt_0", 1.0), ("ncclDevKernel_AllReduce", 5.0)]
+    b = fu.summarize_kernels(_events(common + [("triton_per_fused_add_rsqrt_slice_scatter_1", 3.0)] * 2), 2)
+    r = fu.summarize_kernels(_events(common + [("add_rmsnorm_kernel", 2.0)] * 2), 2)
+    assert b["kernels_per_step"] == 5 and b["kernel_us_per_step"] == 22.0      # the CPU op is not a kernel
+    block = {"passes": {"return": {"expected": {"attention": 2, "mlp": 0}}},
+             "sizes": [{"T_pad": 8, "buffer": {"kernels": b, "graph_us": 30.0}, "return": {"kernels": r, "graph_us": 28.0}}]}
+    c = fu.site_costs(block, 8)
+    assert c["inductor_per_site_us"] == 3.0 and c["ours_per_site_us"] == 2.0
+    assert c["allreduce_us"] == {"buffer": 5.0, "return": 5.0} and c["other_us"] == {"buffer": 10.0, "return": 10.0}
+    table = fu.kernel_table(block, 8)
+    assert "Inductor: norm kernels" in table and "fused add+RMSNorm (ours)" in table and "30.0" in table
+    with pytest.raises(ValueError, match="no size T_pad=9"):
+        fu.site_costs(block, 9)
+
+
+@pytest.mark.skipif(not ON_GPU, reason="torch.profiler's CUDA activities need a GPU")
+def test_kernel_profile_on_gpu():
+    x, r = (torch.randn(8, 2048, device=DEVICE, dtype=torch.bfloat16) for _ in range(2))
+    w = torch.randn(2048, device=DEVICE, dtype=torch.bfloat16)
+    p = fu.kernel_profile(lambda: fu.add_rmsnorm(x, r, w))
+    assert p["groups"]["fused add+RMSNorm (ours)"]["calls"] == 1 and p["kernels_per_step"] == 1

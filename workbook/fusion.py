@@ -26,9 +26,10 @@ All-reduce sites and what the pass does with them (the accounting):
   norm): one more site per layer, returned by the MLP in BOTH styles, so both styles gain one match
   per layer (0 + L vs L + L). :func:`expected_sites` states the counts.
 
-The decoder's linear-attention layers are the Gated DeltaNet block of :mod:`workbook.gdn`
-(:func:`workbook.gdn.qwen3_next_linear_attention` on this rank's heads, wrapped in an opaque custom op
-as engines register their GDN attention); the full-attention layers are a small causal attention
+The decoder's linear-attention layers compute :func:`workbook.gdn.qwen3_next_linear_attention` on this
+rank's heads (a test checks it): projections, causal conv, gates and gated RMSNorm in torch ops that
+Inductor compiles, and the recurrence of notebook 05 in one opaque custom op (:func:`gdn_core`), as
+engines register their GDN attention core; the full-attention layers are a small causal attention
 written with visible torch ops.
 
 Tensor parallelism: ``world_size`` ranks each hold a slice of the heads (and, with ``shard_mlp``, of
@@ -42,11 +43,10 @@ import argparse
 import hashlib
 import json
 import logging
-import math
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -54,7 +54,7 @@ import torch.nn.functional as F
 import triton
 
 from .device import DEVICE, ON_GPU, check_tensor, require_launchable, resolve_config, resolve_emulate
-from .gdn import GDNBlockParams, qwen3_next_linear_attention
+from .gdn import chunk_gated_delta_rule, fused_recurrent_gated_delta_rule, naive_recurrent_gated_delta_rule
 from .kernels import fusion as kern
 
 __all__ = [
@@ -62,7 +62,8 @@ __all__ = [
     "fused_all_reduce_add_rmsnorm", "make_decoder_weights", "shard_weights", "MiniDecoder",
     "FusionPass", "compile_decoder", "expected_sites", "count_ops", "run_tp",
     "benchmark", "main", "logger", "site_chain", "plot_site", "code_excerpt", "kernel_names", "kernel_after", "kernel_source",
-    "load_timings", "timing_table", "BENCH", "SMOKE", "DECODE_TOKENS", "PREFILL_TOKENS",
+    "load_timings", "timing_table", "kernel_table", "site_costs", "kernel_profile", "host_profile",
+    "summarize_kernels", "kernel_group", "KERNEL_GROUPS", "gdn_core", "GDN_RECURRENT_MAX_T", "BENCH", "SMOKE", "DECODE_TOKENS", "PREFILL_TOKENS",
 ]
 
 EPS = 1e-6
@@ -114,8 +115,11 @@ def add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, e
     emulate = resolve_emulate(emulate, "it runs the hardware bf16 casts, which Triton's interpreter gets wrong")
     M, D = x.shape
     BLOCK_D = triton.next_power_of_2(D)
-    # the interpreter runs programs one after another: fewer, taller ones
-    cfg = resolve_config(config, {"BLOCK_M": max(1, min(16, 4096 // BLOCK_D)) if ON_GPU else 64,
+    # GPU: one row per program for decode-sized batches (more programs in flight: the kernel is all
+    # latency there), a few rows per program above; the interpreter runs programs one after another:
+    # fewer, taller ones
+    block_m = (1 if M < 1024 else max(1, min(16, 4096 // BLOCK_D))) if ON_GPU else 64
+    cfg = resolve_config(config, {"BLOCK_M": block_m,
                                   "num_warps": 4 if BLOCK_D <= 2048 else 8}, pow2=("BLOCK_M", "num_warps"))
     # empty, both: program i writes rows [i*BLOCK_M, (i+1)*BLOCK_M) x all D columns of out and of
     # residual_out (masked only past M and D), and the grid cdiv(M, BLOCK_M) covers all M rows.
@@ -171,24 +175,37 @@ def _(x, residual, weight, eps):
     return torch.empty_like(x), torch.empty_like(x)
 
 
-@torch.library.custom_op("workbook::gdn_block", mutates_args=())
-def gdn_block(x: torch.Tensor, in_proj_qkvz: torch.Tensor, in_proj_ba: torch.Tensor,
-              conv_weight: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor,
-              norm_weight: torch.Tensor, out_proj: torch.Tensor, num_k_heads: int, num_v_heads: int,
-              head_k_dim: int, head_v_dim: int, kernel: str) -> torch.Tensor:
-    """This rank's partial sum of a Gated DeltaNet block on one sequence ``x [T, D]`` ->
-    ``[T, D]``: :func:`workbook.gdn.qwen3_next_linear_attention` on the rank's heads. Opaque to the
-    compiler (its Triton launches are not traced), as an engine registers its GDN attention."""
-    p = GDNBlockParams(in_proj_qkvz=in_proj_qkvz, in_proj_ba=in_proj_ba, conv_weight=conv_weight, A_log=A_log,
-                       dt_bias=dt_bias, norm_weight=norm_weight, out_proj=out_proj, num_k_heads=num_k_heads,
-                       num_v_heads=num_v_heads, head_k_dim=head_k_dim, head_v_dim=head_v_dim)
-    return qwen3_next_linear_attention(x.contiguous()[None], p, kernel=kernel)[0]
+# 'auto': the delta rule's recurrent kernel (notebook 05's decode path, token by token) up to this
+# many tokens, the chunked kernel (chunks of 64, three launches) above. Measured on the H200 (fusion.json,
+# "gdn_core"): the chunked kernels cost about the same from 8 to 64 tokens, the recurrent kernel grows
+# with the tokens; they cross between 16 and 64.
+GDN_RECURRENT_MAX_T = 16
 
 
-@gdn_block.register_fake
-def _(x, in_proj_qkvz, in_proj_ba, conv_weight, A_log, dt_bias, norm_weight, out_proj, num_k_heads,
-      num_v_heads, head_k_dim, head_v_dim, kernel):
-    return x.new_empty(x.shape[0], out_proj.shape[0])
+@torch.library.custom_op("workbook::gdn_core", mutates_args=())
+def gdn_core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
+             kernel: str) -> torch.Tensor:
+    """The Gated DeltaNet recurrence of notebook 05 on one sequence: ``q, k [T, Hk, Dk]``,
+    ``v [T, Hv, Dv]``, ``g`` (fp32), ``beta [T, Hv]`` -> ``o [T, Hv, Dv]``, q and k L2-normalised in the
+    kernel. ``kernel``: 'chunk' (:func:`workbook.gdn.chunk_gated_delta_rule`), 'recurrent'
+    (:func:`workbook.gdn.fused_recurrent_gated_delta_rule`), 'auto' (recurrent up to
+    :data:`GDN_RECURRENT_MAX_T` tokens, chunk above) or 'reference' (the fp32 naive recurrence).
+    Opaque to the compiler (its Triton launches are not traced), as an engine registers its GDN
+    attention core."""
+    if kernel == "auto":
+        kernel = "recurrent" if q.shape[0] <= GDN_RECURRENT_MAX_T else "chunk"
+    q, k, v, g, beta = (t.contiguous()[None] for t in (q, k, v, g, beta))
+    if kernel == "reference":
+        o, _ = naive_recurrent_gated_delta_rule(q, k, v, g, beta, use_qk_l2norm_in_kernel=True)
+        return o[0].to(v.dtype)
+    fn = chunk_gated_delta_rule if kernel == "chunk" else fused_recurrent_gated_delta_rule
+    o, _ = fn(q, k, v, g=g, beta=beta, use_qk_l2norm_in_kernel=True)
+    return o[0]
+
+
+@gdn_core.register_fake
+def _(q, k, v, g, beta, kernel):
+    return torch.empty_like(v)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -209,13 +226,13 @@ class DecoderConfig:
     attn_head_dim: int = 16
     intermediate: int = 96
     shard_mlp: bool = False
-    gdn_kernel: str = "chunk"
+    gdn_kernel: str = "auto"
     dtype: torch.dtype = torch.float32
 
 
 # The demo: 2 layers (one linear-attention, one full-attention), hidden 64. Without a GPU its Gated
 # DeltaNet runs the recurrent Triton kernel (in the interpreter, the fastest of the three paths there).
-DEMO = DecoderConfig(gdn_kernel="chunk" if ON_GPU else "recurrent")
+DEMO = DecoderConfig(gdn_kernel="auto" if ON_GPU else "recurrent")
 
 
 def make_decoder_weights(cfg: DecoderConfig, seed: int = 0, device=None) -> dict:
@@ -307,8 +324,8 @@ class MiniDecoder(torch.nn.Module):
         super().__init__()
         if style not in ("buffer", "return"):
             raise ValueError(f"style must be 'buffer' or 'return', got {style!r}")
-        if cfg.gdn_kernel not in ("chunk", "recurrent", "reference"):
-            raise ValueError(f"gdn_kernel must be 'chunk', 'recurrent' or 'reference', got {cfg.gdn_kernel!r}")
+        if cfg.gdn_kernel not in ("auto", "chunk", "recurrent", "reference"):
+            raise ValueError(f"gdn_kernel must be 'auto', 'chunk', 'recurrent' or 'reference', got {cfg.gdn_kernel!r}")
         self.cfg, self.style, self.world_size = cfg, style, world_size
         self.kinds = [w["kind"] for w in weights["layers"]]
         self.layers = torch.nn.ModuleList()
@@ -322,17 +339,38 @@ class MiniDecoder(torch.nn.Module):
 
     # the attention blocks: each computes this rank's partial out projection, then the all-reduce
     def _linear_attention(self, m, x):
-        c = self.cfg
-        W = self.world_size
-        return gdn_block(x, m.in_proj_qkvz, m.in_proj_ba, m.conv_weight, m.A_log, m.dt_bias, m.norm_weight,
-                         m.out_proj, c.gdn_k_heads // W, c.gdn_v_heads // W, c.gdn_head_dim, c.gdn_head_dim,
-                         c.gdn_kernel)
+        """A Qwen3-Next linear-attention (Gated DeltaNet) block on this rank's heads: the function of
+        :func:`workbook.gdn.qwen3_next_linear_attention`, with everything but the recurrence written in
+        torch ops that Inductor compiles and fuses (projections, causal depthwise conv + SiLU, gates,
+        gated RMSNorm, out projection); the recurrence is the opaque :func:`gdn_core`."""
+        c, W = self.cfg, self.world_size
+        Hk, Hv, Dk, Dv = c.gdn_k_heads // W, c.gdn_v_heads // W, c.gdn_head_dim, c.gdn_head_dim
+        nk, nv, T = Hk * Dk, Hv * Dv, x.shape[0]
+        qkv, z = (x @ m.in_proj_qkvz.T).split([2 * nk + nv, nv], dim=-1)
+        b, a = (x @ m.in_proj_ba.T).float().split(Hv, dim=-1)
+        # causal depthwise conv1d (kernel kc, fp32 accumulation) + SiLU as kc shifted multiply-adds:
+        # one fused elementwise kernel instead of a convolution call and its layout copies
+        kc = m.conv_weight.shape[1]
+        xp = F.pad(qkv.float(), (0, 0, kc - 1, 0))        # kc - 1 zero rows before the first token
+        wc = m.conv_weight.float()
+        qkv = F.silu(sum(xp[j: j + T] * wc[:, j] for j in range(kc))).to(x.dtype)
+        q, k = qkv[:, :nk].reshape(T, Hk, Dk), qkv[:, nk: 2 * nk].reshape(T, Hk, Dk)
+        v = qkv[:, 2 * nk:].reshape(T, Hv, Dv)
+        g = -m.A_log.float().exp() * F.softplus(a + m.dt_bias.float())
+        beta = torch.sigmoid(b).to(x.dtype)
+        o = gdn_core(q, k, v, g, beta, c.gdn_kernel).float()
+        # gated RMSNorm per head (RMSNormGated), fp32 inside
+        y = o * torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + EPS) * m.norm_weight.float()
+        y = (y * F.silu(z.reshape(T, Hv, Dv).float())).to(x.dtype)
+        return y.reshape(T, nv) @ m.out_proj.T
 
     def _full_attention(self, m, x):
         T, H, Dh = x.shape[0], self.cfg.attn_heads // self.world_size, self.cfg.attn_head_dim
-        q, k, v = ((x @ w.T).view(T, H, Dh).transpose(0, 1) for w in (m.wq, m.wk, m.wv))
+        # [1, H, T, Dh]: four dimensions, as the fused attention kernels (flash, cuDNN) require; with
+        # three, SDPA falls back to its math path and materialises the T x T scores
+        q, k, v = ((x @ w.T).view(1, T, H, Dh).transpose(1, 2) for w in (m.wq, m.wk, m.wv))
         o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return o.transpose(0, 1).reshape(T, H * Dh) @ m.wo.T
+        return o.transpose(1, 2).reshape(T, H * Dh) @ m.wo.T
 
     def _attention(self, kind, m, x, num_tokens):
         block = self._linear_attention if kind == "linear" else self._full_attention
@@ -438,7 +476,8 @@ class FusionPass(_CustomGraphPass):
 
 
 def compile_decoder(model, fusion: FusionPass | None = None, *, dynamic: bool = True,
-                    before: list | None = None, after: list | None = None, reset: bool = True):
+                    before: list | None = None, after: list | None = None, reset: bool = True,
+                    codegen: bool = True):
     """``torch.compile(model)`` (a :class:`MiniDecoder` or any function; Inductor, one whole graph) with ``fusion`` as the post-grad custom
     pass. ``dynamic=True`` (the default) compiles one graph for every ``T_pad`` and ``num_tokens``, as
     an engine does: ``num_tokens`` is then a symbol, and ``output[:num_tokens] = ...`` a partial write
@@ -446,16 +485,47 @@ def compile_decoder(model, fusion: FusionPass | None = None, *, dynamic: bool = 
     ``before``/``after``, if given, receive a copy of each post-grad graph before/after the pass.
     ``reset`` clears Dynamo's cache first, so that this decoder compiles (and the pass logs) anew
     even where a graph compiled for another decoder object would pass its guards; it also drops the
-    graphs compiled before (they recompile on their next call)."""
+    graphs compiled before (they recompile on their next call).
+
+    ``codegen=False`` runs Inductor's graph passes only (its decompositions, functionalisation, the
+    joint-graph and post-grad passes, the fusion pass among them: the same graphs, the same log) and
+    then executes the post-grad graph op by op, without generating or compiling kernels. The CPU tests
+    use it: on a CPU, compiling Inductor's C++ kernels is most of a compilation's time."""
     if reset:
         torch._dynamo.reset()
     hook = _Hook(fusion, before, after)
-    compiled = torch.compile(model, fullgraph=True, dynamic=dynamic,
-                             options={"fx_graph_cache": False, "post_grad_custom_post_pass": hook,
-                                      "compile_threads": 1})
+    if codegen:
+        compiled = torch.compile(model, fullgraph=True, dynamic=dynamic,
+                                 options={"fx_graph_cache": False, "post_grad_custom_post_pass": hook,
+                                          "compile_threads": 1})
+    else:
+        compiled = torch.compile(model, fullgraph=True, dynamic=dynamic, backend=_graph_passes_backend(hook))
     # specialize_float: with dynamic=True Dynamo would otherwise lift the RMSNorm's eps (a Python float)
     # into a graph input, and the add of eps would no longer match the pattern's constant (torch 2.13)
     return torch._dynamo.config.patch(specialize_float=True)(compiled)
+
+
+def _graph_passes_backend(hook):
+    """A ``torch.compile`` backend: AOT autograd with Inductor's decompositions, then Inductor's
+    joint-graph and post-grad passes (``hook`` as the custom post-grad pass), then the graph itself
+    (Inductor's internal pass functions, torch 2.11-2.13)."""
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.aot_autograd import make_boxed_func
+    from torch._guards import detect_fake_mode
+    from torch._inductor import config as inductor_config
+    from torch._inductor.decomposition import select_decomp_table
+    from torch._inductor.fx_passes.joint_graph import joint_graph_passes
+    from torch._inductor.fx_passes.post_grad import post_grad_passes
+    from torch._inductor.virtualized import V
+
+    def forward_compiler(gm, example_inputs):
+        with inductor_config.patch(post_grad_custom_post_pass=hook), V.set_fake_mode(detect_fake_mode(example_inputs)):
+            joint_graph_passes(gm)
+            post_grad_passes(gm, is_inference=True)
+        gm.recompile()
+        return make_boxed_func(gm.forward)
+
+    return aot_autograd(fw_compiler=forward_compiler, decompositions=select_decomp_table())
 
 
 class _Hook(_CustomGraphPass):
@@ -505,7 +575,7 @@ def _free_port() -> int:
 
 
 def _tp_worker(rank: int, world_size: int, port: int, cfg: DecoderConfig, hidden: torch.Tensor,
-               num_tokens: int, compiled: bool, out_dir: str) -> None:
+               num_tokens: int, compiled: bool, codegen: bool, out_dir: str) -> None:
     """One rank of :func:`run_tp`: its shard of the decoder, both styles, outputs and pass counts
     saved to ``out_dir/rank<r>.pt``."""
     import datetime
@@ -522,7 +592,7 @@ def _tp_worker(rank: int, world_size: int, port: int, cfg: DecoderConfig, hidden
         for style in ("buffer", "return"):
             model = MiniDecoder(cfg, weights, style, world_size=world_size)
             fusion = FusionPass(cfg.dtype)
-            fn = compile_decoder(model, fusion) if compiled else model
+            fn = compile_decoder(model, fusion, codegen=codegen) if compiled else model
             with torch.no_grad():
                 out = fn(hidden, num_tokens)
             res[style] = {"out": out[:num_tokens].clone(), "counts": list(fusion.counts)}
@@ -532,9 +602,10 @@ def _tp_worker(rank: int, world_size: int, port: int, cfg: DecoderConfig, hidden
 
 
 def run_tp(cfg: DecoderConfig, hidden: torch.Tensor, num_tokens: int, world_size: int = 2, *,
-           compiled: bool = True, timeout_s: float = 240.0) -> list[dict]:
+           compiled: bool = True, codegen: bool = True, timeout_s: float = 240.0) -> list[dict]:
     """Run the decoder with ``world_size`` tensor-parallel ranks as spawned CPU processes (gloo on
     loopback, a free port), both styles, compiled with the fusion pass unless ``compiled=False``.
+    ``codegen``: as in :func:`compile_decoder`.
     Returns, per rank, ``{style: {"out": real rows, "counts": pass counts}}``. The processes are
     joined within ``timeout_s`` or killed (then a TimeoutError)."""
     import tempfile
@@ -543,7 +614,7 @@ def run_tp(cfg: DecoderConfig, hidden: torch.Tensor, num_tokens: int, world_size
 
     with tempfile.TemporaryDirectory(prefix="fusion_tp_") as tmp:
         ctx = mp.start_processes(_tp_worker, args=(world_size, _free_port(), cfg, hidden.cpu(), num_tokens,
-                                                   compiled, tmp),
+                                                   compiled, codegen, tmp),
                                  nprocs=world_size, join=False, start_method="spawn")
         deadline = time.monotonic() + timeout_s
         try:
@@ -564,12 +635,12 @@ def run_tp(cfg: DecoderConfig, hidden: torch.Tensor, num_tokens: int, world_size
 
 BENCH = DecoderConfig(hidden=2048, layers=("linear", "linear", "linear", "full"), gdn_k_heads=16,
                       gdn_v_heads=32, gdn_head_dim=128, attn_heads=16, attn_head_dim=128, intermediate=6144,
-                      shard_mlp=True, gdn_kernel="chunk", dtype=torch.bfloat16)
+                      shard_mlp=True, gdn_kernel="auto", dtype=torch.bfloat16)
 DECODE_TOKENS = (8, 64, 256)
 PREFILL_TOKENS = (2048, 8192)
 # Tensor-parallel checks on the CPU (spawned ranks, gloo): the MLP sharded too, and the GDN block on
 # workbook.gdn's fp32 reference path (pure torch: the spawned processes stay fast).
-SMOKE = replace(DEMO, shard_mlp=True, gdn_kernel="chunk" if ON_GPU else "reference")
+SMOKE = replace(DEMO, shard_mlp=True, gdn_kernel="auto" if ON_GPU else "reference")
 
 
 def _cfg_json(cfg: DecoderConfig) -> dict:
@@ -605,9 +676,120 @@ def _graph_fixed_us(fn, n: int = 10, replays: int = 10) -> float:
     return _fixed_time_us(capture_graph(fn, n).replay, replays, warmup=2) / n
 
 
-def _bench_sizes(cfg, rank, world_size, sizes, *, timer, device, log=print):
-    """Both styles at each size: compiled decoder, pass counts, GPU/eager times, agreement."""
+# Kernel groups of a decoder step, by the name the profiler reports (first match wins). The names
+# are those of torch 2.11 / Triton 3.6 on an H200: cuBLAS GEMMs ("nvjet", "gemm", "gemv", "xmma"),
+# NCCL ("ncclDevKernel_AllReduce..."), Inductor's generated kernels ("triton_red_fused_..."), our
+# Triton kernels by their function names, PyTorch's eager elementwise kernels.
+KERNEL_GROUPS = (
+    ("all-reduce (NCCL)", r"nccl"),
+    ("device copies (memcpy)", r"[Mm]emcpy"),
+    ("fused add+RMSNorm (ours)", r"add_rmsnorm_kernel"),
+    ("GDN kernels (ours)", r"chunk_gdn|fused_recurrent_gdn|gated_rmsnorm_kernel"),
+    ("attention", r"flash|fmha|attention|softmax|cudnn_generated|sdpa"),
+    ("conv1d", r"conv|fprop|depthwise"),
+    ("matmul (cuBLAS)", r"gemm|gemv|nvjet|xmma|cutlass|splitK"),
+    ("Inductor: norm kernels", r"^triton_.*rsqrt"),
+    ("Inductor: other kernels", r"^triton_"),
+    ("torch eager elementwise / copies", r"elementwise|copy|fill|cat|reduce|index|[Mm]emset"),
+)
+
+
+def kernel_group(name: str) -> str:
+    """The :data:`KERNEL_GROUPS` group of a kernel name ('other' if none matches)."""
+    import re
+    for group, pat in KERNEL_GROUPS:
+        if re.search(pat, name):
+            return group
+    return "other"
+
+
+def summarize_kernels(events, steps: int, top: int = 12) -> dict:
+    """Per-step kernel table from profiler trace events (chrome-trace dicts with ``cat`` 'kernel',
+    'gpu_memcpy' or 'gpu_memset', ``name`` and ``dur`` in us) of ``steps`` identical steps:
+    ``{"kernels_per_step", "kernel_us_per_step", "groups": {group: {"calls", "us"}}, "top": [...]}``,
+    calls and times divided by ``steps``."""
+    per: dict = {}
+    for e in events:
+        if e.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset"):
+            continue
+        k = per.setdefault(e["name"], [0, 0.0])
+        k[0] += 1
+        k[1] += float(e.get("dur", 0.0))
+    groups: dict = {}
+    for name, (n, us) in per.items():
+        g = groups.setdefault(kernel_group(name), {"calls": 0.0, "us": 0.0})
+        g["calls"] += n / steps
+        g["us"] += us / steps
+    rows = sorted(per.items(), key=lambda kv: -kv[1][1])
+    return {"kernels_per_step": round(sum(n for n, _ in per.values()) / steps, 2),
+            "kernel_us_per_step": round(sum(us for _, us in per.values()) / steps, 2),
+            "groups": {g: {"calls": round(v["calls"], 2), "us": round(v["us"], 2)}
+                       for g, v in sorted(groups.items(), key=lambda kv: -kv[1]["us"])},
+            "top": [{"name": name[:120], "group": kernel_group(name), "calls": round(n / steps, 2),
+                     "us": round(us / steps, 2)} for name, (n, us) in rows[:top]]}
+
+
+def kernel_profile(fn, steps: int = 3, top: int = 12) -> dict:
+    """GPU kernels of one call of ``fn`` (GPU only): ``fn`` captured once in a CUDA graph, replayed
+    ``steps`` times under ``torch.profiler`` with CUDA activities; :func:`summarize_kernels` of the
+    trace. Kernel times are the GPU's own (CUPTI), without host work; the sum of kernel times is at
+    most the graph-replay time (the difference is the gaps between kernels)."""
+    import tempfile
+
+    from torch.profiler import ProfilerActivity, profile
+
+    from .bench import capture_graph
+
+    with torch.no_grad():
+        g = capture_graph(fn, 1)
+        g.replay()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(steps):
+                g.replay()
+            torch.cuda.synchronize()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(path))
+        events = json.loads(path.read_text()).get("traceEvents", [])
+    return summarize_kernels(events, steps, top)
+
+
+def host_profile(fn, top: int = 10) -> dict:
+    """Host side of one eager call of ``fn`` (GPU only): wall time, kernel launches and the ops with
+    the most self CPU time (``torch.profiler``, CPU activities). Explains eager per-call time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with torch.no_grad():
+        fn()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            t0 = time.perf_counter()
+            fn()
+            wall = time.perf_counter() - t0
+        torch.cuda.synchronize()
+    ka = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)
+    launches = sum(e.count for e in prof.key_averages()
+                   if e.key in ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "cudaLaunchKernelExC"))
+    return {"wall_us": round(1e6 * wall, 1), "kernel_launches": launches,
+            "top_self_cpu": [{"name": e.key[:100], "calls": e.count, "self_cpu_us": round(e.self_cpu_time_total, 1)}
+                             for e in ka[:top]]}
+
+
+def _weights_fp32(weights: dict) -> dict:
+    return {"layers": [{k: (t.float() if torch.is_tensor(t) else t) for k, t in L.items()} for L in weights["layers"]],
+            "final_norm": weights["final_norm"].float()}
+
+
+def _bench_sizes(cfg, rank, world_size, sizes, *, timer, device, log=print, profile=False):
+    """Both styles at each size: compiled decoder, pass counts, GPU/eager times, agreement between the
+    styles and, for each, with the same decoder in fp32 (eager, on the same bf16-valued weights) and
+    with itself run eagerly (uncompiled).
+    ``profile``: also the per-kernel GPU table of one step (:func:`kernel_profile`) per style and size,
+    and the host side of one eager step (:func:`host_profile`) at the first size."""
     weights = shard_weights(cfg, make_decoder_weights(cfg, device=device), rank, world_size)
+    nbytes = sum(t.numel() * t.element_size() for L in weights["layers"] for t in L.values() if torch.is_tensor(t))
+    ref_model = MiniDecoder(replace(cfg, dtype=torch.float32), _weights_fp32(weights), "return", world_size=world_size)
     gen = torch.Generator().manual_seed(1)
     rows = []
     models, fns, counts = {}, {}, {}
@@ -627,15 +809,55 @@ def _bench_sizes(cfg, rank, world_size, sizes, *, timer, device, log=print):
         hidden = (torch.randn(T, cfg.hidden, generator=gen) * 0.5).to(device, cfg.dtype)
         row = {"T_pad": T, "num_tokens": num_tokens, "phase": "decode" if T <= 256 else "prefill"}
         outs = {}
+        with torch.no_grad():
+            ref = ref_model(hidden.float(), num_tokens)[:num_tokens]
         for style in ("buffer", "return"):
+            step = lambda: fns[style](hidden, num_tokens)   # noqa: E731
             with torch.no_grad():
-                outs[style] = fns[style](hidden, num_tokens)[:num_tokens].float()
-                row[style] = timer(lambda: fns[style](hidden, num_tokens))
-        ref = outs["buffer"]
-        row["rel_diff"] = float((outs["return"] - ref).norm() / ref.norm())
+                outs[style] = step()[:num_tokens].float()
+                eager = models[style](hidden, num_tokens)[:num_tokens].float()
+            row[style] = timer(step)
+            row[style]["rel_err_vs_fp32"] = float((outs[style] - ref).norm() / ref.norm())
+            row[style]["rel_diff_vs_eager"] = float((outs[style] - eager).norm() / eager.norm())
+            if profile:
+                row[style]["kernels"] = kernel_profile(step, top=10)
+                if T == sizes[0]:
+                    row[style]["host"] = host_profile(step)
+        row["rel_diff"] = float((outs["return"] - outs["buffer"]).norm() / outs["buffer"].norm())
         rows.append(row)
-        log(f"[fusion] T={T}: {row}")
-    return {"config": _cfg_json(cfg), "world_size": world_size, "passes": counts, "sizes": rows}
+        log(f"[fusion] T={T}: " + ", ".join(f"{s} {row[s].get('graph_us', row[s])}" for s in ("buffer", "return")))
+    return {"config": _cfg_json(cfg), "world_size": world_size, "weight_bytes_per_rank": nbytes,
+            "passes": counts, "sizes": rows}
+
+
+def _gdn_core_times(cfg, device, tokens=(8, 16, 32, 64)) -> list:
+    """GPU time (graph replay) of :func:`gdn_core` with the recurrent and the chunked kernel on one
+    sequence of the decoder's head shapes: where 'auto' switches (:data:`GDN_RECURRENT_MAX_T`)."""
+    from .bench import graph_time_us
+
+    gen = torch.Generator().manual_seed(5)
+    Hk, Hv, Dh = cfg.gdn_k_heads, cfg.gdn_v_heads, cfg.gdn_head_dim
+    rows = []
+    for T in tokens:
+        q, k = (torch.randn(T, Hk, Dh, generator=gen).to(device, cfg.dtype) for _ in range(2))
+        v = torch.randn(T, Hv, Dh, generator=gen).to(device, cfg.dtype)
+        g = (-0.1 * torch.rand(T, Hv, generator=gen)).to(device)
+        beta = torch.rand(T, Hv, generator=gen).to(device, cfg.dtype)
+        row = {"T": T}
+        for kernel in ("recurrent", "chunk"):
+            with torch.no_grad():
+                row[f"{kernel}_graph_us"] = graph_time_us(lambda: gdn_core(q, k, v, g, beta, kernel), n=10)
+        rows.append(row)
+    return rows
+
+
+def _read_GBps(device, nbytes: int = 1 << 30) -> float:
+    """Read bandwidth of ``torch.sum`` over ``nbytes`` of bf16, GPU time from graph replay."""
+    from .bench import graph_time_us
+
+    x = torch.ones(nbytes // 2, device=device, dtype=torch.bfloat16)
+    t = graph_time_us(lambda: x.sum(), n=5)
+    return nbytes / (t * 1e-6) / 1e9
 
 
 def _gpu_timer(fn):
@@ -660,11 +882,17 @@ def benchmark():
 
     def timer(fn):
         with torch.no_grad():
-            return {"graph_us": graph_time_us(fn, n=10), "eager_us": time_us(fn)}
+            return {"graph_us": graph_time_us(fn, n=10, windows=3), "eager_us": time_us(fn)}
 
-    res = {"timing": "graph_us: GPU time per step from CUDA-graph replay (10 steps per graph); "
-                     "eager_us: per-call time of the compiled step (do_bench median), host work included",
-           "tp1": _bench_sizes(BENCH, 0, 1, DECODE_TOKENS + PREFILL_TOKENS, timer=timer, device=DEVICE)}
+    res = {"timing": "graph_us: GPU time per step from CUDA-graph replay (10 steps per graph, median of 3 "
+                     "windows); eager_us: per-call time of the compiled step (do_bench median), host work "
+                     "included; kernels: per-kernel GPU times of one step from torch.profiler (CUPTI) "
+                     "around CUDA-graph replay; host: one eager step under torch.profiler (CPU)",
+           "read_GBps": _read_GBps(DEVICE),
+           "read_timing": "torch.sum over 1 GiB of bf16, GPU time from CUDA-graph replay",
+           "gdn_core": _gdn_core_times(BENCH, DEVICE),
+           "tp1": _bench_sizes(BENCH, 0, 1, DECODE_TOKENS + PREFILL_TOKENS, timer=timer, device=DEVICE,
+                               profile=True)}
     tp2 = os.environ.get("WORKBOOK_FUSION_TP2")
     if tp2 and Path(tp2).exists():
         res["tp2"] = json.loads(Path(tp2).read_text())["tp2"]
@@ -713,11 +941,12 @@ def main(argv=None) -> int:
                                 **({"device_id": device} if backend == "nccl" else {}))
     try:
         log = print if rank == 0 else (lambda *a: None)
-        res = _bench_sizes(cfg, rank, world, sizes, timer=timer, device=device, log=log)
+        res = _bench_sizes(cfg, rank, world, sizes, timer=timer, device=device, log=log, profile=ON_GPU and not args.smoke)
         res["backend"] = backend
         res["timing"] = ("graph_us: GPU time per step from CUDA-graph replay (10 steps per graph, 10 "
                          "replays, fixed counts on every rank); eager_us: per-call time of the compiled "
-                         "step over 20 calls" if backend == "nccl" else "CPU smoke run: wall-clock, not GPU")
+                         "step over 20 calls; kernels: per-kernel GPU times of one step from torch.profiler (CUPTI) "
+                         "around CUDA-graph replay, rank 0" if backend == "nccl" else "CPU smoke run: wall-clock, not GPU")
         if rank == 0:
             from .device import describe
             rec = {"recorded": datetime.date.today().isoformat(), "meta": describe(),
@@ -878,6 +1107,65 @@ def timing_table(res: dict) -> str:
         out.append(f"{r['phase']:8s} {r['T_pad']:6d} {r['num_tokens']:6d} | {g} | {b['eager_us']:10.1f}us "
                    f"{f['eager_us']:10.1f}us")
     return "\n".join(out)
+
+
+def _size_row(block: dict, T: int) -> dict:
+    for r in block["sizes"]:
+        if r["T_pad"] == T:
+            return r
+    raise ValueError(f"no size T_pad={T} in this record (sizes {[r['T_pad'] for r in block['sizes']]})")
+
+
+def kernel_table(block: dict, T: int) -> str:
+    """Text table of one recorded step (``block``: ``tp1`` or ``tp2`` of fusion.json, ``T``: T_pad):
+    per kernel group (:data:`KERNEL_GROUPS`) and style, kernels per step and their GPU time (profiler,
+    around graph replay), then the totals and the graph-replay time of the step."""
+    row = _size_row(block, T)
+    ks = {s: row[s]["kernels"] for s in ("buffer", "return")}
+    groups = list(ks["buffer"]["groups"]) + [g for g in ks["return"]["groups"] if g not in ks["buffer"]["groups"]]
+    out = [f"{'kernel group':34s} | {'buffer: n':>9s} {'us':>9s} | {'return: n':>9s} {'us':>9s}"]
+    for g in groups:
+        cells = []
+        for s in ("buffer", "return"):
+            v = ks[s]["groups"].get(g, {"calls": 0, "us": 0.0})
+            cells.append(f"{v['calls']:9.0f} {v['us']:9.1f}")
+        out.append(f"{g:34s} | {cells[0]} | {cells[1]}")
+    out.append(f"{'all kernels (sum of GPU times)':34s} | " + " | ".join(
+        f"{ks[s]['kernels_per_step']:9.0f} {ks[s]['kernel_us_per_step']:9.1f}" for s in ("buffer", "return")))
+    if all("graph_us" in row[s] for s in ("buffer", "return")):
+        out.append(f"{'step, CUDA-graph replay':34s} | " + " | ".join(
+            f"{'':9s} {row[s]['graph_us']:9.1f}" for s in ("buffer", "return")))
+    return "\n".join(out)
+
+
+def site_costs(block: dict, T: int) -> dict:
+    """What the pass changes at the attention sites, from one recorded step's kernel groups (us per
+    step unless named per site): the buffer style runs Inductor's own fused kernel there (slice_scatter
+    + add + RMSNorm; the other Inductor norm kernels, e.g. the gated norms, are the same in both styles,
+    so the difference between the styles is these sites), the return style our add+RMSNorm kernel;
+    the all-reduce (NCCL, and the clone the op makes) runs in both. Keys: ``sites``,
+    ``inductor_per_site_us``, ``ours_per_site_us``, ``allreduce_us`` (per style: NCCL + copies),
+    ``graph_us`` (per style), ``other_us`` (per style: all kernels minus norms and all-reduce)."""
+    row = _size_row(block, T)
+    sites = block["passes"]["return"]["expected"]["attention"]
+    if not sites:
+        raise ValueError("this record has no attention sites that the return style fuses")
+
+    def us(style, group):
+        return row[style]["kernels"]["groups"].get(group, {}).get("us", 0.0)
+
+    ind, ours = "Inductor: norm kernels", "fused add+RMSNorm (ours)"
+    comm = ("all-reduce (NCCL)", "device copies (memcpy)")
+    return {
+        "sites": sites,
+        "inductor_per_site_us": (us("buffer", ind) - us("return", ind)) / sites,
+        "ours_per_site_us": (us("return", ours) - us("buffer", ours)) / sites,
+        "allreduce_us": {s: sum(us(s, g) for g in comm) for s in ("buffer", "return")},
+        "kernel_us": {s: row[s]["kernels"]["kernel_us_per_step"] for s in ("buffer", "return")},
+        "graph_us": {s: row[s].get("graph_us") for s in ("buffer", "return")},
+        "other_us": {s: row[s]["kernels"]["kernel_us_per_step"] - us(s, ind) - us(s, ours)
+                     - sum(us(s, g) for g in comm) for s in ("buffer", "return")},
+    }
 
 
 if __name__ == "__main__":
