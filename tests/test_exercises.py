@@ -11,7 +11,8 @@ the participant version executed ONCE, top to bottom, on this machine (nbclient,
   cell again, which must print "passed"; then the stub cell runs again, so the cells below run against
   the stub, as a participant's would.
 
-The notebooks run two at a time (the CI machine has two cores); WORKBOOK_EXERCISE_JOBS changes that.
+The notebooks run two at a time (the CI machine has two cores), one at a time under pytest-xdist (the
+other worker has the other core); WORKBOOK_EXERCISE_JOBS changes that.
 """
 from __future__ import annotations
 
@@ -328,10 +329,18 @@ async def _run_participant(path: Path, complete, name: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def participant_runs(tmp_path_factory):
+def participant_runs(request, tmp_path_factory):
+    # only the notebooks the selected tests ask for (pytest -k 07 runs one notebook)
+    wanted = {item.callspec.params["name"] for item in request.session.items
+              if "participant_runs" in getattr(item, "fixturenames", ()) and hasattr(item, "callspec")}
+    names = [n for n in WITH_EXERCISES if n in wanted]
     out = tmp_path_factory.mktemp("participant")
-    ex.write_participant_notebooks(out, [ex.notebooks_dir() / n for n in WITH_EXERCISES])
-    jobs = max(1, int(os.environ.get("WORKBOOK_EXERCISE_JOBS", "2")))
+    ex.write_participant_notebooks(out, [ex.notebooks_dir() / n for n in names])
+    # two notebooks at a time on a 2-core machine; one under pytest-xdist (the other worker has the other core)
+    jobs = max(1, int(os.environ.get("WORKBOOK_EXERCISE_JOBS", "1" if os.environ.get("PYTEST_XDIST_WORKER") else "2")))
+    threads = os.environ.get("OMP_NUM_THREADS")
+    if threads is None:      # the kernels share the cores instead of each taking all of them
+        os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // jobs))
 
     async def all_runs():
         gate = asyncio.Semaphore(jobs)
@@ -340,10 +349,14 @@ def participant_runs(tmp_path_factory):
             async with gate:
                 return name, await _run_participant(out / name, COMPLETE[name], name)
 
-        return dict(await asyncio.gather(*(one(n) for n in WITH_EXERCISES)))
+        return dict(await asyncio.gather(*(one(n) for n in names)))
 
     t0 = time.perf_counter()
-    runs = asyncio.run(all_runs())
+    try:
+        runs = asyncio.run(all_runs())
+    finally:
+        if threads is None:
+            del os.environ["OMP_NUM_THREADS"]
     print(f"\nparticipant notebooks, {jobs} at a time: {time.perf_counter() - t0:.0f} s wall; "
           + ", ".join(f"{n[:2]} {r['seconds']:.0f} s" for n, r in runs.items()))
     return runs
@@ -363,3 +376,28 @@ def test_grader_says_not_attempted_on_the_stub_and_passes_the_solution(participa
     assert r is not None, f"{name}: exercise {exercise} was not reached ({run['error']})"
     assert NOT_ATTEMPTED.fullmatch(r["stub"]), f"{name} exercise {exercise}, the stub graded: {r['stub']!r}"
     assert PASSED.fullmatch(r.get("solved", "")), f"{name} exercise {exercise}, the solution graded: {r.get('solved')!r}"
+
+
+def test_the_executed_checks_can_fail(tmp_path):
+    # a made-up notebook run the same way: exercise A's solution is right; B's forgets to bind the stub's
+    # name (its grader still says "not attempted"); a later cell calls a stub (the run stops there)
+    def check(fn):
+        return f"from workbook.check import grade\ngrade('{fn}', lambda: {fn}(1) == 2 or (_ for _ in ()).throw(AssertionError('no')))"
+
+    nb = new_notebook(cells=[
+        _cell("code", "def f(n):\n    raise NotImplementedError", "exercise", "A"),
+        _cell("code", check("f"), "grader", "A"),
+        _cell("markdown", ex.MARKER, "solution", "A"),
+        _cell("code", "def f(n):\n    return n + 1", "solution", "A", hidden=True),
+        _cell("code", "def g(n):\n    raise NotImplementedError", "exercise", "B"),
+        _cell("code", check("g"), "grader", "B"),
+        _cell("markdown", ex.MARKER, "solution", "B"),
+        _cell("code", "def g_solution(n):\n    return n + 1", "solution", "B", hidden=True),
+        _cell("code", "f(1)"),
+    ])
+    nbformat.write(ex.participant_version(nb, "toy.ipynb"), tmp_path / "toy.ipynb")
+    run = asyncio.run(_run_participant(tmp_path / "toy.ipynb", nb, "toy.ipynb"))
+    a, b = run["exercises"]["A"], run["exercises"]["B"]
+    assert NOT_ATTEMPTED.fullmatch(a["stub"]) and PASSED.fullmatch(a["solved"]), a
+    assert NOT_ATTEMPTED.fullmatch(b["stub"]) and NOT_ATTEMPTED.fullmatch(b["solved"]), b   # would fail the test
+    assert run["error"] and "NotImplementedError" in run["error"] and "f(1)" in run["error"], run["error"]
