@@ -199,13 +199,14 @@ def save(rec: dict, path: Path = RECORD) -> Path:
 
 
 def time_notebooks(paths: list[Path], record: Path = RECORD, timeout: int = 600) -> dict:
-    rec, mach = load(record), machine()
+    mach = machine()
     with tempfile.TemporaryDirectory(prefix="cpu_times_") as out:
         for nb in paths:
             m = measure([sys.executable, "-m", "workbook", "execute", str(nb), "--out", out,
                          "--timeout", str(timeout)])
             entry = {"measured": _now(), "ok": m.pop("returncode") == 0, **m, "machine": mach,
                      "estimate": estimate_minutes(nb)}
+            rec = load(record)       # read now: another measurement may have written meanwhile
             rec["notebooks"][nb.stem] = entry
             save(rec, record)
             print(f"[{nb.stem}] {'ok' if entry['ok'] else 'FAILED'}: {entry['wall_s']} s wall, "
@@ -221,7 +222,6 @@ def time_command(label: str, cmd: list[str], record: Path = RECORD, note: str = 
     """Measure ``cmd`` and record it under ``commands[label]``. ``venv``: its ``bin`` goes first on PATH
     (a fresh virtual environment, as CI's clean machine); ``log``: the command's output goes there, and
     pytest's own closing line, if it printed one, is kept in the record."""
-    rec = load(record)
     env = dict(os.environ, **(env_vars or {}))
     if venv is not None:
         env["PATH"] = f"{Path(venv).resolve() / 'bin'}{os.pathsep}{env['PATH']}"
@@ -235,6 +235,7 @@ def time_command(label: str, cmd: list[str], record: Path = RECORD, note: str = 
             entry["pytest_summary"], entry["pytest_s"] = found[-1][0].strip(), float(found[-1][1])
     if note:
         entry["note"] = note
+    rec = load(record)               # read now: another measurement may have written meanwhile
     rec["commands"][label] = entry
     save(rec, record)
     print(f"[{label}] {'ok' if entry['ok'] else 'FAILED'}: {entry['wall_s']} s wall, {entry['cpu_s']} s CPU, "
@@ -453,20 +454,19 @@ def main(argv=None) -> int:
             rec = time_command(args.label, cmd, args.record, args.note, args.venv, env_vars, args.log)
             return 0 if rec["commands"][args.label]["ok"] else 1
         elif args.cmd == "sizes":
-            rec = load(args.record)
             reqs = _requirements()
-            cuda = route_sizes(reqs)
-            rec["install"]["CUDA route (plain `pip install -r requirements.txt`, Linux x86-64)"] = {
-                **cuda, "measured": _now(), "how": "pip's dry-run report on Python "
-                f"{platform.python_version()} {platform.machine()}, file sizes from PyPI's index"}
+            found = {"CUDA route (plain `pip install -r requirements.txt`, Linux x86-64)": {
+                **route_sizes(reqs), "measured": _now(), "how": "pip's dry-run report on Python "
+                f"{platform.python_version()} {platform.machine()}, file sizes from PyPI's index"}}
             if args.cpu_wheel:
                 cpu_reqs = [str(args.cpu_wheel) if r.split("==")[0].strip() == "torch" else r for r in reqs]
-                cpu = route_sizes(cpu_reqs)
-                rec["install"]["CPU route (torch's CPU wheel, then `pip install -r requirements.txt`)"] = {
-                    **cpu, "measured": _now(), "how": f"pip's dry-run report with {args.cpu_wheel.name} as torch, "
-                    "the rest from PyPI's index"}
+                found["CPU route (torch's CPU wheel, then `pip install -r requirements.txt`)"] = {
+                    **route_sizes(cpu_reqs), "measured": _now(),
+                    "how": f"pip's dry-run report with {args.cpu_wheel.name} as torch, the rest from PyPI's index"}
+            rec = load(args.record)          # read now: another measurement may have written meanwhile
+            rec["install"].update(found)
             save(rec, args.record)
-            print(json.dumps(rec["install"], indent=1))
+            print(json.dumps(found, indent=1))
         elif args.cmd == "disk":
             rec = load(args.record)
             rec.setdefault("disk", {})[args.label] = {"MB": disk_usage_mb(args.path), "measured": _now()}
