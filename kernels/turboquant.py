@@ -94,48 +94,58 @@ def nibble_to_fp16(b_code):
 
 # PTX for the decode kernel's GPU path (EMULATE=False). One 32-bit word holds 8 codes: nibble k =
 # coordinate 8j + k. Outputs $0..$7 are the fp16 values of nibbles 0..7; each 32-bit result register
-# holds the pair (k, k + 4), which one mask extracts (bits 0-3 and 16-19 after a shift). Values: the
-# fp16 bits 0x6400 | code are 1024 + code, and one packed subtraction (sub.f16x2, exact) leaves the
-# code. (Subtracting 1024 * sum(p * v_scale) once at the end instead was measured on the H200 to
-# lose the output: a tiny mean over a long context minus two large fp32 tensor-core sums.)
+# holds the pair (k, k + 4) (bits 4k.. and 4k + 16..), so no repacking is needed.
+# Values, centred: code - 8 in [-8, 7]. A nibble OR-ed under the fp16 exponent of 1024 (0x6400: unit
+# 1 in the mantissa's low bits) is 1024 + code; under the exponent of 64 (0x5400: unit 1/16, so a
+# nibble at bits 4-7 counts 1 each) it is 64 + code. So nibbles 0 and 1 need no shift, one shift by 8
+# serves nibbles 2 and 3, one lop3 per pair does the mask and the OR ((a & b) | c: 0xEA), and one packed
+# subtraction of 1032 (0x6408) or 72 (0x5480) leaves code - 8, exactly: 9 instructions per 8 codes (a
+# shift, 4 lop3, 4 sub.f16x2; the constants stay in registers across the loop).
 _VALUE_ASM = tl.constexpr("""{
-.reg .b32 w, p, c;
-mov.b32 c, 0x64006400;
-and.b32 p, $8, 0x000F000F;  or.b32 p, p, c;  sub.f16x2 p, p, c;  mov.b32 {$0, $4}, p;
-shr.b32 w, $8, 4;   and.b32 p, w, 0x000F000F;  or.b32 p, p, c;  sub.f16x2 p, p, c;  mov.b32 {$1, $5}, p;
-shr.b32 w, $8, 8;   and.b32 p, w, 0x000F000F;  or.b32 p, p, c;  sub.f16x2 p, p, c;  mov.b32 {$2, $6}, p;
-shr.b32 w, $8, 12;  and.b32 p, w, 0x000F000F;  or.b32 p, p, c;  sub.f16x2 p, p, c;  mov.b32 {$3, $7}, p;
+.reg .b32 w, p, e, f, a, b;
+mov.b32 e, 0x64006400;  mov.b32 f, 0x54005400;  mov.b32 a, 0x64086408;  mov.b32 b, 0x54805480;
+lop3.b32 p, $8, 0x000F000F, e, 0xEA;  sub.f16x2 p, p, a;  mov.b32 {$0, $4}, p;
+lop3.b32 p, $8, 0x00F000F0, f, 0xEA;  sub.f16x2 p, p, b;  mov.b32 {$1, $5}, p;
+shr.b32 w, $8, 8;
+lop3.b32 p, w, 0x000F000F, e, 0xEA;   sub.f16x2 p, p, a;  mov.b32 {$2, $6}, p;
+lop3.b32 p, w, 0x00F000F0, f, 0xEA;   sub.f16x2 p, p, b;  mov.b32 {$3, $7}, p;
 }""")
 # Keys: nibble = sign (bit 3) | magnitude index m (bits 0-2). prmt.b32 picks 4 bytes at once from an
-# 8-byte table by 4 selector nibbles: $9:$10 hold the low bytes of the 8 fp16 magnitudes, $11:$12 the
-# high bytes. Then two byte interleaves give the fp16 pairs (k, k + 4), and the sign bits (4k + 3 and
-# 4k + 19 of the word) shifted by 12 - 4k land on bits 15 and 31.
+# 8-byte table by 4 selector nibbles (their bit 3, the sign, cleared first: it would switch prmt's mode):
+# $9:$10 hold the low bytes of the 8 fp16 magnitudes, $11:$12 the high bytes; l0/h0 are the bytes of
+# nibbles 0-3, l1/h1 of nibbles 4-7. Signs: one more prmt of the word and the word shifted by 4 puts the
+# sign of nibble k on bit 7 of byte k ([w<<4].b0, w.b0, [w<<4].b1, w.b1 for nibbles 0-3), and one lop3
+# ORs those into the high bytes. A last prmt per pair interleaves low and high bytes into the fp16 pair
+# (k, k + 1): 15 instructions per 8 codes (and, 2 shifts, 10 prmt, 2 lop3).
 _KEY_ASM = tl.constexpr("""{
-.reg .b32 s, t, l0, h0, l1, h1, x, y, p, q;
-and.b32 s, $8, 0x77777777;  shr.b32 t, s, 16;
+.reg .b32 s, t, l0, h0, l1, h1, v, g, p;
+and.b32 s, $8, 0x77777777;  shr.b32 t, s, 16;  shl.b32 v, $8, 4;
 prmt.b32 l0, $9, $10, s;  prmt.b32 h0, $11, $12, s;  prmt.b32 l1, $9, $10, t;  prmt.b32 h1, $11, $12, t;
-prmt.b32 x, l0, l1, 0x5140;  prmt.b32 y, h0, h1, 0x5140;
-prmt.b32 p, x, y, 0x5140;  shl.b32 q, $8, 12;  and.b32 q, q, 0x80008000;  or.b32 p, p, q;  mov.b32 {$0, $4}, p;
-prmt.b32 p, x, y, 0x7362;  shl.b32 q, $8, 8;   and.b32 q, q, 0x80008000;  or.b32 p, p, q;  mov.b32 {$1, $5}, p;
-prmt.b32 x, l0, l1, 0x7362;  prmt.b32 y, h0, h1, 0x7362;
-prmt.b32 p, x, y, 0x5140;  shl.b32 q, $8, 4;   and.b32 q, q, 0x80008000;  or.b32 p, p, q;  mov.b32 {$2, $6}, p;
-prmt.b32 p, x, y, 0x7362;  and.b32 q, $8, 0x80008000;  or.b32 p, p, q;  mov.b32 {$3, $7}, p;
+prmt.b32 g, v, $8, 0x5140;  and.b32 g, g, 0x80808080;  or.b32 h0, h0, g;
+prmt.b32 g, v, $8, 0x7362;  and.b32 g, g, 0x80808080;  or.b32 h1, h1, g;
+prmt.b32 p, l0, h0, 0x5140;  mov.b32 {$0, $1}, p;
+prmt.b32 p, l0, h0, 0x7362;  mov.b32 {$2, $3}, p;
+prmt.b32 p, l1, h1, 0x5140;  mov.b32 {$4, $5}, p;
+prmt.b32 p, l1, h1, 0x7362;  mov.b32 {$6, $7}, p;
 }""")
+# An opaque copy (no instruction survives ptxas): keeps Triton from folding "acc * alpha + dot(a, b)"
+# into one dot that accumulates straight into acc (see tq_decode_kernel on why).
+_COPY_ASM = tl.constexpr("mov.b32 $0, $1;")
 
 
 @triton.jit
 def unpack_values(b_w, OP: tl.constexpr, EMULATE: tl.constexpr):
-    """8 code words -> the codes 0..15 of nibbles 0..7 as fp16 (8 tensors shaped like ``b_w``). GPU:
-    about 3 instructions per nibble pair, no conversion (``_VALUE_ASM``); EMULATE: integer ops."""
+    """8 code words -> the CENTRED codes (code - 8, in [-8, 7]) of nibbles 0..7 as fp16 (8 tensors shaped
+    like ``b_w``). GPU: 9 instructions per word, no conversion (``_VALUE_ASM``); EMULATE: integer ops."""
     if EMULATE:
-        v0 = (b_w & 15).to(OP)
-        v1 = ((b_w >> 4) & 15).to(OP)
-        v2 = ((b_w >> 8) & 15).to(OP)
-        v3 = ((b_w >> 12) & 15).to(OP)
-        v4 = ((b_w >> 16) & 15).to(OP)
-        v5 = ((b_w >> 20) & 15).to(OP)
-        v6 = ((b_w >> 24) & 15).to(OP)
-        v7 = ((b_w >> 28) & 15).to(OP)
+        v0 = ((b_w & 15) - 8).to(OP)
+        v1 = (((b_w >> 4) & 15) - 8).to(OP)
+        v2 = (((b_w >> 8) & 15) - 8).to(OP)
+        v3 = (((b_w >> 12) & 15) - 8).to(OP)
+        v4 = (((b_w >> 16) & 15) - 8).to(OP)
+        v5 = (((b_w >> 20) & 15) - 8).to(OP)
+        v6 = (((b_w >> 24) & 15) - 8).to(OP)
+        v7 = (((b_w >> 28) & 15) - 8).to(OP)
     else:
         v0, v1, v2, v3, v4, v5, v6, v7 = tl.inline_asm_elementwise(
             _VALUE_ASM, "=h,=h,=h,=h,=h,=h,=h,=h,r", [b_w], dtype=(tl.float16,) * 8, is_pure=True, pack=1)
@@ -160,6 +170,25 @@ def unpack_keys(b_w, centroids, tl0, tl1, th0, th1, OP: tl.constexpr, EMULATE: t
             _KEY_ASM, "=h,=h,=h,=h,=h,=h,=h,=h,r,r,r,r,r", [b_w, tl0, tl1, th0, th1],
             dtype=(tl.float16,) * 8, is_pure=True, pack=1)
     return v0, v1, v2, v3, v4, v5, v6, v7
+
+
+@triton.jit
+def words_to_tile(x0, x1, x2, x3, x4, x5, x6, x7, BLOCK_N: tl.constexpr, D: tl.constexpr):
+    """8 tensors [BLOCK_N, D / 8] (x_i from word j of a row) -> one [BLOCK_N, D] operand tile, each
+    word's 8 values side by side in one thread. The joins nest so that tile column 8 j + p holds
+    x_bitrev3(p) (bitrev3: 0 1 2 3 4 5 6 7 -> 0 4 2 6 1 5 3 7). Keys are passed as (k0, k4, k2, k6, k1,
+    k5, k3, k7): natural coordinate order, and their fp16 pairs (k, k + 1) stay adjacent. Values are
+    passed as (v0, ..., v7): column c holds coordinate ``tile_columns(D)[c]``, and their pairs (k, k + 4)
+    stay adjacent. So no register is repacked on the way to shared memory."""
+    b_x = tl.join(tl.join(tl.join(x0, x1), tl.join(x2, x3)), tl.join(tl.join(x4, x5), tl.join(x6, x7)))
+    return tl.reshape(b_x, (BLOCK_N, D))
+
+
+@triton.jit
+def tile_columns(D: tl.constexpr):
+    """Coordinate held by each column of a value tile (``words_to_tile`` of v0..v7): 8 (c // 8) + bitrev3(c % 8)."""
+    o_c = tl.arange(0, D)
+    return 8 * (o_c // 8) + 4 * (o_c % 2) + 2 * ((o_c // 2) % 2) + (o_c // 4) % 2
 
 
 @triton.jit
@@ -289,6 +318,23 @@ def _attend_cache(
     return m_i, l_i, b_acc_e, b_acc_o, b_accz
 
 
+@triton.jit
+def load_tile(o_t, m_t, p_bt, kvh, k_words, k_scale, v_words, v_scale, v_zero,
+              HKV: tl.constexpr, W: tl.constexpr, BLOCK_SIZE: tl.constexpr):
+    """One tile of the paged cache for the decode kernel: tokens ``o_t`` (where ``m_t``) of one request
+    (``p_bt`` its block-table row) and one KV head: key and value code words [BLOCK_N, W] (each row 4 W
+    contiguous bytes) and the three fp16 scalars per token, as fp32."""
+    b_page = tl.load(p_bt + o_t // BLOCK_SIZE, mask=m_t, other=0).to(tl.int64)
+    o_slot = (b_page * HKV + kvh) * BLOCK_SIZE + o_t % BLOCK_SIZE
+    p_rows = o_slot[:, None] * W + tl.arange(0, W)[None, :]
+    b_kw = tl.load(k_words + p_rows, mask=m_t[:, None], other=0)
+    b_vw = tl.load(v_words + p_rows, mask=m_t[:, None], other=0)
+    b_ks = tl.load(k_scale + o_slot, mask=m_t, other=0.0).to(tl.float32)
+    b_vs = tl.load(v_scale + o_slot, mask=m_t, other=0.0).to(tl.float32)
+    b_vz = tl.load(v_zero + o_slot, mask=m_t, other=0.0).to(tl.float32)
+    return b_kw, b_vw, b_ks, b_vs, b_vz
+
+
 @triton.heuristics({"SPLIT": lambda args: args["NUM_SPLITS"] > 1})
 @triton.heuristics({"OP": lambda args: tl.float32 if args["EMULATE"] else tl.float16,
                     "PREC": lambda args: "ieee" if args["EMULATE"] else "tf32"})
@@ -309,9 +355,8 @@ def tq_decode_kernel(
     stride_bt,    # row stride of block_table
     split_len,    # tokens per split (a multiple of BLOCK_N)
     HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-    BLOCK_G: tl.constexpr,     # next power of two >= max(HQ // HKV, 16): the query heads of one KV head
+    BLOCK_G: tl.constexpr,     # next power of two >= max(HQ // HKV, 8): the query heads of one KV head
     BLOCK_N: tl.constexpr,     # cache tokens per tile
-    BLOCK_W: tl.constexpr,     # max(16, D / 8): words per token row (tl.dot needs >= 16 per dimension)
     NUM_SPLITS: tl.constexpr,
     SPLIT: tl.constexpr,       # from NUM_SPLITS (heuristic): write partials for the merge kernel
     EMULATE: tl.constexpr,
@@ -320,10 +365,17 @@ def tq_decode_kernel(
     """Split-KV decode: program (request b, KV head, split s) attends the G = HQ // HKV query heads of
     that KV head (each cache byte read once per KV head) over tokens [s * split_len, ...).
 
-    The cache is read as 32-bit words of 8 codes (coordinates 8j .. 8j + 7 of word j), unpacked into 8
-    operands [BLOCK_N, D / 8] (``unpack_keys`` / ``unpack_values``). Nibbles k and k + 4 of a word come
-    out of one 32-bit register, so they are joined side by side (no repacking): the score is the sum of
-    4 matrix multiplies over D / 4 coordinates each, and the output has 4 accumulators."""
+    Tokens are the rows of both matrix multiplies, the G heads their narrow side (padded to 8, the
+    tensor cores' smallest N): scores^T [BLOCK_N, G] = K [BLOCK_N, D] @ Q^T [D, G], and
+    out^T [D, G] += V^T [D, BLOCK_N] @ (p * v_scale) [BLOCK_N, G]. K and V are dequantized once per tile,
+    as whole [BLOCK_N, D] fp16 tiles (``words_to_tile``), and Q^T is loaded once, in the tile's column
+    order. The softmax sums l and sum p * (v_zero + 8 v_scale) stay per (token row, head) and are reduced
+    once at the end; only the running max is reduced across the tile each step.
+
+    Precision: values go in centred (code - 8), and each tile's p @ V starts from zero and is added to
+    the running sum in fp32 (``_COPY_ASM`` keeps the two apart). Accumulating thousands of tiles inside
+    the tensor cores' accumulator lost the output on a long flat context (H200: 3.2% off over one
+    20k-token split), where the output is a small difference of large sums."""
     G: tl.constexpr = HQ // HKV
     W: tl.constexpr = D // 8
     b = tl.program_id(0)
@@ -334,86 +386,59 @@ def tq_decode_kernel(
     end = tl.minimum(start + split_len, L)
     o_g = tl.arange(0, BLOCK_G)
     m_g = o_g < G
-    o_w = tl.arange(0, BLOCK_W)
-    m_w = o_w < W
     o_hq = kvh * G + o_g
-    # operand column c of pair k (k = 0..3) is coordinate 8 (c // 2) + 4 (c % 2) + k: the two fp16
-    # halves of one unpacked register (nibbles k and k + 4 of a word) stay side by side
-    o_c = tl.arange(0, 2 * BLOCK_W)
-    o_cd = 8 * (o_c // 2) + 4 * (o_c % 2)
-    m_c = (o_c // 2) < W
-    p_q = q_rot + (b * HQ + o_hq)[:, None].to(tl.int64) * D + o_cd[None, :]
-    q0 = tl.load(p_q + 0, mask=m_g[:, None] & m_c[None, :], other=0.0).to(tl.float16).to(OP)
-    q1 = tl.load(p_q + 1, mask=m_g[:, None] & m_c[None, :], other=0.0).to(tl.float16).to(OP)
-    q2 = tl.load(p_q + 2, mask=m_g[:, None] & m_c[None, :], other=0.0).to(tl.float16).to(OP)
-    q3 = tl.load(p_q + 3, mask=m_g[:, None] & m_c[None, :], other=0.0).to(tl.float16).to(OP)
+    o_d = tl.arange(0, D)
+    o_cd = tile_columns(D)                                          # coordinate of each value-tile column
+    p_q = q_rot + (b * HQ + o_hq)[None, :].to(tl.int64) * D + o_d[:, None]
+    b_qt = tl.load(p_q, mask=m_g[None, :], other=0.0).to(tl.float16).to(OP)   # Q^T [D, BLOCK_G]
     m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_G], tl.float32)
-    b_accz = tl.zeros([BLOCK_G], tl.float32)   # sum p * v_zero
-    a0 = tl.zeros([BLOCK_G, 2 * BLOCK_W], tl.float32)
-    a1 = tl.zeros([BLOCK_G, 2 * BLOCK_W], tl.float32)
-    a2 = tl.zeros([BLOCK_G, 2 * BLOCK_W], tl.float32)
-    a3 = tl.zeros([BLOCK_G, 2 * BLOCK_W], tl.float32)
+    b_l = tl.zeros([BLOCK_N, BLOCK_G], tl.float32)                  # sum p, per token row
+    b_z = tl.zeros([BLOCK_N, BLOCK_G], tl.float32)                  # sum p * (v_zero + 8 v_scale)
+    b_acc = tl.zeros([D, BLOCK_G], tl.float32)                      # sum (p * v_scale) (code - 8)
     o_n = tl.arange(0, BLOCK_N)
-    bt_row = b * stride_bt
+    p_bt = block_table + b * stride_bt
+    o_t = start + o_n
+    m_t = o_t < end
+    b_kw, b_vw, b_ks, b_vs, b_vz = load_tile(o_t, m_t, p_bt, kvh, k_words, k_scale, v_words, v_scale, v_zero,
+                                             HKV, W, BLOCK_SIZE)
     for t0 in range(start, end, BLOCK_N):
-        o_t = t0 + o_n
-        m_t = o_t < end
-        b_page = tl.load(block_table + bt_row + o_t // BLOCK_SIZE, mask=m_t, other=0).to(tl.int64)
-        o_slot = (b_page * HKV + kvh) * BLOCK_SIZE + o_t % BLOCK_SIZE    # [BLOCK_N]
-        p_rows = o_slot[:, None] * W + o_w[None, :]                     # 4 * W contiguous bytes per token
-        if D < 128:
-            b_kw = tl.load(k_words + p_rows, mask=m_t[:, None] & m_w[None, :], other=0)
-            b_vw = tl.load(v_words + p_rows, mask=m_t[:, None] & m_w[None, :], other=0)
-        else:  # a mask constant along each row keeps the 16-byte vector loads
-            b_kw = tl.load(k_words + p_rows, mask=m_t[:, None], other=0)
-            b_vw = tl.load(v_words + p_rows, mask=m_t[:, None], other=0)
-        b_ks = tl.load(k_scale + o_slot, mask=m_t, other=0.0).to(tl.float32)
+        # prefetch: the next tile's loads go out before this tile's math (masked off past the end)
+        o_tn = t0 + BLOCK_N + o_n
+        m_tn = o_tn < end
+        n_kw, n_vw, n_ks, n_vs, n_vz = load_tile(o_tn, m_tn, p_bt, kvh, k_words, k_scale, v_words, v_scale,
+                                                 v_zero, HKV, W, BLOCK_SIZE)
         k0, k1, k2, k3, k4, k5, k6, k7 = unpack_keys(b_kw, centroids, tl0, tl1, th0, th1, OP, EMULATE)
-        b_s = tl.dot(q0, tl.trans(tl.join(k0, k4).reshape(BLOCK_N, 2 * BLOCK_W)), input_precision=PREC)
-        b_s = tl.dot(q1, tl.trans(tl.join(k1, k5).reshape(BLOCK_N, 2 * BLOCK_W)), b_s, input_precision=PREC)
-        b_s = tl.dot(q2, tl.trans(tl.join(k2, k6).reshape(BLOCK_N, 2 * BLOCK_W)), b_s, input_precision=PREC)
-        b_s = tl.dot(q3, tl.trans(tl.join(k3, k7).reshape(BLOCK_N, 2 * BLOCK_W)), b_s, input_precision=PREC)
-        b_s = tl.where(m_t[None, :], b_s * b_ks[None, :], float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(b_s, axis=1))
+        b_k = words_to_tile(k0, k4, k2, k6, k1, k5, k3, k7, BLOCK_N, D)  # natural coordinate order
+        b_s = tl.dot(b_k, b_qt, input_precision=PREC)                   # scores^T [BLOCK_N, BLOCK_G]
+        b_s = tl.where(m_t[:, None], b_s * b_ks[:, None], float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(b_s, axis=0))
         b_alpha = tl.exp2(m_i - m_new)
-        b_p = tl.exp2(b_s - m_new[:, None])
-        l_i = l_i * b_alpha + tl.sum(b_p, axis=1)
-        b_vs = tl.load(v_scale + o_slot, mask=m_t, other=0.0).to(tl.float32)
-        b_vz = tl.load(v_zero + o_slot, mask=m_t, other=0.0).to(tl.float32)
-        b_ps = (b_p * b_vs[None, :]).to(tl.float16).to(OP)
+        b_p = tl.exp2(b_s - m_new[None, :])
+        b_l = b_l * b_alpha[None, :] + b_p
+        b_z = b_z * b_alpha[None, :] + b_p * (b_vz + 8.0 * b_vs)[:, None]
+        b_pv = (b_p * b_vs[:, None]).to(tl.float16).to(OP)
         v0, v1, v2, v3, v4, v5, v6, v7 = unpack_values(b_vw, OP, EMULATE)
-        a0 = tl.dot(b_ps, tl.join(v0, v4).reshape(BLOCK_N, 2 * BLOCK_W), a0 * b_alpha[:, None], input_precision=PREC)
-        a1 = tl.dot(b_ps, tl.join(v1, v5).reshape(BLOCK_N, 2 * BLOCK_W), a1 * b_alpha[:, None], input_precision=PREC)
-        a2 = tl.dot(b_ps, tl.join(v2, v6).reshape(BLOCK_N, 2 * BLOCK_W), a2 * b_alpha[:, None], input_precision=PREC)
-        a3 = tl.dot(b_ps, tl.join(v3, v7).reshape(BLOCK_N, 2 * BLOCK_W), a3 * b_alpha[:, None], input_precision=PREC)
-        b_accz = b_accz * b_alpha + tl.sum(b_p * b_vz[None, :], axis=1)
+        b_v = words_to_tile(v0, v1, v2, v3, v4, v5, v6, v7, BLOCK_N, D)
+        b_pv = tl.dot(tl.trans(b_v), b_pv, input_precision=PREC)       # this tile's V^T @ pv [D, BLOCK_G]
+        if not EMULATE:
+            b_pv = tl.inline_asm_elementwise(_COPY_ASM, "=r,r", [b_pv], dtype=tl.float32, is_pure=True, pack=1)
+        b_acc = b_acc * b_alpha[None, :] + b_pv
         m_i = m_new
-    m_any = l_i > 0  # false only for an empty split (start >= L)
-    b_l = tl.where(m_any, l_i, 1.0)
+        b_kw, b_vw, b_ks, b_vs, b_vz, m_t = n_kw, n_vw, n_ks, n_vs, n_vz, m_tn
+    b_lsum = tl.sum(b_l, axis=0)
+    m_any = b_lsum > 0  # false only for an empty split (start >= L)
+    b_lsum = tl.where(m_any, b_lsum, 1.0)
+    b_o = tl.where(m_any[None, :], (b_acc + tl.sum(b_z, axis=0)[None, :]) / b_lsum[None, :], 0.0)
+    m_o = m_g[None, :] & (o_cd < D)[:, None]
     if SPLIT:
         o_row = (b * HQ + o_hq).to(tl.int64) * NUM_SPLITS + s
-        p_o = part_out + o_row[:, None] * D + o_cd[None, :]
-        tl.store(part_lse + o_row, tl.where(m_any, m_i + tl.log2(b_l), float("-inf")), mask=m_g)
+        tl.store(part_lse + o_row, tl.where(m_any, m_i + tl.log2(b_lsum), float("-inf")), mask=m_g)
+        tl.store(part_out + o_row[None, :] * D + o_cd[:, None], b_o, mask=m_o)
     else:
-        p_o = out + (b * HQ + o_hq)[:, None].to(tl.int64) * D + o_cd[None, :]
-    b_z = b_accz[:, None]
-    b_l = b_l[:, None]
-    m_o = m_g[:, None] & m_c[None, :]
-    store_part(p_o + 0, a0, b_z, b_l, m_any, m_o, SPLIT, EMULATE)
-    store_part(p_o + 1, a1, b_z, b_l, m_any, m_o, SPLIT, EMULATE)
-    store_part(p_o + 2, a2, b_z, b_l, m_any, m_o, SPLIT, EMULATE)
-    store_part(p_o + 3, a3, b_z, b_l, m_any, m_o, SPLIT, EMULATE)
-
-
-@triton.jit
-def store_part(p_o, b_acc, b_z, b_l, m_any, m_o, SPLIT: tl.constexpr, EMULATE: tl.constexpr):
-    """One nibble position's output columns: (acc + zero sum) / l; 0 for an empty split."""
-    b_o = tl.where(m_any[:, None], (b_acc + b_z) / b_l, 0.0)
-    if not SPLIT:
-        if p_o.dtype.element_ty == tl.bfloat16:  # the interpreter's fp32 -> bf16 cast truncates
+        if out.dtype.element_ty == tl.bfloat16:  # the interpreter's fp32 -> bf16 cast truncates
             b_o = round_to_bf16(b_o, EMULATE)
-    tl.store(p_o, b_o.to(p_o.dtype.element_ty), mask=m_o)
+        p_o = out + (b * HQ + o_hq)[None, :].to(tl.int64) * D + o_cd[:, None]
+        tl.store(p_o, b_o.to(out.dtype.element_ty), mask=m_o)
 
 
 @triton.jit

@@ -150,7 +150,7 @@ def _unpack_probe(words, centroids, tl0, tl1, th0, th1, kout, vout, N: tl.conste
 @pytest.mark.parametrize("emulate", [True, False])
 def test_unpack_words_match_torch(emulate):
     # the decode kernel's unpackers: word j of a row = coordinates 8j..8j+7 (nibble k = coordinate 8j+k);
-    # keys -> the code-ordered fp16 centroid, values -> the code. Every code at every nibble position.
+    # keys -> the code-ordered fp16 centroid, values -> the code - 8. Every code at every nibble position.
     if not emulate and not ON_GPU:
         pytest.skip("the PTX path (prmt / lop3) runs only on a GPU")
     cache = tq.allocate_cache(1, 16, 1, 128, DEVICE)
@@ -163,7 +163,7 @@ def test_unpack_words_match_torch(emulate):
     vout = torch.full((16, 128), float("nan"), device=DEVICE)
     _unpack_probe[(1,)](words, cache.centroids_half, *cache.key_table_words, kout, vout, N=16, EMULATE=emulate)
     assert torch.equal(kout.cpu(), cache.centroids_half.float().cpu()[codes.long()])
-    assert torch.equal(vout.cpu(), codes.float())
+    assert torch.equal(vout.cpu(), codes.float() - 8)  # values come out centred
 
 
 def test_sign_magnitude_codes():
@@ -575,9 +575,13 @@ def test_gpu_path_matches_emulation():
     ref = tq.reference_mixed_attention(q, k, v, cache, batch)
     assert rel_err(a, ref) <= BOUND and rel_err(b, ref) <= BOUND
     assert rel_err(a, b) <= 1e-4
-    # one long split (20k tokens, flat softmax: a small output from large sums) on both paths
+    # one long split (20k tokens, flat softmax: a small output from large sums) on both paths. The
+    # reference reads the cache AFTER the step stored the new tokens: computed before, it read the new
+    # token's slot unwritten (torch.empty) and this check failed by 3.2% for a reason outside the kernel.
     q, k, v, cache, batch = tq.make_example([1, 1], [20000, 3000], 2, hq=8, hkv=2, d=128)
+    outs = [tq.mixed_attention(q, k, v, cache, batch, emulate=em, config={"decode": {"NUM_SPLITS": 1}})
+            for em in (False, True)]
     ref = tq.reference_mixed_attention(q, k, v, cache, batch)
-    for em in (False, True):
-        out = tq.mixed_attention(q, k, v, cache, batch, emulate=em, config={"decode": {"NUM_SPLITS": 1}})
+    for em, out in zip((False, True), outs):
         assert rel_err(out, ref) <= BOUND, em
+    assert rel_err(outs[0], outs[1]) <= 1e-4

@@ -538,17 +538,19 @@ def _resolve_config(defaults: dict, config) -> dict:
 
 # Launch configurations. NUM_SPLITS None = enough splits for WAVES programs per multiprocessor
 # (at most one split per MIN_SPLIT tokens).
-# Decode: one warp per program (about 200 registers per thread in the sm_90 build, so about 9
-# programs fit on an SM), and WAVES x 132 programs, about 2 full rounds of them.
-DECODE_CONFIG = {"BLOCK_N": 32, "NUM_SPLITS": None, "WAVES": 18, "MIN_SPLIT": 256,
-                 "num_warps": 1, "num_stages": 1}
+# Decode: 4 warps (one warpgroup: with BLOCK_G = 16 query columns Triton 3.6 emits Hopper's wgmma; with
+# 8 it falls back to mma.sync and repacks operands through extra moves), 64 tokens per tile, registers
+# capped at 128 per thread (maxnreg: 4 programs per SM instead of 3 at the 139 the compiler picks),
+# WAVES x 132 programs. Chosen from a sweep on the H200 (.gpu sweep, recorded in turboquant.json).
+DECODE_CONFIG = {"BLOCK_N": 64, "BLOCK_G": 16, "NUM_SPLITS": None, "WAVES": 8, "MIN_SPLIT": 256,
+                 "num_warps": 4, "num_stages": 1, "maxnreg": 128}
 # num_stages=1: with 2, Triton 3.6's software pipelining of the cached-prefix loop made an out-of-range
 # shared-memory access on the H200 (compute-sanitizer memcheck on tests/test_turboquant.py, 2026-11-30;
 # the interpreter cannot see it); no upstream issue filed from here
 PREFILL_CONFIG = {"BLOCK_M": 64, "BLOCK_N": 64, "LOOKUP": 0, "num_warps": 4, "num_stages": 1}
 STORE_CONFIG = {"BLOCK_R": 16, "num_warps": 4}
 if not ON_GPU:  # the interpreter pays per operation, not per element: few, large programs
-    DECODE_CONFIG.update(BLOCK_N=128, MIN_SPLIT=128, WAVES=1)
+    DECODE_CONFIG.update(BLOCK_N=128, BLOCK_G=1, MIN_SPLIT=128, WAVES=1)
     STORE_CONFIG.update(BLOCK_R=256)
 
 
@@ -702,8 +704,9 @@ def decode_attention(q_rot: torch.Tensor, cache: TurboQuantCache, batch: MixedBa
         cache.v_codes.view(torch.int32), cache.v_scale, cache.v_zero, cache.centroids_half,
         *cache.key_table_words, out, part_out, part_lse, batch.block_table.stride(0), split_len,
         HQ=hq, HKV=hkv, D=d, BLOCK_SIZE=cache.block_size,
-        BLOCK_G=max(16, triton.next_power_of_2(hq // hkv)), BLOCK_N=cfg["BLOCK_N"], BLOCK_W=max(16, d // 8),
-        NUM_SPLITS=S, EMULATE=em, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+        BLOCK_G=max(cfg["BLOCK_G"], triton.next_power_of_2(hq // hkv)), BLOCK_N=cfg["BLOCK_N"], NUM_SPLITS=S,
+        EMULATE=em, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+        **({"maxnreg": cfg["maxnreg"]} if cfg["maxnreg"] and ON_GPU else {}))
     if S > 1:
         kern.tq_merge_kernel[(B, hq)](part_out, part_lse, out, HQ=hq, D=d, NUM_SPLITS=S,
                                       BLOCK_S=triton.next_power_of_2(S), EMULATE=em, num_warps=4)
@@ -1026,8 +1029,8 @@ def _mixed_step_point(timer, smoke: bool = False):
 
 
 def benchmark(smoke: bool = False):
-    """H200: decode (Hq=32, Hkv=8, D=128, pages of 16 tokens, shuffled) for batch 8 and 32 x context
-    4k and 32k, and batch 128 x 16k, each launch configuration in ``configs``, against SDPA(enable_gqa=True) on a bf16 cache of the same tokens. GPU time from CUDA-graph
+    """H200: decode (Hq=32, Hkv=8, D=128, pages of 16 tokens, shuffled) for batch 8 x context 4k, 32k
+    and 64k, batch 32 x 4k and 32k, and batch 128 x 16k, each launch configuration in ``configs``, against SDPA(enable_gqa=True) on a bf16 cache of the same tokens. GPU time from CUDA-graph
     replay (``bench.graph_time_us``), eager per-call time (``bench.time_us``) beside it; read rates;
     zeros vs empty in a mixed step; the key-MSE table. ``smoke=True`` runs the same code on tiny
     sizes with plain wall-clock timers (any device; for testing this function on a CPU)."""
@@ -1048,10 +1051,11 @@ def benchmark(smoke: bool = False):
         require_gpu("turboquant.benchmark")
         timer = lambda fn: graph_time_us(fn, n=10, windows=3)  # noqa: E731
         eager = time_us
-        shapes = [(8, 4096), (8, 32768), (32, 4096), (32, 32768), (128, 16384)]
+        shapes = [(8, 4096), (8, 32768), (8, 65536), (32, 4096), (32, 32768), (128, 16384)]
         hq, hkv, d, bs = 32, 8, 128, 16
-        configs = {"n32_w1_waves18": {}, "n32_w1_waves4": {"WAVES": 4}, "n32_w1_waves9": {"WAVES": 9},
-                   "n32_w1_waves36": {"WAVES": 36}, "n64_w2_waves8": {"BLOCK_N": 64, "num_warps": 2, "WAVES": 8}}
+        configs = {"n64_w4_r128_waves8": {}, "n64_w4_r128_waves4": {"WAVES": 4},
+                   "n64_w4_r128_waves16": {"WAVES": 16}, "n64_w4_waves8": {"maxnreg": None},
+                   "n128_w4_waves8": {"BLOCK_N": 128, "maxnreg": None}}
     t0 = time.time()
     res = {"shapes": [], "configs": configs, "slot_bytes": slot_bytes(d),
            "timing": "graph_us: GPU time per call from CUDA-graph replay (workbook.bench.graph_time_us, median of 3 "
