@@ -21,8 +21,8 @@ Keys: ``k ~= k_scale * (c[codes] @ H)`` with ``H`` the orthonormal (symmetric) H
 attention kernels never rotate a key back: ``<q, c H> = <q H, c>``, so the launcher rotates each
 query once and the kernels dot it with the centroids directly. Values:
 ``v ~= v_scale * codes + v_zero``, so ``sum_n p_n v_n = sum_n (p_n v_scale_n) codes_n +
-sum_n p_n v_zero_n``: the codes go into the matrix multiply as they are (0..15 are exact in fp16),
-the zero point is one scalar per query row.
+sum_n p_n v_zero_n``: the codes go into the matrix multiply as they are (small integers are exact in
+fp16; the decode kernel centres them, code - 8), the zero point is a running sum per query row.
 
 Matrix-multiply operands are fp16 on the GPU (tensor cores, fp32 accumulate). ``EMULATE`` (the
 house's one switch, ``kernels/__init__.py``): Triton's interpreter returns garbage from ``tl.dot``
@@ -33,16 +33,18 @@ operands are upcast to fp32 and multiplied exactly (``input_precision="ieee"``).
 Designed for the H200 (132 SMs, HBM3e), where decode is a stream over the cache: the launcher
 splits each context so that about ``WAVES`` x 132 programs run (``DECODE_CONFIG``); the G query
 heads of one KV head share a program, so each cache byte is read once per KV head. The decode kernel
-reads each token's codes as 16 words of 32 bits (64 contiguous bytes) and unpacks a word into 8 fp16
-operands in registers: keys with ``prmt.b32`` byte permutes that look up 4 magnitudes at once in an
-fp16 table held in 4 registers, then the sign bit OR-ed in (``_KEY_ASM``); values with a mask, the
-0x6400 exponent and one packed fp16 subtraction (``_VALUE_ASM``); no per-element conversion or
-memory gather. The score is then 4 matrix multiplies over D/4 coordinates each (tensor cores, fp32
-sums). The prefill kernel's cached-prefix loop (``_attend_cache``) still reads bytes and looks each
-centroid up (``LOOKUP`` 0: fp16 table load, 1: select tree).
+reads each token's codes as 16 words of 32 bits (64 contiguous bytes; the next tile's loads go out
+before the current tile's math) and unpacks every word into 8 fp16 values in registers: keys with
+``prmt.b32`` byte permutes that look up 4 magnitudes at once in an fp16 table held in 4 registers,
+the sign bits placed by one more permute and OR-ed in (``_KEY_ASM``); values with a mask, the 0x6400 /
+0x5400 exponents and one packed fp16 subtraction (``_VALUE_ASM``); no per-element conversion or memory
+gather. Tokens are the rows of both matrix multiplies (``tq_decode_kernel``), so each tile is unpacked
+once as a whole [BLOCK_N, D] operand (``words_to_tile``). The prefill kernel's cached-prefix loop
+(``_attend_cache``) still reads bytes and looks each centroid up (``LOOKUP`` 0: fp16 table load, 1:
+select tree).
 
-Helpers are inlined by hand in the hot loops: every call of a ``@triton.jit`` helper costs the
-interpreter milliseconds, and the notebooks and tests run there.
+Helpers are few in the hot loops: every call of a ``@triton.jit`` helper costs the interpreter
+milliseconds, and the notebooks and tests run there.
 
 Softmax in base 2: the launcher folds ``sm_scale * log2(e)`` into the queries, the kernels use
 ``exp2``; a split's log-sum-exp is stored in base 2 too.
