@@ -210,7 +210,7 @@ def test_the_exercises_are_tagged():
     for name, nb in COMPLETE.items():
         graded = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and "not attempted" in json.dumps(c.outputs)]
         tagged = [e.grader for e in ex.exercises(nb, name)]
-        assert graded == tagged, f"{name}: cells with a 'not attempted' output {graded}, tagged graders {tagged}"
+        assert set(graded) <= set(tagged), f"{name}: cells with a 'not attempted' output {graded}, tagged graders {tagged}"
     assert set(WITH_EXERCISES) >= {n for n in COMPLETE if n[:2] in ("00", "01", "02", "03", "04", "05", "07")}
 
 
