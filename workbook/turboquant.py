@@ -541,7 +541,8 @@ def _resolve_config(defaults: dict, config) -> dict:
 # Decode: 4 warps (one warpgroup: with BLOCK_G = 16 query columns Triton 3.6 emits Hopper's wgmma; with
 # 8 it falls back to mma.sync and repacks operands through extra moves), 64 tokens per tile, registers
 # capped at 128 per thread (maxnreg: 4 programs per SM instead of 3 at the 139 the compiler picks),
-# WAVES x 132 programs. Chosen from a sweep on the H200 (.gpu sweep, recorded in turboquant.json).
+# WAVES x 132 programs. Chosen on the H200 from the configurations the benchmark records side by side
+# (turboquant.json: WAVES 16 is a little faster at the largest points, 4 at batch 8 x 4k).
 DECODE_CONFIG = {"BLOCK_N": 64, "BLOCK_G": 16, "NUM_SPLITS": None, "WAVES": 8, "MIN_SPLIT": 256,
                  "num_warps": 4, "num_stages": 1, "maxnreg": 128}
 # num_stages=1: with 2, Triton 3.6's software pipelining of the cached-prefix loop made an out-of-range
