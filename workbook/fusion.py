@@ -525,7 +525,8 @@ def _graph_passes_backend(hook):
         gm.recompile()
         return make_boxed_func(gm.forward)
 
-    return aot_autograd(fw_compiler=forward_compiler, decompositions=select_decomp_table())
+    return aot_autograd(fw_compiler=forward_compiler, decompositions=select_decomp_table(),
+                        keep_inference_input_mutations=True)   # the copy_ into a mutated input stays in the graph, as in Inductor
 
 
 class _Hook(_CustomGraphPass):
@@ -684,7 +685,7 @@ KERNEL_GROUPS = (
     ("all-reduce (NCCL)", r"nccl"),
     ("device copies (memcpy)", r"[Mm]emcpy"),
     ("fused add+RMSNorm (ours)", r"add_rmsnorm_kernel"),
-    ("GDN kernels (ours)", r"chunk_gdn|fused_recurrent_gdn|gated_rmsnorm_kernel"),
+    ("GDN kernels (ours)", r"^(?!triton_).*(gdn|chunk_table|gated_rmsnorm)"),   # not Inductor's ..._gdn_core_...
     ("attention", r"flash|fmha|attention|softmax|cudnn_generated|sdpa"),
     ("conv1d", r"conv|fprop|depthwise"),
     ("matmul (cuBLAS)", r"gemm|gemv|nvjet|xmma|cutlass|splitK"),
