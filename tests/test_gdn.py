@@ -4,10 +4,13 @@ Bounds (relative error ||out - ref|| / ||ref|| against the fp32 naive recurrence
 2e-3 for the recurrent kernel, 5e-3 for the chunked kernel, final states included. bf16 inputs keep
 w, u, v', h in bf16 (as flash-linear-attention does) and are held to a looser, stated bound.
 """
+import contextlib
 import inspect
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 from workbook import gdn
 from workbook.check import assert_rel_close
@@ -18,7 +21,7 @@ REC_BOUND, CHUNK_BOUND = 2e-3, 5e-3
 KERNELS = {"recurrent": (gdn.fused_recurrent_gated_delta_rule, REC_BOUND),
            "chunk": (gdn.chunk_gated_delta_rule, CHUNK_BOUND)}
 
-# (T, D, gate, initial state, H, HV): T = 1, 63, 64, 65, 130 and D = 64, 128, gates from ~0 to strongly decaying,
+# (T, D, gate, initial state, H, HV): T = 1, 63, 64, 65, 100, 130 and D = 64, 128, gates from ~0 to strongly decaying,
 # with and without an initial state, value heads outnumbering key heads in some.
 CASES = [
     (1, 128, "near0", True, 1, 2),
@@ -26,7 +29,7 @@ CASES = [
     (64, 128, "mixed", True, 1, 2),
     (65, 64, "near0", True, 2, 2),
     (130, 128, "strong", True, 1, 1),
-    (130, 64, "medium", False, 1, 2),
+    (100, 64, "medium", False, 1, 2),
 ]
 
 
@@ -49,17 +52,17 @@ def test_matches_naive_recurrence(kind, T, D, gate, h0, H, HV):
 @pytest.mark.parametrize("kind", list(KERNELS))
 def test_varlen_matches_per_sequence(kind):
     fn, bound = KERNELS[kind]
-    cu = torch.tensor([0, 15, 100, 160], device=DEVICE)
-    x = gdn.make_inputs(1, 160, 1, 64, HV=2, gate="mixed", seed=3)
-    x["initial_state"] = torch.randn(3, 2, 64, 64, device=DEVICE) * 0.5
+    cu = torch.tensor([0, 15, 85, 100], device=DEVICE)   # sequence 1 (70 tokens) spans two chunks
+    x = gdn.make_inputs(1, 100, 1, 32, HV=2, gate="mixed", seed=3)
+    x["initial_state"] = torch.randn(3, 2, 32, 32, device=DEVICE) * 0.5
     o, ht = fn(**x, output_final_state=True, cu_seqlens=cu)
     ro, rh = _ref(x, cu_seqlens=cu)
     assert_rel_close(o, ro, bound, f"{kind} varlen o")
     assert_rel_close(ht, rh, bound, f"{kind} varlen final state")
     # sequence 1 alone gives the same numbers: no state leaks across a cu_seqlens boundary
-    one = {n: (t[:, 15:100] if n != "initial_state" else t[1:2]) for n, t in x.items()}
+    one = {n: (t[:, 15:85] if n != "initial_state" else t[1:2]) for n, t in x.items()}
     o1, h1 = fn(**{n: t.contiguous() for n, t in one.items()}, output_final_state=True)
-    assert_rel_close(o[:, 15:100], o1, 1e-5, "sequence 1 inside the batch vs alone")
+    assert_rel_close(o[:, 15:85], o1, 1e-5, "sequence 1 inside the batch vs alone")
     assert_rel_close(ht[1], h1[0], 1e-5, "final state of sequence 1")
 
 
@@ -76,7 +79,7 @@ def test_empty_sequence_keeps_its_state(kind):
 @pytest.mark.parametrize("kind", list(KERNELS))
 def test_l2norm_in_kernel(kind):
     fn, bound = KERNELS[kind]
-    x = gdn.make_inputs(1, 70, 2, 32, HV=4, gate="mixed", initial_state=True, normalize_qk=False, seed=5)
+    x = gdn.make_inputs(1, 40, 1, 32, HV=2, gate="mixed", initial_state=True, normalize_qk=False, seed=5)
     ro, rh = _ref(x, use_qk_l2norm_in_kernel=True)
     o, ht = fn(**x, output_final_state=True, use_qk_l2norm_in_kernel=True, scale=0.3)
     ro2, rh2 = _ref(x, use_qk_l2norm_in_kernel=True, scale=0.3)
@@ -88,7 +91,7 @@ def test_l2norm_in_kernel(kind):
 @pytest.mark.parametrize("kind", list(KERNELS))
 def test_inplace_final_state(kind):
     fn, bound = KERNELS[kind]
-    x = gdn.make_inputs(2, 65, 1, 64, HV=2, gate="medium", initial_state=True, seed=6)
+    x = gdn.make_inputs(2, 20, 1, 64, HV=2, gate="medium", initial_state=True, seed=6)
     _, rh = _ref(x)
     h = x.pop("initial_state").clone()
     o, ht = fn(**x, initial_state=h, inplace_final_state=True)
@@ -99,7 +102,7 @@ def test_inplace_final_state(kind):
 @pytest.mark.parametrize("kind,bound", [("recurrent", 1e-2), ("chunk", 3e-2)])
 def test_bf16_inputs(kind, bound):
     fn, _ = KERNELS[kind]
-    x = gdn.make_inputs(1, 130, 2, 64, dtype=torch.bfloat16, gate="mixed", initial_state=True, seed=7)
+    x = gdn.make_inputs(1, 70, 2, 64, dtype=torch.bfloat16, gate="mixed", initial_state=True, seed=7)
     ro, rh = _ref(x)
     o, ht = fn(**x, output_final_state=True)
     assert o.dtype == torch.bfloat16
@@ -108,8 +111,8 @@ def test_bf16_inputs(kind, bound):
 
 
 def test_chunked_torch_reference_matches_recurrence():
-    cu = torch.tensor([0, 15, 100, 200], device=DEVICE)
-    x = gdn.make_inputs(1, 200, 1, 32, HV=2, gate="mixed", seed=8)
+    cu = torch.tensor([0, 15, 85, 100], device=DEVICE)
+    x = gdn.make_inputs(1, 100, 1, 32, HV=2, gate="mixed", seed=8)
     x["initial_state"] = torch.randn(3, 2, 32, 32, device=DEVICE)
     co, ch = gdn.chunk_gated_delta_rule_ref(**x, output_final_state=True, cu_seqlens=cu)
     ro, rh = _ref(x, cu_seqlens=cu)
@@ -134,8 +137,9 @@ def test_reference_is_the_delta_rule():
 @pytest.mark.parametrize("kind", list(KERNELS))
 def test_outputs_fully_written_under_poison(kind):
     fn, _ = KERNELS[kind]
-    cu = torch.tensor([0, 5, 75, 80], device=DEVICE)    # sequence 1 crosses a chunk boundary
-    x = gdn.make_inputs(1, 80, 1, 48, V=40, HV=2, gate="mixed", seed=10)   # K, V not powers of two
+    # chunk: sequence 1 crosses a chunk boundary; recurrent (no chunks): a short batch is enough
+    cu = torch.tensor([0, 5, 75, 80] if kind == "chunk" else [0, 3, 17, 20], device=DEVICE)
+    x = gdn.make_inputs(1, int(cu[-1]), 1, 48, V=40, HV=2, gate="mixed", seed=10)   # K, V not powers of two
     x["initial_state"] = torch.randn(3, 2, 48, 40, device=DEVICE)
     small = ({"BV": 16} if kind == "recurrent"   # several value blocks, masked edges
              else {"state": {"BV": 16}, "output": {"BV": 16}})
@@ -145,14 +149,18 @@ def test_outputs_fully_written_under_poison(kind):
 
 
 def test_chunk_intermediates_fully_written_under_poison():
-    cu = torch.tensor([0, 5, 75, 80], device=DEVICE)
-    x = gdn.make_inputs(1, 80, 1, 32, HV=2, gate="mixed", seed=11)
+    # two sequences, the second over two chunks (3 = the chunk-count bound: h has no spare rows); the
+    # in-kernel L2 norm adds kn, written by one of the two value heads of its key head
+    cu = torch.tensor([0, 5, 70], device=DEVICE)
+    x = gdn.make_inputs(1, 70, 1, 32, HV=2, gate="mixed", normalize_qk=False, seed=11)
+    assert gdn.chunk_count_bound(70, 2) == 3
 
     def run():
-        o, _, inter = gdn.chunk_gated_delta_rule(**x, cu_seqlens=cu, return_intermediates=True)
+        o, _, inter = gdn.chunk_gated_delta_rule(**x, cu_seqlens=cu, use_qk_l2norm_in_kernel=True,
+                                                 return_intermediates=True)
         return (o, *inter.values())
 
-    assert_fully_written(run, names=["o", "G", "w", "u", "v_new", "h"])
+    assert_fully_written(run, names=["o", "G", "A", "w", "u", "v_new", "h", "kn"])
 
 
 def test_caller_poisoned_state_is_overwritten_in_place():
@@ -165,8 +173,8 @@ def test_caller_poisoned_state_is_overwritten_in_place():
 
 
 def test_consumer_reads_only_written_bytes():
-    x = gdn.make_inputs(1, 70, 1, 32, HV=2, gate="mixed", seed=13)
-    z = torch.randn(1, 70, 2, 32, device=DEVICE)
+    x = gdn.make_inputs(1, 40, 1, 32, HV=2, gate="mixed", seed=13)
+    z = torch.randn(1, 40, 2, 32, device=DEVICE)
     w = torch.randn(32, device=DEVICE)
     chk = consumer_differential(lambda: gdn.chunk_gated_delta_rule(**x)[0],
                                 lambda o: gdn.gated_rmsnorm(o, z, w))
@@ -192,7 +200,7 @@ def test_gated_rmsnorm(dtype, bound):
 
 def test_block_returns_output_and_matches_reference():
     p = gdn.make_block_params(hidden=32, num_k_heads=1, num_v_heads=2, head_k_dim=16, head_v_dim=16)
-    hidden = torch.randn(1, 70, 32, device=DEVICE)
+    hidden = torch.randn(1, 40, 32, device=DEVICE)
     ref = gdn.qwen3_next_linear_attention(hidden, p, kernel="reference")
     for kernel in ("chunk", "recurrent"):
         out = gdn.qwen3_next_linear_attention(hidden, p, kernel=kernel)
@@ -203,7 +211,7 @@ def test_block_returns_output_and_matches_reference():
 
 def test_zero_fill_before_full_copy_is_redundant():
     p = gdn.make_block_params(hidden=32, num_k_heads=1, num_v_heads=2, head_k_dim=16, head_v_dim=16)
-    hidden = torch.randn(1, 20, 32, device=DEVICE)
+    hidden = torch.randn(1, 8, 32, device=DEVICE)
     rep = find_redundant_zero_fills(gdn.qwen3_next_linear_attention, hidden, p, legacy_z_zero_fill=True)
     lines, start = inspect.getsourcelines(gdn.z_handoff_zero_then_copy)
     line = start + next(i for i, s in enumerate(lines) if "z_out.zero_()" in s)
@@ -264,9 +272,10 @@ def test_bad_inputs(kind, over, exc, match):
     ([8], "at least 2"),
 ])
 def test_bad_cu_seqlens(kind, cu, match):
+    # the values are checked from the host copy (cu_seqlens_cpu), never by reading the device tensor
     fn, _ = KERNELS[kind]
     with pytest.raises(ValueError, match=match):
-        fn(**_good(), cu_seqlens=torch.tensor(cu, device=DEVICE))
+        fn(**_good(), cu_seqlens=torch.tensor(cu, device=DEVICE), cu_seqlens_cpu=torch.tensor(cu))
 
 
 @pytest.mark.parametrize("kind", list(KERNELS))
@@ -348,9 +357,9 @@ def test_recurrent_takes_fla_positional_order():
 @pytest.mark.parametrize("kind", list(KERNELS))
 def test_fla_gate_options(kind):
     fn, bound = KERNELS[kind]
-    x = gdn.make_inputs(1, 70, 1, 32, HV=2, gate="medium", initial_state=True, seed=18)
-    raw_a = torch.randn(1, 70, 2, device=DEVICE)
-    raw_b = torch.randn(1, 70, 2, device=DEVICE)
+    x = gdn.make_inputs(1, 20, 1, 32, HV=2, gate="medium", initial_state=True, seed=18)
+    raw_a = torch.randn(1, 20, 2, device=DEVICE)
+    raw_b = torch.randn(1, 20, 2, device=DEVICE)
     A_log = torch.tensor([0.3, -0.5], device=DEVICE)
     dt_bias = torch.tensor([0.1, 0.7], device=DEVICE)
     g = -A_log.exp() * torch.nn.functional.softplus(raw_a + dt_bias)
@@ -390,14 +399,208 @@ def test_unsupported_or_bad_fla_options(kw, match):
             fn(**x, **kw)
 
 
-def test_cu_seqlens_cpu_must_agree():
+def test_cu_seqlens_cpu_is_checked():
     x = gdn.make_inputs(1, 8, 1, 16, seed=20)
     cu = torch.tensor([0, 3, 8], device=DEVICE)
     o1, _ = gdn.chunk_gated_delta_rule(**x, cu_seqlens=cu, cu_seqlens_cpu=cu.cpu())
     o2, _ = gdn.chunk_gated_delta_rule(**x, cu_seqlens=cu)
     assert torch.equal(o1, o2)
-    with pytest.raises(ValueError, match="cu_seqlens_cpu must hold the same offsets"):
-        gdn.chunk_gated_delta_rule(**x, cu_seqlens=cu, cu_seqlens_cpu=torch.tensor([0, 4, 8]))
+    for fn in KERNELS.values():
+        with pytest.raises(ValueError, match="cu_seqlens_cpu must hold the same 3 offsets"):
+            fn[0](**x, cu_seqlens=cu, cu_seqlens_cpu=torch.tensor([0, 8]))
+        with pytest.raises(ValueError, match="give cu_seqlens too"):
+            fn[0](**x, cu_seqlens_cpu=torch.tensor([0, 8]))
+        with pytest.raises(ValueError, match="cu_seqlens_cpu is on"):
+            fn[0](**x, cu_seqlens=cu, cu_seqlens_cpu=torch.tensor([0, 3, 8], device="meta"))
+
+
+# --------------------------------------------------------------------------------------------------
+# Varlen without host syncs: what lets an engine hold these calls in a CUDA graph
+# --------------------------------------------------------------------------------------------------
+
+_HOST_READS = ("tolist", "item", "cpu", "numpy", "__bool__", "__int__", "__float__", "__index__", "__array__")
+
+
+@contextlib.contextmanager
+def no_host_reads(allow=()):
+    """Any read of a tensor's values on the host inside the block fails (``.tolist()``, ``.item()``,
+    ``.cpu()``, ``.numpy()``, ``bool``/``int``/``float`` of a tensor, ``.to("cpu")``, ``torch.equal``,
+    ``torch.allclose``): on a GPU each is a device-to-host copy that waits for the device, which a
+    CUDA graph cannot hold. Tensors in ``allow`` (host copies the caller gave) may be read. Triton's
+    interpreter reads kernel arguments on the host to run a launch on the CPU; that stands for the
+    launch itself and is let through."""
+    import triton.runtime.interpreter as interp
+
+    state = {"launch": 0}
+    allowed = {id(t) for t in allow}
+
+    def offend(what, t=None):
+        if state["launch"] == 0 and (t is None or id(t) not in allowed):
+            raise AssertionError(f"host read during the call: {what} (a device-to-host sync on a GPU)")
+
+    def guard(name, real):
+        def f(self, *a, **k):
+            offend(f"Tensor.{name}()", self)
+            return real(self, *a, **k)
+        return f
+
+    def to(self, *a, **k):
+        if any(str(d).startswith("cpu") for d in (*a, k.get("device")) if isinstance(d, (str, torch.device))):
+            offend("Tensor.to('cpu')", self)
+        return real_to(self, *a, **k)
+
+    def fn_guard(name, real):
+        def f(*a, **k):
+            offend(f"torch.{name}()")
+            return real(*a, **k)
+        return f
+
+    def launch(self, *a, **k):
+        state["launch"] += 1
+        try:
+            return real_call(self, *a, **k)
+        finally:
+            state["launch"] -= 1
+
+    saved = {n: getattr(torch.Tensor, n) for n in _HOST_READS}
+    real_to, real_call = torch.Tensor.to, interp.GridExecutor.__call__
+    saved_fns = {n: getattr(torch, n) for n in ("equal", "allclose")}
+    try:
+        for n, real in saved.items():
+            setattr(torch.Tensor, n, guard(n, real))
+        torch.Tensor.to = to
+        for n, real in saved_fns.items():
+            setattr(torch, n, fn_guard(n, real))
+        interp.GridExecutor.__call__ = launch
+        yield
+    finally:
+        for n, real in saved.items():
+            setattr(torch.Tensor, n, real)
+        torch.Tensor.to = real_to
+        for n, real in saved_fns.items():
+            setattr(torch, n, real)
+        interp.GridExecutor.__call__ = real_call
+
+
+@pytest.mark.parametrize("kind", list(KERNELS))
+def test_varlen_call_never_reads_device_values_on_the_host(kind):
+    fn, bound = KERNELS[kind]
+    cu = torch.tensor([0, 5, 40, 40, 48], device=DEVICE, dtype=torch.int32)   # an empty sequence too
+    cu_cpu = cu.cpu()
+    x = gdn.make_inputs(1, 48, 1, 32, gate="mixed", seed=24)
+    x["initial_state"] = torch.randn(4, 1, 32, 32, device=DEVICE) * 0.5
+    ro, rh = _ref(x, cu_seqlens=cu)
+    with no_host_reads(allow=[cu_cpu]):
+        o, ht = fn(**x, output_final_state=True, cu_seqlens=cu, cu_seqlens_cpu=cu_cpu)
+    assert_rel_close(o, ro, bound, f"{kind} varlen o, no host reads")
+    assert_rel_close(ht, rh, bound, f"{kind} varlen final state, no host reads")
+    # the guard can fail: the reference loops over the sequences on the host
+    with pytest.raises(AssertionError, match=r"host read during the call: Tensor.tolist"):
+        with no_host_reads():
+            _ref(x, cu_seqlens=cu)
+    with pytest.raises(AssertionError, match="host read"):    # ... and a host copy not allowed
+        with no_host_reads():
+            fn(**x, cu_seqlens=cu, cu_seqlens_cpu=cu_cpu)
+
+
+@contextlib.contextmanager
+def bounds_checked():
+    """Every load and store of a kernel run in Triton's interpreter must fall inside the storage of
+    one of that launch's tensor arguments (masked-off lanes excepted); the interpreter itself does
+    not check (a stray address reads or corrupts host memory)."""
+    import numpy as np
+    import triton.runtime.interpreter as interp
+
+    ranges = []
+    builder = interp.interpreter_builder
+    real_init, real_ld, real_st = interp.GridExecutor._init_args_hst, builder.create_masked_load, builder.create_masked_store
+
+    def init(self, args_dev, kwargs):
+        args, kw = real_init(self, args_dev, kwargs)
+        ranges[:] = [(a.untyped_storage().data_ptr(), a.untyped_storage().data_ptr() + a.untyped_storage().nbytes())
+                     for a in (*args, *kw.values()) if hasattr(a, "untyped_storage")]
+        return args, kw
+
+    def check(ptrs, mask, what):
+        p = ptrs.data[mask.data.astype(bool)]
+        size = np.dtype(interp._get_np_dtype(ptrs.get_element_ty())).itemsize
+        ok = np.zeros(p.shape, bool)
+        for lo, hi in ranges:
+            ok |= (p >= lo) & (p + size <= hi)
+        if not ok.all():
+            raise IndexError(f"{what} of {int((~ok).sum())} elements outside every tensor argument")
+
+    builder.create_masked_load = lambda ptrs, mask, other, cp, vol: (check(ptrs, mask, "load"),
+                                                                     real_ld(ptrs, mask, other, cp, vol))[1]
+    builder.create_masked_store = lambda ptrs, val, mask, cp: (check(ptrs, mask, "store"), real_st(ptrs, val, mask, cp))[1]
+    interp.GridExecutor._init_args_hst = init
+    try:
+        yield
+    finally:
+        interp.GridExecutor._init_args_hst = real_init
+        del builder.create_masked_load, builder.create_masked_store
+
+
+@pytest.mark.skipif(ON_GPU, reason="checks the interpreter's addresses (on a GPU: compute-sanitizer)")
+@pytest.mark.parametrize("kind", list(KERNELS))
+def test_unchecked_bad_offsets_stay_inside_the_buffers(kind):
+    # Without a host copy the offsets are trusted (checking them would read the device tensor). A
+    # malformed table then gives wrong rows, but every address stays inside the buffers: the kernels
+    # clamp each sequence to [0, T] and the state pass to the NT_MAX rows of h.
+    fn, _ = KERNELS[kind]
+    x = gdn.make_inputs(1, 8, 1, 16, seed=25)
+    with bounds_checked():
+        with pytest.raises(Exception, match="outside every tensor argument"):   # the guard can fail
+            _oob_probe[(1,)](torch.randn(16), torch.empty(16), N=16)
+        for cu in ([0, 3, 70, 100], [5, 0, 8], [-40, 2, 8]):      # past T, decreasing, negative
+            fn(**x, output_final_state=True, cu_seqlens=torch.tensor(cu, device=DEVICE))
+
+
+@triton.jit
+def _oob_probe(x, y, N: tl.constexpr):
+    o = tl.arange(0, N)
+    tl.store(y + o, tl.load(x + o + 1))   # one element past the end
+
+
+@pytest.mark.skipif(not ON_GPU, reason="CUDA graphs need a GPU")
+def test_varlen_decode_and_prefill_replay_from_a_cuda_graph():
+    # An engine captures the step once and replays it with new inputs and new offsets copied into the
+    # same device tensors; the replay must give what an eager call on those inputs gives.
+    def run_case(fn, T, N, HV, make_cu, **kw):
+        x = gdn.make_inputs(1, T, 2, 64, HV=HV, dtype=torch.bfloat16, gate="mixed", seed=T)
+        x["initial_state"] = torch.randn(N, HV, 64, 64, device=DEVICE) * 0.3
+        cu = make_cu(0).to(DEVICE)
+        torch.cuda.set_sync_debug_mode("error")    # any synchronising call raises
+        try:
+            fn(**x, cu_seqlens=cu, output_final_state=True, **kw)
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            fn(**x, cu_seqlens=cu, output_final_state=True, **kw)      # warm-up off the capture
+        torch.cuda.current_stream().wait_stream(s)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            o, ht = fn(**x, cu_seqlens=cu, output_final_state=True, **kw)
+        new = gdn.make_inputs(1, T, 2, 64, HV=HV, dtype=torch.bfloat16, gate="mixed", seed=T + 1)
+        for name, t in new.items():
+            x[name].copy_(t)
+        x["initial_state"].copy_(torch.randn(N, HV, 64, 64, device=DEVICE) * 0.3)
+        cu.copy_(make_cu(1).to(DEVICE))
+        graph.replay()
+        ro, rh = fn(**x, cu_seqlens=cu.clone(), output_final_state=True, **kw)
+        assert_rel_close(o, ro, 1e-6, f"{fn.__name__} replayed o")
+        assert_rel_close(ht, rh, 1e-6, f"{fn.__name__} replayed final state")
+        eo, eh = _ref({n: t.float() for n, t in x.items()}, cu_seqlens=cu)
+        assert_rel_close(o, eo, 3e-2, f"{fn.__name__} replayed o vs the fp32 recurrence")
+
+    N = 6   # decode: one token per sequence, then a step where two sequences are idle (no token)
+    run_case(gdn.fused_recurrent_gated_delta_rule, N, N, 4,
+             lambda i: torch.arange(N + 1) if i == 0 else torch.tensor([0, 1, 1, 2, 4, 4, 6]))
+    # prefill: 3 sequences over 300 tokens, replayed with other lengths (same T, same N)
+    run_case(gdn.chunk_gated_delta_rule, 300, 3, 4,
+             lambda i: torch.tensor([0, 70, 200, 300] if i == 0 else [0, 1, 129, 300]))
 
 
 # --------------------------------------------------------------------------------------------------
