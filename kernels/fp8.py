@@ -99,10 +99,13 @@ def silu_mul_quant_fp8_kernel(
     b_e = ((b_abits >> 23) & 0xFF) - 135 + ((b_abits & 0x7FFFFF) > 0x600000).to(tl.int32)
     b_e = tl.maximum(b_e, -33)
     b_inv = ((127 - b_e) << 23).to(tl.float32, bitcast=True)  # 2^-e, built from its bits
-    # y / 2^e is exact, and |y / 2^e| <= 448 by the choice of e: no clamp needed (2^e >= amax / 448)
+    # y / 2^e is exact, and |y / 2^e| <= 448 by the choice of e (2^e >= amax / 448) for finite y. A y
+    # of +-inf (silu(gate) * up beyond bf16's range) gives amax's bits of inf, e = 120 (the exponent of
+    # the largest finite fp32 value / 448), and y / 2^e = +-inf, which saturates to +-448 like the FP8
+    # cast of the GPU (satfinite); the emulation clamps to match. (The reference defines the same.)
     b_v = b_y * b_inv[:, :, None]
     if EMULATE:
-        b_code, _ = e4m3_rne(b_v)  # (byte with the sign bit, rounded value): the byte is the code
+        b_code, _ = e4m3_rne(tl.minimum(tl.maximum(b_v, -448.0), 448.0))  # (byte with the sign bit, value)
         b_q = b_code.to(tl.uint8)
     else:
         b_q = b_v.to(tl.float8e4nv).to(tl.uint8, bitcast=True)  # cvt.rn.satfinite.e4m3x2.f32

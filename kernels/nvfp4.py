@@ -22,18 +22,21 @@ computes that budget from the record), so every instruction counts:
 * on the GPU (``EMULATE=False``) the block amax is taken on packed pairs, two elements per instruction
   (``max.xorsign.abs.bf16x2``), and the E4M3 scale comes from the hardware conversion
   (``cvt.rn.satfinite.e4m3x2.f32``);
-* when the tiles cover the input exactly and there is no padding (``EXACT_TILES``, the usual case for
-  large inputs), the loads and the code stores carry no masks.
+* the input is read as one flat sequence of M * K/16 blocks (rows end to end; the codes have the same
+  order), and a program quantizes BLOCK_S consecutive blocks: every tile is one contiguous stretch of
+  x and of the codes whatever M and K are, only the last tile is masked, and a block's row and scale
+  column come from fp32 arithmetic (exact where the launcher allows it) instead of an integer division.
 
-Counted in the SASS while tuning (not in the record): about 17 instructions per element, 10 of them
-FMAs for the codes. Triton's interpreter can run neither inline PTX nor a correct FP8 cast (its cast
-to float8e4nv mis-rounds), so there ``EMULATE=True`` computes the same amax with ordinary max and the
-E4M3 byte with exact integer/fp32 arithmetic (``e4m3_rne``). Both paths give the same bytes, and the
-tests prove it on the GPU. The measured bandwidth is in workbook/data/nvfp4.json.
+Triton's interpreter can run neither inline PTX nor a correct FP8 cast (its cast to float8e4nv
+mis-rounds), so there ``EMULATE=True`` computes the same amax with ordinary max and the E4M3 byte with
+exact integer/fp32 arithmetic (``e4m3_rne``). Both paths give the same bytes, and the tests prove it
+on the GPU. The measured bandwidth, the instructions issued per element (Nsight Compute) and the
+sweep of tile sizes are in workbook/data/nvfp4.json.
 
-Both kernels' grids span the *padded* scale grid in the swizzled layout, so the programs that own a
-padded 128x4 tile also write its padding (zeros). The fast kernel's ``WRITE_PADDING=False`` skips
-those entries: it exists only to reproduce the regression in the workbook.
+Both kernels write every padded scale entry of the swizzled layout (zeros): the plain kernel's grid
+spans the padded grid, the fast kernel launches one padding program per padded 128x4 tile after its
+quantizing programs. The launcher's ``write_padding=False`` launches no padding programs: it exists only
+to reproduce the regression in the workbook.
 """
 import workbook.device  # noqa: F401  (TRITON_INTERPRET=1 before triton on a CPU-only machine)
 
@@ -167,40 +170,23 @@ def e2m1_pair_bits(a_lo, a_hi, k175, k275, k35, k15, k375, k25, k5):
 
 
 @triton.jit
-def nvfp4_quant_kernel(
-    xw,                          # *int32 [M, K//2] the fp16|bf16 input read as pairs: element 2i low half, 2i+1 high half
-    global_scale,                # *fp32 [1] per-tensor global scale (448*6/amax), read on the device
-    codes,                       # *uint8 [M, K//2] packed E2M1 codes: element 2i low nibble, 2i+1 high
-    sf,                          # *uint8 E4M3 scale bytes: swizzled storage [SF_ROWS*SF_COLS] or linear [M, K//16]
-    M,                           # rows of x
-    K,                           # columns of x, a multiple of 16
-    SF_ROWS,                     # scale rows the grid covers: Mp = round_up(M, 128) swizzled, M linear
-    SF_COLS,                     # scale columns the grid covers: Kp = round_up(K//16, 4) swizzled, K//16 linear
-    IS_BF16: tl.constexpr,       # input dtype: bf16 (else fp16)
-    BLOCK_M: tl.constexpr,       # rows per program
-    BLOCK_S: tl.constexpr,       # 16-element blocks (scale columns) per program
-    SWIZZLED: tl.constexpr,      # store scales in the 128x4 swizzled layout (else linear)
-    WRITE_PADDING: tl.constexpr,  # write zeros to padded scale entries; False reproduces the regression
-    EMULATE: tl.constexpr,       # True (required in the interpreter): exact emulation of the packed |max|
-                                 # and of the E4M3 conversion; False: the GPU instructions (inline PTX, cvt)
-    EXACT_TILES: tl.constexpr,   # the tiles cover [M, K/16] exactly and there is no padding: no masks
-):
-    pid_m = tl.program_id(0)
-    pid_s = tl.program_id(1)
-    n_blocks = K // 16
-    o_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)                    # [BM] rows
-    o_s = pid_s * BLOCK_S + tl.arange(0, BLOCK_S)                    # [BS] scale columns (blocks)
+def _quant_tile(xw, global_scale, codes, sf, start, M, n_blocks, SF_COLS, inv_n,
+                BLOCK_S: tl.constexpr, IS_BF16: tl.constexpr, SWIZZLED: tl.constexpr,
+                EMULATE: tl.constexpr, MASKED: tl.constexpr, ONE_WRAP: tl.constexpr):
+    """Quantize the BLOCK_S 16-element blocks [start, start + BLOCK_S) of x seen as one flat row of
+    M * n_blocks blocks (block r * n_blocks + c is row r, scale column c); masks only if MASKED."""
+    o_i = tl.arange(0, BLOCK_S)                                      # [BS] block of the tile
     o_w = tl.arange(0, 8)                                            # [8] words (element pairs) of a block
-    m_real = (o_m < M)[:, None] & (o_s < n_blocks)[None, :]          # [BM, BS] real (unpadded) blocks
-
-    # [BM, BS, 8] words = 16 elements per (row, block); the codes have the same [M, K//2] shape
-    o_x = o_m[:, None, None].to(tl.int64) * (K // 2) + o_s[None, :, None] * 8 + o_w[None, None, :]
-    # EXACT_TILES: every block of every tile is real, so the loads and the code stores need no masks
-    # (and the registers of masked-off loads no zeroing): about 5% fewer instructions per element
-    if EXACT_TILES:
-        b_w = tl.load(xw + o_x)
+    # x as int32 words and the codes as bytes are both [M * n_blocks, 8]: word w of block b sits at
+    # b * 8 + w in both, so a program reads and writes one contiguous stretch whatever M and K are
+    # (64-bit only in the tile's base address; 32-bit offsets inside it)
+    base = start.to(tl.int64) * 8
+    o_x = o_i[:, None] * 8 + o_w[None, :]                            # [BS, 8]
+    m_b = o_i < M * n_blocks - start                                 # [BS] real blocks
+    if MASKED:
+        b_w = tl.load(xw + base + o_x, mask=m_b[:, None], other=0)
     else:
-        b_w = tl.load(xw + o_x, mask=m_real[:, :, None], other=0)
+        b_w = tl.load(xw + base + o_x)
     b_lo, b_hi = unpack_pairs(b_w, IS_BF16)                          # elements 2i, 2i+1
 
     # block scale: sf = e4m3(min(gs * amax / 6, 448)), the division correctly rounded (div6_rn)
@@ -208,13 +194,13 @@ def nvfp4_quant_kernel(
     if not EMULATE:
         # amax on packed pairs: 7 instructions for the 8 words of a block, then one pair to split
         if IS_BF16:
-            b_m = tl.reduce(b_w, 2, _absmax_bf16x2)                  # [BM, BS]
+            b_m = tl.reduce(b_w, 1, _absmax_bf16x2)                  # [BS]
         else:
-            b_m = tl.reduce(b_w, 2, _absmax_f16x2)
+            b_m = tl.reduce(b_w, 1, _absmax_f16x2)
         b_m_lo, b_m_hi = unpack_pairs(b_m, IS_BF16)
         b_amax = tl.maximum(tl.abs(b_m_lo), tl.abs(b_m_hi))
     else:
-        b_amax = tl.max(tl.maximum(tl.abs(b_lo), tl.abs(b_hi)), axis=2)  # [BM, BS]
+        b_amax = tl.max(tl.maximum(tl.abs(b_lo), tl.abs(b_hi)), axis=1)  # [BS]
     b_sf_want = tl.minimum(div6_rn(b_gs * b_amax), 448.0)
     if not EMULATE:
         b_f8 = b_sf_want.to(tl.float8e4nv)                           # cvt.rn.satfinite.e4m3x2.f32
@@ -225,36 +211,114 @@ def nvfp4_quant_kernel(
 
     # codes of p = RN(gs * x) against the decision points times sf (times 2^40, see lt01). sf = 0 (an
     # all-tiny block): use s = 2^60 instead, so every point is far above every |p| and the index is 0
-    b_u = tl.where(b_sf > 0.0, b_sf, 1.152921504606846976e18)[:, :, None] * 1099511627776.0
+    b_u = tl.where(b_sf > 0.0, b_sf, 1.152921504606846976e18)[:, None] * 1099511627776.0
     k175, k275, k35 = 1.75 * b_u, 2.75 * b_u, 3.5 * b_u
     k15, k375, k25, k5 = 1.5 * b_u, 3.75 * b_u, 2.5 * b_u, 5.0 * b_u
     b_pair = e2m1_pair_bits(tl.abs(b_lo * b_gs), tl.abs(b_hi * b_gs), k175, k275, k35, k15, k375, k25, k5)
     # the sign bits of x (bits 15 and 31 of the word) move to bits 3 and 19, next to the indices
     b_nib = b_pair | ((b_w >> 12) & 0x80008)
     b_packed = (b_nib + (b_nib >> 12)).to(tl.uint8)                   # low nibble 2i, high nibble 2i+1
-    if EXACT_TILES:
-        tl.store(codes + o_x, b_packed)
+    if MASKED:
+        tl.store(codes + base + o_x, b_packed, mask=m_b[:, None])
     else:
-        tl.store(codes + o_x, b_packed, mask=m_real[:, :, None])
+        tl.store(codes + base + o_x, b_packed)
 
-    # scales
-    r = o_m[:, None]
-    c = o_s[None, :]
-    if SWIZZLED:
-        o_sf = (((r // 128) * (SF_COLS // 4) + c // 4) * 512
-                + (r % 32) * 16 + ((r % 128) // 32) * 4 + (c % 4))
-        if WRITE_PADDING:
-            # the grid spans [Mp, Kp]: this program owns every entry of its part of the padded tiles
-            m_sf = (r < SF_ROWS) & (c < SF_COLS)
+    # (row, scale column) of each block without an integer division: the launcher passes inv_n =
+    # RN(1/n_blocks). The tile's first block start = r0 * n + c0: r0 from fp32 is off by at most one
+    # (relative error below 3 * 2^-24 and r0 < 2^22, which the launcher checks), fixed by one step each
+    # way. Block i of the tile is a = c0 + i columns further on, and a < n + BLOCK_S <= 2^21; there
+    # q = floor((a + 1/2) * inv_n) is exact, because (a + 1/2) / n lies at least 1/(2n) away from an
+    # integer while the fp32 error stays below (a + 1/2) / n * 2^-23.
+    r0 = (start.to(tl.float32) * inv_n).to(tl.int32)
+    c0 = start - r0 * n_blocks
+    r0 = tl.where(c0 < 0, r0 - 1, r0)
+    c0 = tl.where(c0 < 0, c0 + n_blocks, c0)
+    r0 = tl.where(c0 >= n_blocks, r0 + 1, r0)
+    c0 = tl.where(c0 >= n_blocks, c0 - n_blocks, c0)
+    a = c0 + o_i                                                     # [BS]
+    if ONE_WRAP:
+        # BLOCK_S <= n_blocks: a tile starts in row r0 and ends in r0 or r0 + 1. The row's part of the
+        # swizzled offset is computed once per program for both rows, and a block picks one
+        q = (a >= n_blocks).to(tl.int32)
+        c = a - q * n_blocks
+        if SWIZZLED:
+            r1 = r0 + 1
+            rp0 = (r0 >> 7) * (SF_COLS >> 2) * 512 + (r0 & 31) * 16 + ((r0 >> 5) & 3) * 4
+            rp1 = (r1 >> 7) * (SF_COLS >> 2) * 512 + (r1 & 31) * 16 + ((r1 >> 5) & 3) * 4
+            o_sf = tl.where(q != 0, rp1, rp0) + (c >> 2) * 512 + (c & 3)
         else:
-            m_sf = m_real                                             # the regression: padding skipped
+            o_sf = (r0 + q) * n_blocks + c
     else:
-        o_sf = r * n_blocks + c
-        m_sf = m_real
-    # the scale store keeps its mask even for EXACT_TILES: without it, Triton 3.6 on the H200 computed
-    # wrong codes for the (1, 512, 4) tile (tests/test_nvfp4.py caught it); the mask costs 2-3%
-    b_sf_out = tl.where(m_real, b_sf_byte, 0).to(tl.uint8)
-    tl.store(sf + o_sf.to(tl.int64), b_sf_out, mask=m_sf)
+        q = ((a.to(tl.float32) + 0.5) * inv_n).to(tl.int32)          # truncation = floor (positive)
+        r = r0 + q
+        c = a - q * n_blocks
+        if SWIZZLED:
+            o_sf = (((r >> 7) * (SF_COLS >> 2) + (c >> 2)) * 512 + (r & 31) * 16 + ((r >> 5) & 3) * 4 + (c & 3))
+        else:
+            o_sf = r * n_blocks + c
+    # the scale store keeps a mask even on full tiles: without one, Triton 3.6 on the H200 computed
+    # wrong codes for a 512-block one-row tile (tests/test_nvfp4.py caught it); it costs 2-3%
+    tl.store(sf + o_sf.to(tl.int64), b_sf_byte.to(tl.uint8), mask=m_b)
+
+
+@triton.jit
+def nvfp4_quant_kernel(
+    xw,                          # *int32 [M, K//2] the fp16|bf16 input read as pairs: element 2i low half, 2i+1 high half
+    global_scale,                # *fp32 [1] per-tensor global scale (448*6/amax), read on the device
+    codes,                       # *uint8 [M, K//2] packed E2M1 codes: element 2i low nibble, 2i+1 high
+    sf,                          # *uint8 E4M3 scale bytes: swizzled storage [SF_ROWS*SF_COLS] or linear [M, K//16]
+    M,                           # rows of x
+    K,                           # columns of x, a multiple of 16
+    SF_ROWS,                     # scale rows of the storage: Mp = round_up(M, 128) swizzled, M linear
+    SF_COLS,                     # scale columns of the storage: Kp = round_up(K//16, 4) swizzled, K//16 linear
+    n_data_programs,             # cdiv(M * K//16, BLOCK_S): the programs that quantize; the rest write padding
+    inv_n,                       # fp32 RN(1 / (K//16)), for the row and column of a block without a division
+    n_rowpad_tiles,              # padding programs for the last 128-row group: SF_COLS/4 if M % 128, else 0
+    IS_BF16: tl.constexpr,       # input dtype: bf16 (else fp16)
+    BLOCK_S: tl.constexpr,       # 16-element blocks (scale entries) per program: BLOCK_S * 16 elements
+    SWIZZLED: tl.constexpr,      # store scales in the 128x4 swizzled layout (else linear)
+    EMULATE: tl.constexpr,       # True (required in the interpreter): exact emulation of the packed |max|
+                                 # and of the E4M3 conversion; False: the GPU instructions (inline PTX, cvt)
+    LAST_PARTIAL: tl.constexpr,  # the last quantizing program's tile runs past the data (it alone is masked)
+    ONE_WRAP: tl.constexpr,      # BLOCK_S <= K//16: a tile spans at most two rows (cheaper scale addresses)
+):
+    """Programs 0 .. n_data_programs-1 each quantize BLOCK_S consecutive 16-element blocks of x taken
+    as one flat sequence of M * K/16 blocks (rows end to end): every tile is one contiguous stretch of
+    x and of the codes, whatever M and K are, and only the last tile can be partial. The programs
+    after them (launched only when the padding is written) write zeros to the padded scale entries
+    of the swizzled storage, one 128x4 tile each: rows M..Mp-1, then columns K/16..Kp-1."""
+    pid = tl.program_id(0)
+    n_blocks = K // 16
+    if pid < n_data_programs:
+        start = pid * BLOCK_S            # int32: the launcher keeps M * K/16 + BLOCK_S below 2^31
+        if LAST_PARTIAL:
+            if pid == n_data_programs - 1:
+                _quant_tile(xw, global_scale, codes, sf, start, M, n_blocks, SF_COLS, inv_n, BLOCK_S,
+                            IS_BF16, SWIZZLED, EMULATE, True, ONE_WRAP)
+            else:
+                _quant_tile(xw, global_scale, codes, sf, start, M, n_blocks, SF_COLS, inv_n, BLOCK_S,
+                            IS_BF16, SWIZZLED, EMULATE, False, ONE_WRAP)
+        else:
+            _quant_tile(xw, global_scale, codes, sf, start, M, n_blocks, SF_COLS, inv_n, BLOCK_S,
+                        IS_BF16, SWIZZLED, EMULATE, False, ONE_WRAP)
+    else:
+        # padding: one 128x4 tile (512 bytes of the swizzled storage) per program. First the tiles of
+        # the last 128-row group when M is not a multiple of 128 (rows M..SF_ROWS-1 are padding there),
+        # then the tiles of the last 4 columns of the other row groups when K/16 is not a multiple of 4
+        # (columns n_blocks..SF_COLS-1). Inside a tile, byte o holds row 32 * ((o >> 2) & 3) + (o >> 4)
+        # and column o & 3 (the layout of section 3); bytes of real entries are left to the quantizing
+        # programs (masked off here).
+        j = pid - n_data_programs
+        tiles_per_row = SF_COLS >> 2
+        in_last_rows = j < n_rowpad_tiles
+        g = tl.where(in_last_rows, (SF_ROWS >> 7) - 1, j - n_rowpad_tiles)      # 128-row group
+        cg = tl.where(in_last_rows, j, tiles_per_row - 1)                        # 4-column group
+        o = tl.arange(0, 512)
+        r = g * 128 + ((o >> 2) & 3) * 32 + (o >> 4)
+        c = cg * 4 + (o & 3)
+        m_pad = (r >= M) | (c >= n_blocks)
+        base = (g.to(tl.int64) * tiles_per_row + cg) * 512
+        tl.store(sf + base + o, tl.zeros([512], dtype=tl.uint8), mask=m_pad)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -268,3 +332,10 @@ def e4m3_cast_kernel(v, out, N, BLOCK: tl.constexpr):
     m = o < N
     b_v = tl.load(v + o, mask=m, other=0.0)
     tl.store(out + o, b_v.to(tl.float8e4nv).to(tl.uint8, bitcast=True), mask=m)
+
+
+@triton.jit
+def empty_kernel(p):
+    """Does nothing: its GPU time in a CUDA graph is the floor of any launch (the benchmark's small-M
+    comparison)."""
+    pass

@@ -130,6 +130,30 @@ def test_direct_cast_is_right_on_the_gpu():
     assert_exact(got, vals.to(torch.float8_e4m3fn), "tl.float8e4nv cast on the GPU")
 
 
+@pytest.mark.parametrize("emulate", [None, True] if ON_GPU else [None])
+def test_overflow_to_inf_saturates(emulate):
+    """silu(gate) * up beyond bf16's range is +-inf in y (the unfused torch path gives inf too). That
+    group's exponent is the largest finite fp32 value's, e = 120 (byte 247), and its inf elements
+    saturate to +-448 (0x7E / 0xFE) like the GPU's FP8 cast, in the kernel (both paths) and in the
+    reference; the group's finite elements scale to (nearly) zero; other groups are untouched."""
+    m, n = 3, 256
+    x = make_x(m, n, seed=11)
+    big = torch.tensor(3.0e38, dtype=BF16)
+    x[0, 5], x[0, n + 5] = big, big                 # silu(3e38) * 3e38 = +inf
+    x[1, 130], x[1, n + 130] = big, -big            # -> -inf, in the second group
+    x[2, 7], x[2, n + 7] = -big, big                # silu(-3e38) = -0.0: -0.0 * big = -0, finite
+    y = fp8.silu_mul_reference(x).float().cpu()
+    assert y[0, 5] == float("inf") and y[1, 130] == float("-inf") and y[2, 7] == 0.0
+    q_ref, s_ref = fp8.silu_mul_quant_fp8_reference(x)
+    b = q_ref.view(torch.uint8).cpu()
+    assert int(b[0, 5]) == 0x7E and int(b[1, 130]) == 0xFE, "inf saturates to +-448"
+    e = fp8.unpack_ue8m0(s_ref.cpu(), n // 128)
+    assert int(e[0, 0]) == 247 and int(e[1, 1]) == 247, "the exponent of the largest finite value"
+    assert int(e[0, 1]) != 247 and int(e[2, 0]) != 247
+    codes, scales = fp8.silu_mul_quant_fp8_packed(x, emulate=emulate)
+    check_against_reference(codes, scales, q_ref, s_ref, m, n)
+
+
 def test_silu_mul_every_bf16_gate():
     """y = silu(gate) * up for every finite bf16 gate with a random up (the product's rounding),
     bit-equal to the unfused torch path. (up = 1, the silu rounding alone, is what

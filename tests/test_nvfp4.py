@@ -219,27 +219,75 @@ def test_whole_storage_written(M, K, swizzled):
                          x, gs, scope="storage")
 
 
-@pytest.mark.parametrize("shape", ["padded", "rows_padded", "exact"])
+@pytest.mark.parametrize("shape", ["straddling", "one_wrap", "exact"])
 @pytest.mark.parametrize("cfg", TUNE_CONFIGS)
-def test_every_tuned_tile_shape_writes_everything(cfg, shape):
-    """The GPU autotunes large inputs over TUNE_CONFIGS; each tile shape (one-row tiles included)
-    must cover the padded scale grid and give the reference's bytes: on a shape with padding in both
-    directions (M = 3 of 128 rows, K/16 = 5 of 8 scale columns), on one whose tiles divide M and K/16
-    but not the padded rows (M = 3, K/16 = BLOCK_S), and on one the tiles cover exactly (M = 128,
-    K/16 = BLOCK_S), the only case where the kernel runs without masks (EXACT_TILES)."""
-    if not ON_GPU and cfg["BLOCK_S"] > 32:
-        pytest.skip("the wide one-row tiles are picked only by the GPU's autotuner and run there (in the "
-                    "interpreter one such case takes a minute); the interpreter covers the square ones")
-    M, K = {"padded": (3, 80), "rows_padded": (3, 16 * cfg["BLOCK_S"]), "exact": (128, 16 * cfg["BLOCK_S"])}[shape]
+def test_every_tile_size_writes_everything(cfg, shape):
+    """Each tile size the sweep times (every one the launch rule can pick among them) must write every
+    byte and give the reference's bytes: tiles wider than a row (K/16 = 5 of 8 padded scale columns,
+    M = 3 of 128 padded rows: the general row arithmetic, a partial last tile, both paddings), tiles
+    narrower than a row (K/16 = BLOCK_S + 4, M = 5: at most one row boundary per tile, padded rows),
+    and tiles that cover the input exactly with no padding (linear scales: the unmasked path alone)."""
+    bs = cfg["BLOCK_S"]
+    if not ON_GPU and bs > 64:
+        pytest.skip("wide tiles run on the GPU (in the interpreter one such case takes a minute); the "
+                    "interpreter covers the tile sizes up to 64 blocks, which take the same paths")
+    # exact: linear scales (no padding) and M * K/16 a multiple of BLOCK_S, so no tile is masked
+    M, K, swizzled = {"straddling": (3, 80, True), "one_wrap": (5, 16 * (bs + 4), True),
+                      "exact": (2, 16 * bs, False)}[shape]
     x = make_x(M, K, torch.bfloat16, seed=5)
     gs = global_scale_of(x)
-    cov_c, cov_s = quant_coverage(x, gs, config=cfg)
+    cov_c, cov_s = quant_coverage(x, gs, config=cfg, swizzled=swizzled)
     assert cov_c.storage_fully_written, cov_c.report()
     assert cov_s.storage_fully_written, cov_s.report()
-    codes, sf = nvfp4_quant(x, gs, config=cfg)
-    rc, rs = quantize_ref(x.cpu(), gs.cpu())
+    codes, sf = nvfp4_quant(x, gs, config=cfg, swizzled=swizzled)
+    rc, rs = quantize_ref(x.cpu(), gs.cpu(), swizzled=swizzled)
     assert_exact(codes.cpu(), rc, f"codes {cfg}")
     assert_exact(_u8(sf).cpu(), _u8(rs), f"scales {cfg}")
+
+
+@pytest.mark.parametrize("n", [1, 3, 5, 64, 320, 448, 896, 4093, 65535, (1 << 21) - 2048])
+@pytest.mark.parametrize("bs", [32, 512, 2048])
+def test_row_and_column_arithmetic_is_exact(n, bs):
+    """The kernel's (row, column) of a block without an integer division, mirrored in fp32 here: the
+    tile's first block (r0 from fp32, one correction step each way) and, for every offset a < n + BLOCK_S
+    of the tile, q = floor((a + 1/2) * RN(1/n)) == a // n. Exhaustive in a for each n, across the whole
+    range the launcher allows (K/16 + BLOCK_S <= 2^21, M < 2^22)."""
+    if n + bs > 1 << 21:
+        pytest.skip("outside what the launcher allows")
+    inv_n = torch.tensor(1.0 / n, dtype=torch.float32)
+    a = torch.arange(n + bs, dtype=torch.int64)
+    q = ((a.to(torch.float32) + 0.5) * inv_n).to(torch.int64)
+    assert torch.equal(q, a // n)
+    # tile starts over every row count up to M < 2^22 (sampled densely at the top of the range)
+    rows = torch.cat([torch.arange(0, 4096), torch.randint(0, (1 << 22) - 1, (20000,)),
+                      torch.arange((1 << 22) - 4096, 1 << 22)])
+    start = rows * n + torch.randint(0, n, rows.shape)
+    start = start[start + bs < (1 << 31)]
+    r0 = (start.to(torch.float32) * inv_n).to(torch.int64)
+    c0 = start - r0 * n
+    r0 = torch.where(c0 < 0, r0 - 1, r0)
+    c0 = torch.where(c0 < 0, c0 + n, c0)
+    r0 = torch.where(c0 >= n, r0 + 1, r0)
+    c0 = torch.where(c0 >= n, c0 - n, c0)
+    assert torch.equal(r0, start // n) and torch.equal(c0, start % n)
+
+
+def test_launch_rule():
+    """The GPU's default tile is a rule of the input's size (no per-shape table): wide tiles for large
+    inputs whatever K is, narrower ones when the grid would not give every SM enough programs, always
+    one of the tile sizes the tests run; and the recorded heatmap used that rule."""
+    from workbook.bench import load_record
+    from workbook.nvfp4 import launch_rule
+
+    tiles = {(c["BLOCK_S"], c["num_warps"]) for c in TUNE_CONFIGS}
+    for M in (1, 3, 128, 3000, 4096, 12288, 16384):
+        for K in (16, 2048, 4096, 5120, 7168, 8192, 14336):
+            assert launch_rule(M, K, 132) in tiles
+    assert launch_rule(16384, 8192, 132) == launch_rule(12288, 7168, 132) == launch_rule(3000, 14336, 132) == (512, 4)
+    assert launch_rule(1, 4096, 132)[0] < launch_rule(512, 4096, 132)[0] <= launch_rule(8192, 4096, 132)[0]
+    rec = load_record("nvfp4")
+    for r in rec["results"].get("heatmap", []):
+        assert tuple(r["config"]) == launch_rule(r["M"], r["K"], rec["meta"]["sm_count"]), r
 
 
 @pytest.mark.parametrize("M,K", [(90, 80), (5, 48), (200, 208)])
@@ -484,10 +532,12 @@ def test_bad_inputs():
         nvfp4_quant(x, gs, alloc="ones")
     with pytest.raises(TypeError, match="config must be a dict"):
         nvfp4_quant(x, gs, config=(16, 8, 4))
-    with pytest.raises(ValueError, match="must name BLOCK_M and BLOCK_S"):
-        nvfp4_quant(x, gs, config={"BLOCK_M": 16})
+    with pytest.raises(ValueError, match="must name BLOCK_S"):
+        nvfp4_quant(x, gs, config={"num_warps": 4})
     with pytest.raises(ValueError, match="power of two"):
-        nvfp4_quant(x, gs, config={"BLOCK_M": 3, "BLOCK_S": 8})
+        nvfp4_quant(x, gs, config={"BLOCK_S": 24})
+    with pytest.raises(ValueError, match="too large for this kernel"):
+        nvfp4_quant(torch.empty(1, 16 << 21, dtype=torch.bfloat16, device=DEVICE), gs)
     if not ON_GPU:
         with pytest.raises(ValueError, match="emulate=False needs a GPU"):
             nvfp4_quant(x, gs, emulate=False)
@@ -586,7 +636,15 @@ def test_record_says_which_timer_produced_each_figure():
         assert r["compiled_ref_timer"] in (TIMER_GRAPH, TIMER_EAGER_FALLBACK)
         # a fallback is exactly an eager time standing in for the graph time
         assert (r["compiled_ref_timer"] == TIMER_EAGER_FALLBACK) == (r["compiled_ref_us"] == r["compiled_ref_eager_us"])
-    assert all(r["timer"] == TIMER_EAGER for r in rec["config_sweep"])
+    assert all(r["timer"] == TIMER_GRAPH for r in rec["config_sweep"])
+    for r in rec["heatmap"]:
+        assert r["timer"] == TIMER_GRAPH
+        assert r["frac_of_copy"] == pytest.approx(r["bytes"] / r["us"] / 1e3 / load_record("nvfp4")["ceilings"]["copy_GBps"])
+    assert all(r["timer"] == TIMER_GRAPH for r in rec["small_m"]["rows"]) and rec["small_m"]["empty_kernel_us"] > 0
+    # the target line of the record counts what the rows say
+    large = [r for r in rec["heatmap"] if r["input_bytes"] >= 64 << 20]
+    assert rec["targets"]["large_inputs"] == len(large)
+    assert rec["targets"]["large_inputs_at_85pct"] == sum(r["frac_of_copy"] >= 0.85 for r in large)
 
 
 

@@ -78,8 +78,13 @@ def silu_mul_reference(x: torch.Tensor) -> torch.Tensor:
 
 
 def ue8m0_exponent_reference(amax: torch.Tensor) -> torch.Tensor:
-    """Per-group exponent e (int32) of the power-of-two scale s = 2^e = 2^ceil(log2(max(amax/448, 1e-10)))."""
-    ratio = torch.clamp(amax.float() / E4M3_MAX, min=EPS)
+    """Per-group exponent e (int32) of the power-of-two scale s = 2^e = 2^ceil(log2(max(amax/448, 1e-10))).
+
+    Overflow: a group holding +-inf (y = silu(gate) * up beyond bf16's range; the unfused path gives
+    inf there too) takes the exponent of the largest finite fp32 value, e = 120 (byte 247), and its
+    inf elements saturate to +-448 in :func:`quant_fp8_group_reference`, as the GPU's FP8 cast does."""
+    amax = torch.clamp(amax.float(), max=torch.finfo(torch.float32).max)
+    ratio = torch.clamp(amax / E4M3_MAX, min=EPS)
     return torch.ceil(torch.log2(ratio)).to(torch.int32)
 
 
@@ -129,9 +134,12 @@ def _check_group_size(group_size) -> None:
 
 
 def _block_m(m: int) -> int:
-    # GPU: 8 rows x 512 columns per program keeps 64 B of bf16 input in flight per thread and, at
-    # large M, tens of thousands of programs. Interpreter: fewer, larger programs (numpy per block).
-    cap = 64 if INTERPRETED else 8
+    # GPU: 2 rows x 512 columns per program (4 warps: 8 elements of gate and of up per thread) was the
+    # fastest at each M of a first H200 sweep (M = 2048, 4096, 16384; BLOCK_M 2..16 x 4 or 8 warps,
+    # graph replay). The recorded sweep (workbook/data/fp8.json, "config_sweep") repeats it; there
+    # configurations within the run-to-run spread of a few percent trade places at M = 16384.
+    # Interpreter: fewer, larger programs (numpy per block).
+    cap = 64 if INTERPRETED else 2
     return min(cap, triton.next_power_of_2(max(m, 1)))
 
 
@@ -383,6 +391,9 @@ def silu_impl() -> int:
 
 BENCH_N = 7168
 BENCH_M = (1, 4, 16, 64, 256, 1024, 2048, 4096, 8192, 16384)
+SWEEP_M = (2048, 4096, 16384)      # the launch-configuration sweep (GPU time, graph replay)
+SWEEP_BLOCK_M = (2, 4, 8, 16)
+SWEEP_WARPS = (4, 8)
 
 
 def _bytes_moved(m: int, n: int) -> int:
@@ -403,6 +414,7 @@ METHODS = {
                        "between runs (host work and the launch path included)",
     "<peer>_GBps": "bytes_model / <peer>_us",
     "fused_fraction_of_copy": "fused_triton_GBps / ceilings.copy_GBps",
+    "config_sweep.us": "gpu_time_graph_replay (median of 3 windows), the fused kernel with that config",
     "ceilings.copy_GBps": "one 1 GiB fp32 device-to-device copy, do_bench median, bytes read + written",
 }
 
@@ -412,9 +424,10 @@ def _unfused(x: torch.Tensor):
     return quant_fp8_packed(silu_mul_reference(x))
 
 
-def benchmark(ms: tuple[int, ...] = BENCH_M, n: int = BENCH_N) -> tuple[dict, dict]:
+def benchmark(ms: tuple[int, ...] = BENCH_M, n: int = BENCH_N, sweep_m: tuple[int, ...] = SWEEP_M) -> tuple[dict, dict]:
     """Time the fused kernel against torch.compile of the reference, the unfused path and the eager
-    reference, for M in ``ms`` and N = ``n`` (input [M, 2N] bf16). Returns (results, ceilings)."""
+    reference, for M in ``ms`` and N = ``n`` (input [M, 2N] bf16), and the fused kernel's launch
+    configurations at M in ``sweep_m``. Returns (results, ceilings)."""
     from .bench import copy_ceiling_GBps, graph_time_us, require_gpu, time_us
 
     require_gpu("fp8.benchmark")
@@ -460,9 +473,29 @@ def benchmark(ms: tuple[int, ...] = BENCH_M, n: int = BENCH_N) -> tuple[dict, di
               f"unfused {row['unfused_us']:9.2f}  eager {row['torch_eager_us']:9.2f}  "
               f"int-roundings {row['fused_integer_roundings_us']:9.2f}  exact={exact}",
               flush=True)
+    # the launch configurations the default (_block_m) was chosen from, GPU time from graph replay
+    sweep = []
+    for m in sweep_m:
+        x = torch.randn(m, 2 * n, device=DEVICE, dtype=torch.bfloat16) * 3
+        q_ref, s_ref = silu_mul_quant_fp8_reference(x)
+        nbytes = _bytes_moved(m, n)
+        for bm in SWEEP_BLOCK_M:
+            for warps in SWEEP_WARPS:
+                cfg = {"BLOCK_M": bm, "num_warps": warps}
+                q, s = silu_mul_quant_fp8_packed(x, config=cfg)
+                ok = bool(torch.equal(q.view(torch.uint8), q_ref.view(torch.uint8)) and torch.equal(s, s_ref))
+                t = graph_time_us(lambda: silu_mul_quant_fp8_packed(x, config=cfg), windows=3)
+                sweep.append({"M": m, "N": n, "BLOCK_M": bm, "num_warps": warps, "us": round(t, 3), "timer": "graph",
+                              "fraction_of_copy": round(nbytes / (t * 1e-6) / 1e9 / ceiling, 3), "exact": ok,
+                              "default": bm == _launch_config(m, None)["BLOCK_M"] and warps == _launch_config(m, None)["num_warps"]})
+                print(f"  sweep M={m} BLOCK_M={bm} warps={warps}: {t:.1f} us "
+                      f"({100 * sweep[-1]['fraction_of_copy']:.0f}% of copy) exact={ok}", flush=True)
+        del x
+        torch.cuda.empty_cache()
     results = {
         "N": n,
         "rows": rows,
+        "config_sweep": sweep,
         "silu_impl": silu_impl(),
         "silu_impl_name": SILU_IMPL_NAMES[silu_impl()],
         "silu_impl_mismatches": {str(k): silu_impl_mismatches(k) for k in SILU_CANDIDATES},
