@@ -257,7 +257,7 @@ def test_kernel_groups_and_site_costs():
              "sizes": [{"T_pad": 8, "buffer": {"kernels": b, "graph_us": 30.0}, "return": {"kernels": r, "graph_us": 28.0}}]}
     c = fu.site_costs(block, 8)
     assert c["inductor_per_site_us"] == 3.0 and c["ours_per_site_us"] == 2.0
-    assert c["allreduce_us"] == {"buffer": 5.0, "return": 5.0} and c["other_us"] == {"buffer": 10.0, "return": 10.0}
+    assert c["nccl_us"] == {"buffer": 5.0, "return": 5.0} and c["other_us"] == {"buffer": 10.0, "return": 10.0}
     table = fu.kernel_table(block, 8)
     assert "Inductor: norm kernels" in table and "fused add+RMSNorm (ours)" in table and "30.0" in table
     with pytest.raises(ValueError, match="no size T_pad=9"):

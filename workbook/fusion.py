@@ -63,7 +63,7 @@ __all__ = [
     "FusionPass", "compile_decoder", "expected_sites", "count_ops", "run_tp",
     "benchmark", "main", "logger", "site_chain", "plot_site", "code_excerpt", "kernel_names", "kernel_after", "kernel_source",
     "load_timings", "timing_table", "kernel_table", "site_costs", "kernel_profile", "host_profile",
-    "summarize_kernels", "kernel_group", "KERNEL_GROUPS", "gdn_core", "GDN_RECURRENT_MAX_T", "BENCH", "SMOKE", "DECODE_TOKENS", "PREFILL_TOKENS",
+    "summarize_kernels", "kernel_group", "KERNEL_GROUPS", "gdn_core", "GDN_RECURRENT_MAX_T", "DECODER_VERSION", "BENCH", "SMOKE", "DECODE_TOKENS", "PREFILL_TOKENS",
 ]
 
 EPS = 1e-6
@@ -634,6 +634,9 @@ def run_tp(cfg: DecoderConfig, hidden: torch.Tensor, num_tokens: int, world_size
 # Benchmark (GPU): one GPU via `python3 -m workbook bench fusion`; TP=2 via torchrun (main below)
 # --------------------------------------------------------------------------------------------------
 
+# The decoder's version in the benchmark record: 1 = before the profile-driven fixes (SDPA on 3-D
+# tensors, the whole GDN block one opaque op, the chunked GDN kernel at every size); 2 = this code.
+DECODER_VERSION = 2
 BENCH = DecoderConfig(hidden=2048, layers=("linear", "linear", "linear", "full"), gdn_k_heads=16,
                       gdn_v_heads=32, gdn_head_dim=128, attn_heads=16, attn_head_dim=128, intermediate=6144,
                       shard_mlp=True, gdn_kernel="auto", dtype=torch.bfloat16)
@@ -827,7 +830,8 @@ def _bench_sizes(cfg, rank, world_size, sizes, *, timer, device, log=print, prof
         row["rel_diff"] = float((outs["return"] - outs["buffer"]).norm() / outs["buffer"].norm())
         rows.append(row)
         log(f"[fusion] T={T}: " + ", ".join(f"{s} {row[s].get('graph_us', row[s])}" for s in ("buffer", "return")))
-    return {"config": _cfg_json(cfg), "world_size": world_size, "weight_bytes_per_rank": nbytes,
+    return {"config": _cfg_json(cfg), "world_size": world_size, "decoder_version": DECODER_VERSION,
+            "weight_bytes_per_rank": nbytes,
             "passes": counts, "sizes": rows}
 
 
@@ -889,6 +893,7 @@ def benchmark():
                      "windows); eager_us: per-call time of the compiled step (do_bench median), host work "
                      "included; kernels: per-kernel GPU times of one step from torch.profiler (CUPTI) "
                      "around CUDA-graph replay; host: one eager step under torch.profiler (CPU)",
+           "decoder_version": DECODER_VERSION,
            "read_GBps": _read_GBps(DEVICE),
            "read_timing": "torch.sum over 1 GiB of bf16, GPU time from CUDA-graph replay",
            "gdn_core": _gdn_core_times(BENCH, DEVICE),
@@ -1143,10 +1148,10 @@ def site_costs(block: dict, T: int) -> dict:
     """What the pass changes at the attention sites, from one recorded step's kernel groups (us per
     step unless named per site): the buffer style runs Inductor's own fused kernel there (slice_scatter
     + add + RMSNorm; the other Inductor norm kernels, e.g. the gated norms, are the same in both styles,
-    so the difference between the styles is these sites), the return style our add+RMSNorm kernel;
-    the all-reduce (NCCL, and the clone the op makes) runs in both. Keys: ``sites``,
-    ``inductor_per_site_us``, ``ours_per_site_us``, ``allreduce_us`` (per style: NCCL + copies),
-    ``graph_us`` (per style), ``other_us`` (per style: all kernels minus norms and all-reduce)."""
+    so the difference between the styles is these sites), the return style our add+RMSNorm kernel; the
+    all-reduce runs in both. Keys: ``sites``, ``inductor_per_site_us``, ``ours_per_site_us``,
+    ``nccl_us`` (per style; 0 with one rank, where the all-reduce op is a copy), ``kernel_us`` and
+    ``graph_us`` (per style), ``other_us`` (per style: all kernels minus the norms and NCCL)."""
     row = _size_row(block, T)
     sites = block["passes"]["return"]["expected"]["attention"]
     if not sites:
@@ -1155,17 +1160,16 @@ def site_costs(block: dict, T: int) -> dict:
     def us(style, group):
         return row[style]["kernels"]["groups"].get(group, {}).get("us", 0.0)
 
-    ind, ours = "Inductor: norm kernels", "fused add+RMSNorm (ours)"
-    comm = ("all-reduce (NCCL)", "device copies (memcpy)")
+    ind, ours, nccl = "Inductor: norm kernels", "fused add+RMSNorm (ours)", "all-reduce (NCCL)"
     return {
         "sites": sites,
         "inductor_per_site_us": (us("buffer", ind) - us("return", ind)) / sites,
         "ours_per_site_us": (us("return", ours) - us("buffer", ours)) / sites,
-        "allreduce_us": {s: sum(us(s, g) for g in comm) for s in ("buffer", "return")},
+        "nccl_us": {s: us(s, nccl) for s in ("buffer", "return")},
         "kernel_us": {s: row[s]["kernels"]["kernel_us_per_step"] for s in ("buffer", "return")},
         "graph_us": {s: row[s].get("graph_us") for s in ("buffer", "return")},
-        "other_us": {s: row[s]["kernels"]["kernel_us_per_step"] - us(s, ind) - us(s, ours)
-                     - sum(us(s, g) for g in comm) for s in ("buffer", "return")},
+        "other_us": {s: row[s]["kernels"]["kernel_us_per_step"] - us(s, ind) - us(s, ours) - us(s, nccl)
+                     for s in ("buffer", "return")},
     }
 
 
