@@ -374,10 +374,11 @@ def tq_decode_kernel(
     order. The softmax sums l and sum p * (v_zero + 8 v_scale) stay per (token row, head) and are reduced
     once at the end; only the running max is reduced across the tile each step.
 
-    Precision: values go in centred (code - 8), and each tile's p @ V starts from zero and is added to
-    the running sum in fp32 (``_COPY_ASM`` keeps the two apart). Accumulating thousands of tiles inside
-    the tensor cores' accumulator lost the output on a long flat context (H200: 3.2% off over one
-    20k-token split), where the output is a small difference of large sums."""
+    Precision: values go in centred (code - 8), so on a flat softmax the output is not a small
+    difference of two large sums, and each tile's p @ V starts from zero and is added to the running sum
+    in fp32 (``_COPY_ASM`` keeps the two apart), so the tensor cores' accumulator only ever sums one tile.
+    (A 3.2% miss of the 20k-token GPU check, once blamed on accumulation, was the test's own: its
+    reference read the new token's cache slot before the step stored it.)"""
     G: tl.constexpr = HQ // HKV
     W: tl.constexpr = D // 8
     b = tl.program_id(0)
