@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import copy
 import json
 import os
 import re
@@ -286,20 +287,75 @@ def _text(outputs) -> str:
     return "".join(parts).strip()
 
 
+CHECK_OUTPUT = "NBVAL_CHECK_OUTPUT"
+# what nbval leaves out of a comparison (nbval.plugin.IPyNbFile.skip_compare, without --nbdime)
+_SKIP_COMPARE = {"metadata", "traceback", "prompt_number", "output_type", "name", "execution_count",
+                 "application/vnd.jupyter.widget-view+json", "image/png", "image/jpeg"}
+
+
+def _comparable(outputs) -> dict:
+    """Outputs as nbval compares them: streams of one name merged (\r and \b applied), every key but
+    the skipped ones, data flattened by MIME type, the order kept within a key."""
+    from nbval.plugin import coalesce_streams, transform_streams_for_comparison
+
+    flat: dict = {}
+    for o in transform_streams_for_comparison(coalesce_streams([nbformat.from_dict(copy.deepcopy(o)) for o in outputs])):
+        for key, value in o.items():
+            if key in _SKIP_COMPARE:
+                continue
+            if key == "data":
+                for mime, v in value.items():
+                    if mime not in _SKIP_COMPARE:
+                        flat.setdefault(mime, []).append(v)
+            else:
+                flat.setdefault(key, []).append(value)
+    return flat
+
+
+def _differs(test_outputs, ref_cell) -> str | None:
+    """nbval --nbval-lax's check of one cell: None when ``ref_cell`` is not marked NBVAL_CHECK_OUTPUT
+    (or was never run), else None when the outputs agree and a short description when they do not."""
+    if ref_cell.cell_type != "code" or CHECK_OUTPUT not in ref_cell.source or ref_cell.execution_count is None:
+        return None
+    got, want = _comparable(test_outputs), _comparable(ref_cell.outputs)
+    if got == want:
+        return None
+    return f"cell id {ref_cell.get('id')}: outputs differ from the committed ones: got {got!r:.400}, expected {want!r:.400}"
+
+
+# The regrade and the stub's second run are not in the complete notebook: whatever random numbers they
+# draw are put back, so the cells below see the generators where nbval's run of the complete notebook
+# leaves them (their checked outputs must match).
+_SAVE_RNG = ("import random as _wb_random, numpy as _wb_np, torch as _wb_torch\n"
+             "_wb_rng = (_wb_random.getstate(), _wb_np.random.get_state(), _wb_torch.get_rng_state())")
+_RESTORE_RNG = ("_wb_random.setstate(_wb_rng[0]); _wb_np.random.set_state(_wb_rng[1]); "
+                "_wb_torch.set_rng_state(_wb_rng[2]); del _wb_rng")
+
+
 async def _run_participant(path: Path, complete, name: str) -> dict:
-    """Execute the participant notebook at ``path``; per exercise: the grader's output on the stub, the
-    solution's errors, the grader's output after the solution. Stops at the first cell that errs."""
+    """Execute the participant notebook at ``path``; per exercise: the grader's output on the stub and
+    after the solution; every cell the complete notebook marks NBVAL_CHECK_OUTPUT compared with its
+    committed outputs, as nbval --nbval-lax does. Stops at the first cell that errs."""
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
     nb = nbformat.read(path, as_version=4)
     regions = {e.id: e for e in ex.exercises(complete, name)}
+    by_id = {c.get("id"): c for c in complete.cells}
     stubs = {c.metadata["workbook"]["exercise"]: c for c in nb.cells if "exercise" in c.metadata.get("tags", [])}
     client = NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
                             resources={"metadata": {"path": str(path.parent)}})
-    result = {"error": None, "exercises": {}, "seconds": 0.0}
+    result = {"error": None, "exercises": {}, "seconds": 0.0, "checked": 0, "mismatches": []}
     t0 = time.perf_counter()
     where = ""
+
+    def check(outputs, ref_cell):
+        if ref_cell is not None and CHECK_OUTPUT in ref_cell.get("source", ""):
+            result["checked"] += 1
+            bad = _differs(outputs, ref_cell)
+            if bad:
+                result["mismatches"].append(bad)
+
     try:
         async with client.async_setup_kernel():
             for i, cell in enumerate(nb.cells):
@@ -307,6 +363,7 @@ async def _run_participant(path: Path, complete, name: str) -> dict:
                     continue
                 where = f"cell {i} (id {cell.get('id')}): {cell.source[:80]!r}"
                 await client.async_execute_cell(cell, i)
+                check(cell.outputs, by_id.get(cell.get("id")))
                 if "grader" not in cell.metadata.get("tags", []):
                     continue
                 e = regions[cell.metadata["workbook"]["exercise"]]
@@ -316,12 +373,15 @@ async def _run_participant(path: Path, complete, name: str) -> dict:
                         where = f"exercise {e.id}'s solution, complete notebook's cell {j}"
                         sol = new_code_cell(complete.cells[j].source)
                         await client.async_execute_cell(sol, i)
+                        check(sol.outputs, complete.cells[j])
+                await client.async_execute_cell(new_code_cell(_SAVE_RNG), i)
                 regrade = new_code_cell(cell.source)        # ... grade it again ...
                 where = f"exercise {e.id}'s grader, run again after the solution"
                 await client.async_execute_cell(regrade, i)
                 r["solved"] = _text(regrade.outputs)
                 where = f"exercise {e.id}'s stub, run again"
                 await client.async_execute_cell(new_code_cell(stubs[e.id].source), i)   # ... and back to the stub
+                await client.async_execute_cell(new_code_cell(_RESTORE_RNG), i)
     except CellExecutionError as err:
         result["error"] = f"{where}: {' '.join(str(err).split())[-600:]}"
     result["seconds"] = time.perf_counter() - t0
@@ -369,6 +429,17 @@ def test_participant_notebook_runs_top_to_bottom(participant_runs, name):
     assert set(run["exercises"]) == {e.id for e in ex.exercises(COMPLETE[name], name)}
 
 
+@pytest.mark.parametrize("name", WITH_EXERCISES)
+def test_participant_notebook_reproduces_the_checked_outputs(participant_runs, name):
+    """The same check nbval --nbval-lax makes of the complete notebook (tests/conftest.py leaves nbval's
+    own run of these notebooks out when this test runs: one execution proves both)."""
+    run = participant_runs[name]
+    assert run["error"] is None, f"{name}: {run['error']}"
+    assert not run["mismatches"], f"{name}: " + "\n".join(run["mismatches"])
+    marked = sum(CHECK_OUTPUT in c.source for c in COMPLETE[name].cells if c.cell_type == "code")
+    assert run["checked"] == marked, f"{name}: {run['checked']} of the {marked} NBVAL_CHECK_OUTPUT cells were checked"
+
+
 @pytest.mark.parametrize("name, exercise", CASES, ids=[f"{n[:2]}-{e}" for n, e in CASES])
 def test_grader_says_not_attempted_on_the_stub_and_passes_the_solution(participant_runs, name, exercise):
     run = participant_runs[name]
@@ -401,3 +472,32 @@ def test_the_executed_checks_can_fail(tmp_path):
     assert NOT_ATTEMPTED.fullmatch(a["stub"]) and PASSED.fullmatch(a["solved"]), a
     assert NOT_ATTEMPTED.fullmatch(b["stub"]) and NOT_ATTEMPTED.fullmatch(b["solved"]), b   # would fail the test
     assert run["error"] and "NotImplementedError" in run["error"] and "f(1)" in run["error"], run["error"]
+
+
+def test_the_output_check_is_nbvals_and_can_fail(tmp_path):
+    # a made-up notebook: the grader draws random numbers (its second run, after the solution, must not
+    # shift the numbers the cells below see), a checked solution cell, a checked cell whose committed
+    # output is right and one whose committed output is wrong (the only mismatch to be reported)
+    import torch
+
+    torch.manual_seed(0)
+    torch.rand(3)                                    # the grader's draw in the complete notebook's run
+    expected = f"{torch.rand(1).item():.6f}\n"
+    grader = ("from workbook.check import grade\ntorch.rand(3)\n"
+              "grade('f', lambda: f(1) == 2 or (_ for _ in ()).throw(AssertionError('no')))")
+    nb = new_notebook(cells=[
+        _cell("code", "import torch\ntorch.manual_seed(0)"),
+        _cell("code", "def f(n):\n    raise NotImplementedError", "exercise", "A"),
+        _cell("code", grader, "grader", "A"),
+        _cell("markdown", ex.MARKER, "solution", "A"),
+        _cell("code", "# NBVAL_CHECK_OUTPUT\ndef f(n):\n    return n + 1\nprint('bound')", "solution", "A",
+              outputs=["bound\n"], hidden=True),
+        _cell("code", "# NBVAL_CHECK_OUTPUT\nprint(f'{torch.rand(1).item():.6f}')", outputs=[expected]),
+        _cell("code", "# NBVAL_CHECK_OUTPUT\nprint('what the cell prints')", outputs=["what it printed once\n"]),
+    ])
+    nbformat.write(ex.participant_version(nb, "toy.ipynb"), tmp_path / "toy.ipynb")
+    run = asyncio.run(_run_participant(tmp_path / "toy.ipynb", nb, "toy.ipynb"))
+    assert run["error"] is None, run["error"]
+    assert PASSED.fullmatch(run["exercises"]["A"]["solved"]), run
+    assert run["checked"] == 3, run
+    assert len(run["mismatches"]) == 1 and "what it printed once" in run["mismatches"][0], run["mismatches"]
