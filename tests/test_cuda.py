@@ -303,7 +303,8 @@ def test_fp8_cuda_every_bf16_gate():
     g = g[torch.isfinite(g.float())]
     gate = g.view(-1, 128)
     # |up| <= 1 keeps y = silu(gate) * up finite for every finite gate (|silu(g)| <= |g|); a product
-    # that overflows bf16 to inf is outside the format's contract (kernels and reference differ there)
+    # that overflows to inf is pinned for the Triton kernels and the reference (they saturate it:
+    # test_fp8.py::test_overflow_to_inf_saturates); the CUDA kernel is not checked there
     for up in (torch.ones_like(gate), (torch.rand(gate.shape) * 2 - 1).to(torch.bfloat16)):
         x = torch.cat([gate, up], dim=1).contiguous().to(DEVICE)
         cq, cs = fp8.silu_mul_quant_fp8_packed(x, backend="cuda")

@@ -506,8 +506,8 @@ def benchmark() -> tuple[dict, dict]:
 
 
 def _triton_fp8_sass() -> dict | None:
-    """GPU only: static SASS count of Triton's fused FP8 kernel as launched by default (BLOCK_M = 8,
-    4 warps, the proven SILU_IMPL, EMULATE=False), per element a thread handles; None where the SASS
+    """GPU only: static SASS count of Triton's fused FP8 kernel in one fixed configuration (BLOCK_M = 8,
+    not the size rule's default, kept so records compare; 4 warps, the proven SILU_IMPL, EMULATE=False), per element a thread handles; None where the SASS
     cannot be read."""
     import re
 
