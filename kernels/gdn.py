@@ -179,8 +179,8 @@ def chunk_table_kernel(
 # Kernel 1: G = cumsum(g); L = strict_lower(diag(beta) (K K^T * Gamma)); A = (I + L)^-1 by 16x16
 # blocks, stored as [64, 64] per chunk. With USE_QK_L2NORM the keys are normalised here, once, and
 # stored (kn) for the later kernels. Kernel 2: w = A diag(beta exp(G)) K ; u = A diag(beta) V, each
-# one 64-row product on the matrix units. (Two kernels, not one: the solve holds many small tiles
-# in registers, the products want whole 64-row tiles; split, each runs at a higher occupancy.)
+# one 64-row product on the matrix units. (Two kernels, not one, as flash-linear-attention does: the
+# solve's many small register tiles and the 64-row products no longer share one program's registers.)
 # --------------------------------------------------------------------------------------------------
 
 @triton.jit

@@ -21,7 +21,7 @@ REC_BOUND, CHUNK_BOUND = 2e-3, 5e-3
 KERNELS = {"recurrent": (gdn.fused_recurrent_gated_delta_rule, REC_BOUND),
            "chunk": (gdn.chunk_gated_delta_rule, CHUNK_BOUND)}
 
-# (T, D, gate, initial state, H, HV): T = 1, 63, 64, 65, 100, 130 and D = 64, 128, gates from ~0 to strongly decaying,
+# (T, D, gate, initial state, H, HV): T = 1, 63, 64, 65, 70, 130 and D = 64, 128, gates from ~0 to strongly decaying,
 # with and without an initial state, value heads outnumbering key heads in some.
 CASES = [
     (1, 128, "near0", True, 1, 2),
@@ -29,7 +29,7 @@ CASES = [
     (64, 128, "mixed", True, 1, 2),
     (65, 64, "near0", True, 2, 2),
     (130, 128, "strong", True, 1, 1),
-    (100, 64, "medium", False, 1, 2),
+    (70, 64, "medium", False, 1, 2),
 ]
 
 
@@ -41,7 +41,7 @@ def _ref(x, **kw):
 @pytest.mark.parametrize("T,D,gate,h0,H,HV", CASES)
 def test_matches_naive_recurrence(kind, T, D, gate, h0, H, HV):
     fn, bound = KERNELS[kind]
-    x = gdn.make_inputs(1 if T > 64 else 2, T, H, D, HV=HV, gate=gate, initial_state=h0, seed=T + D)
+    x = gdn.make_inputs(1 if T >= 64 else 2, T, H, D, HV=HV, gate=gate, initial_state=h0, seed=T + D)
     ro, rh = _ref(x)
     o, ht = fn(**x, output_final_state=True)
     assert o.dtype == x["v"].dtype and ht.dtype == torch.float32
@@ -52,17 +52,17 @@ def test_matches_naive_recurrence(kind, T, D, gate, h0, H, HV):
 @pytest.mark.parametrize("kind", list(KERNELS))
 def test_varlen_matches_per_sequence(kind):
     fn, bound = KERNELS[kind]
-    cu = torch.tensor([0, 15, 85, 100], device=DEVICE)   # sequence 1 (70 tokens) spans two chunks
-    x = gdn.make_inputs(1, 100, 1, 32, HV=2, gate="mixed", seed=3)
-    x["initial_state"] = torch.randn(3, 2, 32, 32, device=DEVICE) * 0.5
+    cu = torch.tensor([0, 5, 70, 76], device=DEVICE)   # sequence 1 (65 tokens) spans two chunks
+    x = gdn.make_inputs(1, 76, 1, 32, gate="mixed", seed=3)
+    x["initial_state"] = torch.randn(3, 1, 32, 32, device=DEVICE) * 0.5
     o, ht = fn(**x, output_final_state=True, cu_seqlens=cu)
     ro, rh = _ref(x, cu_seqlens=cu)
     assert_rel_close(o, ro, bound, f"{kind} varlen o")
     assert_rel_close(ht, rh, bound, f"{kind} varlen final state")
     # sequence 1 alone gives the same numbers: no state leaks across a cu_seqlens boundary
-    one = {n: (t[:, 15:85] if n != "initial_state" else t[1:2]) for n, t in x.items()}
+    one = {n: (t[:, 5:70] if n != "initial_state" else t[1:2]) for n, t in x.items()}
     o1, h1 = fn(**{n: t.contiguous() for n, t in one.items()}, output_final_state=True)
-    assert_rel_close(o[:, 15:85], o1, 1e-5, "sequence 1 inside the batch vs alone")
+    assert_rel_close(o[:, 5:70], o1, 1e-5, "sequence 1 inside the batch vs alone")
     assert_rel_close(ht[1], h1[0], 1e-5, "final state of sequence 1")
 
 
@@ -138,9 +138,9 @@ def test_reference_is_the_delta_rule():
 def test_outputs_fully_written_under_poison(kind):
     fn, _ = KERNELS[kind]
     # chunk: sequence 1 crosses a chunk boundary; recurrent (no chunks): a short batch is enough
-    cu = torch.tensor([0, 5, 75, 80] if kind == "chunk" else [0, 3, 17, 20], device=DEVICE)
+    cu = torch.tensor([0, 5, 70] if kind == "chunk" else [0, 3, 12], device=DEVICE)
     x = gdn.make_inputs(1, int(cu[-1]), 1, 48, V=40, HV=2, gate="mixed", seed=10)   # K, V not powers of two
-    x["initial_state"] = torch.randn(3, 2, 48, 40, device=DEVICE)
+    x["initial_state"] = torch.randn(2, 2, 48, 40, device=DEVICE)
     small = ({"BV": 16} if kind == "recurrent"   # several value blocks, masked edges
              else {"state": {"BV": 16}, "output": {"BV": 16}})
     covs = assert_fully_written(lambda: fn(**x, output_final_state=True, cu_seqlens=cu, config=small),
@@ -200,7 +200,7 @@ def test_gated_rmsnorm(dtype, bound):
 
 def test_block_returns_output_and_matches_reference():
     p = gdn.make_block_params(hidden=32, num_k_heads=1, num_v_heads=2, head_k_dim=16, head_v_dim=16)
-    hidden = torch.randn(1, 40, 32, device=DEVICE)
+    hidden = torch.randn(1, 20, 32, device=DEVICE)
     ref = gdn.qwen3_next_linear_attention(hidden, p, kernel="reference")
     for kernel in ("chunk", "recurrent"):
         out = gdn.qwen3_next_linear_attention(hidden, p, kernel=kernel)
@@ -212,12 +212,15 @@ def test_block_returns_output_and_matches_reference():
 def test_zero_fill_before_full_copy_is_redundant():
     p = gdn.make_block_params(hidden=32, num_k_heads=1, num_v_heads=2, head_k_dim=16, head_v_dim=16)
     hidden = torch.randn(1, 8, 32, device=DEVICE)
-    rep = find_redundant_zero_fills(gdn.qwen3_next_linear_attention, hidden, p, legacy_z_zero_fill=True)
+    # the recurrent kernel: the fill is in the block around it, whichever kernel runs (and this one is
+    # the faster of the two in Triton's interpreter)
+    rep = find_redundant_zero_fills(gdn.qwen3_next_linear_attention, hidden, p, legacy_z_zero_fill=True,
+                                    kernel="recurrent")
     lines, start = inspect.getsourcelines(gdn.z_handoff_zero_then_copy)
     line = start + next(i for i, s in enumerate(lines) if "z_out.zero_()" in s)
     assert rep.verdict(f"gdn.py:{line}") == "redundant", rep.report()
-    out_a = gdn.qwen3_next_linear_attention(hidden, p, legacy_z_zero_fill=True)
-    out_b = gdn.qwen3_next_linear_attention(hidden, p)
+    out_a = gdn.qwen3_next_linear_attention(hidden, p, legacy_z_zero_fill=True, kernel="recurrent")
+    out_b = gdn.qwen3_next_linear_attention(hidden, p, kernel="recurrent")
     assert torch.equal(out_a, out_b)
 
 
