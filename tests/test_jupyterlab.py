@@ -191,16 +191,6 @@ def artifacts(tmp_path_factory):
     return tmp_path_factory.mktemp("artifacts")
 
 
-@pytest.fixture(scope="module")
-def artifacts(tmp_path_factory):
-    where = os.environ.get("WORKBOOK_ARTIFACTS")
-    if where:
-        path = Path(where).resolve()
-        path.mkdir(parents=True, exist_ok=True)
-        return path
-    return tmp_path_factory.mktemp("artifacts")
-
-
 class BrowserSession:
     """One JupyterLab page in headless Chromium, as a participant uses it: each notebook is opened
     from the file browser, its first code cell run with Shift+Enter. Up to IN_FLIGHT notebooks are
