@@ -356,7 +356,7 @@ def render(rec: dict, data_dir: Path = RECORD.parent) -> str:
                        f"the install and start-up" if e.get("pytest_summary") else "")
         lines.append(f"- **{label}**: `{e['command']}` took {_mmss(e['wall_s'])} wall time and {_mmss(e['cpu_s'])} of "
                      f"CPU time, peak memory {e['peak_total_rss_MiB']} MiB (all its processes at once; the largest one "
-                     f"{e['peak_rss_MiB']} MiB), {'passed' if e['ok'] else 'FAILED'}{pytest_part}. Measured "
+                     f"{e['peak_rss_MiB']} MiB), {'passed' if e['ok'] else 'FAILED'}{pytest_part}. Finished "
                      f"{e['measured']}{' (' + e['note'] + ')' if e.get('note') else ''} on {_machine_line(e['machine'])}, "
                      f"load average {e['load_avg'][0]} before and {e['load_avg'][1]} after.")
     if len(lines) > 2:
