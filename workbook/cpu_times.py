@@ -347,7 +347,10 @@ def render(rec: dict, data_dir: Path = RECORD.parent) -> str:
     lines = [BEGIN, ""]
     for label, r in rec.get("install", {}).items():
         big = ", ".join(f"{n} {v} {mb:.0f} MB" for n, v, mb in r["files"][:4] if mb >= 1)
-        lines.append(f"- **Download, {label}**: {r['total_MB']} MB in {len(r['files'])} files (largest: {big}); "
+        pinned = "".join(f", torch {v}, Triton {t}" for n, v, _ in r["files"] if n == "torch"
+                         for m, t, _ in r["files"] if m == "triton")
+        lines.append(f"- **Download, {label}**: {r['total_MB']} MB in {len(r['files'])} files{pinned} "
+                     f"(largest: {big}); "
                      f"{r['how']}, {r['measured']}.")
     for label, d in rec.get("disk", {}).items():
         lines.append(f"- **On disk, {label}**: {d['MB']} MB, measured {d['measured']}.")
