@@ -329,7 +329,8 @@ def browser_results(lab, artifacts):
             session.run_all([p.name for p in NOTEBOOKS] + [CONTROL])
         finally:
             browser.close()
-    print(f"[test_jupyterlab] {len(NOTEBOOKS)} notebooks in the browser in {time.monotonic() - t0:.1f} s")
+    print(f"[test_jupyterlab] {len(NOTEBOOKS)} notebooks and the control in the browser: "
+          f"{time.monotonic() - t0:.1f} s")
     return session.problems
 
 
