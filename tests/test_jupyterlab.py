@@ -202,7 +202,7 @@ class BrowserSession:
     def __init__(self, sync_api, page, lab, artifacts):
         self.expect, self.page, self.lab, self.artifacts = sync_api.expect, page, lab, artifacts
         self.problems = {}        # notebook name -> what went wrong (empty: all checks passed)
-        self.open = {}            # notebook name -> (widget id of its tab, start time)
+        self.open = {}            # notebook name -> (its tab's widget id, start time, first code cell)
         self.js_errors = []
         page.on("pageerror", lambda e: self.js_errors.append(str(e)))
 
