@@ -24,6 +24,35 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
+# Under pytest-xdist with --dist loadfile a worker takes whole files in collection order, so a long file
+# collected late leaves the other worker idle at the end. These run longest (pytest's slowest
+# durations in the CI runs behind workbook/data/cpu_times.json): they go first, the rest keep their
+# order, and so do a file's tests and a notebook's cells. A plugin object, so that this conftest can
+# hold another pytest_collection_modifyitems (below).
+RUN_FIRST = ("tests/test_exercises.py", "tests/test_jupyterlab.py", "notebooks/06_buffers_block_fusion.ipynb",
+             "tests/test_fusion.py")
+
+
+class _LongFilesFirst:
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config, items):
+        root = config.rootpath.resolve()
+
+        def rank(item):
+            try:
+                rel = item.path.resolve().relative_to(root).as_posix()
+            except ValueError:
+                return len(RUN_FIRST)
+            return RUN_FIRST.index(rel) if rel in RUN_FIRST else len(RUN_FIRST)
+
+        items.sort(key=rank)          # stable: the order within a file is kept
+
+
+def pytest_configure(config):
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        config.pluginmanager.register(_LongFilesFirst(), "workbook-long-files-first")
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
