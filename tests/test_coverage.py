@@ -549,3 +549,49 @@ def test_pad_rows_grader_fails_wrong_answers_with_the_intended_message(capsys, w
     v, out = _grade_pad(capsys, wrong)
     assert not v and v.status == "wrong", out
     assert message in out, out
+
+
+# --------------------------------------------------------------------------------------------------
+# bounds_checked: stray addresses in the interpreter
+# --------------------------------------------------------------------------------------------------
+
+import triton  # noqa: E402  (after workbook: the interpreter switch)
+import triton.language as tl  # noqa: E402
+
+from workbook.coverage import bounds_checked  # noqa: E402
+from workbook.device import ON_GPU  # noqa: E402
+
+
+@triton.jit
+def _copy_probe(x, y, SHIFT: tl.constexpr, N: tl.constexpr):
+    o = tl.arange(0, N)
+    tl.store(y + o, tl.load(x + o + SHIFT))
+
+
+@triton.jit
+def _store_probe(y, SHIFT: tl.constexpr, N: tl.constexpr):
+    o = tl.arange(0, N)
+    tl.store(y + o + SHIFT, o.to(tl.float32))
+
+
+@pytest.mark.skipif(ON_GPU, reason="checks the interpreter's addresses (on a GPU: compute-sanitizer)")
+def test_bounds_checked_catches_a_stray_load_and_a_stray_store():
+    x, y = torch.randn(16), torch.empty(16)
+    with bounds_checked():
+        _copy_probe[(1,)](x, y, SHIFT=0, N=16)                  # in bounds: runs
+        assert torch.equal(y, x)
+        _store_probe[(1,)](y[:4], SHIFT=0, N=8)                 # past the view, inside its storage: fine
+        # far past the end (just past it may be the next tensor's storage, which counts as inside);
+        # the guard raises before the access, so nothing stray is touched (the interpreter wraps it)
+        with pytest.raises(Exception, match="load of 16 elements outside every tensor argument"):
+            _copy_probe[(1,)](x, y, SHIFT=1 << 20, N=16)
+        with pytest.raises(Exception, match="store of 8 elements outside every tensor argument"):
+            _store_probe[(1,)](torch.empty(4), SHIFT=1 << 20, N=8)
+    _copy_probe[(1,)](x, y, SHIFT=0, N=16)                      # the patch is gone after the block
+
+
+def test_bounds_checked_refuses_outside_the_interpreter(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises(RuntimeError, match="compute-sanitizer"):
+        with bounds_checked():
+            pass

@@ -9,12 +9,11 @@ import inspect
 
 import pytest
 import torch
-import triton
-import triton.language as tl
 
 from workbook import gdn
 from workbook.check import assert_rel_close
-from workbook.coverage import assert_fully_written, consumer_differential, find_redundant_zero_fills, poison_
+from workbook.coverage import (assert_fully_written, bounds_checked, consumer_differential, find_redundant_zero_fills,
+                               poison_)
 from workbook.device import DEVICE, ON_GPU
 
 REC_BOUND, CHUNK_BOUND = 2e-3, 5e-3
@@ -506,44 +505,6 @@ def test_varlen_call_never_reads_device_values_on_the_host(kind):
             fn(**x, cu_seqlens=cu, cu_seqlens_cpu=cu_cpu)
 
 
-@contextlib.contextmanager
-def bounds_checked():
-    """Every load and store of a kernel run in Triton's interpreter must fall inside the storage of
-    one of that launch's tensor arguments (masked-off lanes excepted); the interpreter itself does
-    not check (a stray address reads or corrupts host memory)."""
-    import numpy as np
-    import triton.runtime.interpreter as interp
-
-    ranges = []
-    builder = interp.interpreter_builder
-    real_init, real_ld, real_st = interp.GridExecutor._init_args_hst, builder.create_masked_load, builder.create_masked_store
-
-    def init(self, args_dev, kwargs):
-        args, kw = real_init(self, args_dev, kwargs)
-        ranges[:] = [(a.untyped_storage().data_ptr(), a.untyped_storage().data_ptr() + a.untyped_storage().nbytes())
-                     for a in (*args, *kw.values()) if hasattr(a, "untyped_storage")]
-        return args, kw
-
-    def check(ptrs, mask, what):
-        p = ptrs.data[mask.data.astype(bool)]
-        size = np.dtype(interp._get_np_dtype(ptrs.get_element_ty())).itemsize
-        ok = np.zeros(p.shape, bool)
-        for lo, hi in ranges:
-            ok |= (p >= lo) & (p + size <= hi)
-        if not ok.all():
-            raise IndexError(f"{what} of {int((~ok).sum())} elements outside every tensor argument")
-
-    builder.create_masked_load = lambda ptrs, mask, other, cp, vol: (check(ptrs, mask, "load"),
-                                                                     real_ld(ptrs, mask, other, cp, vol))[1]
-    builder.create_masked_store = lambda ptrs, val, mask, cp: (check(ptrs, mask, "store"), real_st(ptrs, val, mask, cp))[1]
-    interp.GridExecutor._init_args_hst = init
-    try:
-        yield
-    finally:
-        interp.GridExecutor._init_args_hst = real_init
-        del builder.create_masked_load, builder.create_masked_store
-
-
 @pytest.mark.skipif(ON_GPU, reason="checks the interpreter's addresses (on a GPU: compute-sanitizer)")
 @pytest.mark.parametrize("kind", list(KERNELS))
 def test_unchecked_bad_offsets_stay_inside_the_buffers(kind):
@@ -553,16 +514,8 @@ def test_unchecked_bad_offsets_stay_inside_the_buffers(kind):
     fn, _ = KERNELS[kind]
     x = gdn.make_inputs(1, 8, 1, 16, seed=25)
     with bounds_checked():
-        with pytest.raises(Exception, match="outside every tensor argument"):   # the guard can fail
-            _oob_probe[(1,)](torch.randn(16), torch.empty(16), N=16)
         for cu in ([0, 3, 70, 100], [5, 0, 8], [-40, 2, 8]):      # past T, decreasing, negative
             fn(**x, output_final_state=True, cu_seqlens=torch.tensor(cu, device=DEVICE))
-
-
-@triton.jit
-def _oob_probe(x, y, N: tl.constexpr):
-    o = tl.arange(0, N)
-    tl.store(y + o, tl.load(x + o + 1))   # one element past the end
 
 
 @pytest.mark.skipif(not ON_GPU, reason="CUDA graphs need a GPU")

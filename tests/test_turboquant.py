@@ -12,7 +12,7 @@ import triton.language as tl
 from workbook import turboquant as tq
 import workbook.kernels.turboquant as kernels
 from workbook.check import grade, rel_err
-from workbook.coverage import poison_, poisons_for
+from workbook.coverage import bounds_checked, poison_, poisons_for
 from workbook.device import DEVICE, ON_GPU
 
 # Kernel vs the float32 reference on the SAME quantized cache: the kernels round their matrix-multiply
@@ -283,60 +283,9 @@ def test_quantized_attention_error_vs_full_precision():
     assert 1e-3 < e < 0.25, e
 
 
-@contextlib.contextmanager
-def bounds_checked():
-    """Every load and store of a kernel run in Triton's interpreter must touch only the storage of
-    that launch's tensor arguments (masked-off lanes excepted). The interpreter itself does not check
-    (an out-of-range address reads host memory or crashes much later); on a GPU the same bug is an
-    illegal memory access. Patches the interpreter's builder for the duration."""
-    import numpy as np
-    import triton.runtime.interpreter as interp
-
-    ranges = []
-    real_init = interp.GridExecutor._init_args_hst
-    builder = interp.interpreter_builder
-    real_ld, real_st = builder.create_masked_load, builder.create_masked_store
-
-    def init(self, args_dev, kwargs):
-        args, kw = real_init(self, args_dev, kwargs)
-        ranges.clear()
-        for a in list(args) + list(kw.values()):
-            if hasattr(a, "untyped_storage"):
-                st = a.untyped_storage()
-                ranges.append((st.data_ptr(), st.data_ptr() + st.nbytes()))
-        return args, kw
-
-    def check(ptrs, mask, what):
-        p = ptrs.data[mask.data.astype(bool)]
-        size = np.dtype(interp._get_np_dtype(ptrs.get_element_ty())).itemsize
-        ok = np.zeros(p.shape, bool)
-        for lo, hi in ranges:
-            ok |= (p >= lo) & (p + size <= hi)
-        if not ok.all():
-            raise IndexError(f"{what} of {int((~ok).sum())} elements outside every tensor argument")
-
-    builder.create_masked_load = lambda ptrs, mask, other, cp, vol: (check(ptrs, mask, "load"),
-                                                                     real_ld(ptrs, mask, other, cp, vol))[1]
-    builder.create_masked_store = lambda ptrs, val, mask, cp: (check(ptrs, mask, "store"), real_st(ptrs, val, mask, cp))[1]
-    interp.GridExecutor._init_args_hst = init
-    try:
-        yield
-    finally:
-        interp.GridExecutor._init_args_hst = real_init
-        del builder.create_masked_load, builder.create_masked_store
-
-
-@triton.jit
-def _oob_probe(x, y, N: tl.constexpr):
-    o = tl.arange(0, N)
-    tl.store(y + o, tl.load(x + o + 1))   # one element past the end
-
-
 @pytest.mark.skipif(ON_GPU, reason="checks the interpreter's addresses (on a GPU: compute-sanitizer)")
 def test_every_kernel_address_stays_inside_its_tensors():
     with bounds_checked():
-        with pytest.raises(Exception, match="outside every tensor argument"):  # the guard can fail
-            _oob_probe[(1,)](torch.randn(16), torch.empty(16), N=16)
         gpu_like = {"decode": {"BLOCK_N": 32, "MIN_SPLIT": 16, "WAVES": 4}, "prefill": {"BLOCK_M": 16, "BLOCK_N": 16}}
         for (hq, hkv, d), cfg in (((2, 2, 64), None), ((2, 2, 64), gpu_like), ((8, 2, 32), gpu_like)):
             out, ref, _ = _run([1, 4], [33, 20], 1, hq=hq, hkv=hkv, d=d, config=cfg)

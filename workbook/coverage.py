@@ -29,6 +29,7 @@ differ from the poison, yet every one of them was computed from garbage.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import traceback
 from dataclasses import dataclass, field
@@ -43,7 +44,7 @@ __all__ = [
     "POISONS", "poisons_for", "poison_", "storage_bytes", "storage_view", "poisoned_allocations",
     "Coverage", "coverage", "assert_fully_written", "ConsumerCheck", "consumer_differential",
     "assert_consumer_reads_only_written", "ZeroFillSite", "ZeroFillReport", "find_redundant_zero_fills",
-    "check_pad_rows",
+    "check_pad_rows", "bounds_checked",
 ]
 
 # Poison patterns. "nan" fills floating-point elements with NaN (float8_e4m3fn: 0x7F); "a5" and "7f"
@@ -781,3 +782,51 @@ def check_pad_rows(fn) -> None:
             where = "padding" if min(rows) >= M else "data"
             raise AssertionError(f"{case}: rows {_fmt_runs(_ranges(rows))} hold wrong values ({where} rows): the "
                                  "first M rows must equal x and the padding rows must be exactly 0.")
+
+
+
+@contextlib.contextmanager
+def bounds_checked():
+    """Inside this block every load and store of a Triton kernel run in the interpreter must fall in
+    the storage of one of that launch's tensor arguments (masked-off lanes excepted), else it raises
+    ``IndexError`` naming the access and the number of stray elements. The interpreter itself does
+    not check: a stray address reads or corrupts host memory, or crashes much later; on a GPU the same
+    bug is an illegal memory access (find it there with compute-sanitizer). Interpreter only: patches
+    its builder for the duration of the block."""
+    import os
+
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        raise RuntimeError("bounds_checked() checks addresses in Triton's interpreter (TRITON_INTERPRET=1); "
+                           "on a GPU run the kernel under compute-sanitizer instead")
+    import numpy as np
+    import triton.runtime.interpreter as interp
+
+    ranges: list[tuple[int, int]] = []
+    builder = interp.interpreter_builder
+    real_init = interp.GridExecutor._init_args_hst
+    real_ld, real_st = builder.create_masked_load, builder.create_masked_store
+
+    def init(self, args_dev, kwargs):
+        args, kw = real_init(self, args_dev, kwargs)
+        ranges[:] = [(a.untyped_storage().data_ptr(), a.untyped_storage().data_ptr() + a.untyped_storage().nbytes())
+                     for a in (*args, *kw.values()) if hasattr(a, "untyped_storage")]
+        return args, kw
+
+    def check(ptrs, mask, what):
+        p = ptrs.data[mask.data.astype(bool)]
+        size = np.dtype(interp._get_np_dtype(ptrs.get_element_ty())).itemsize
+        ok = np.zeros(p.shape, bool)
+        for lo, hi in ranges:
+            ok |= (p >= lo) & (p + size <= hi)
+        if not ok.all():
+            raise IndexError(f"{what} of {int((~ok).sum())} elements outside every tensor argument")
+
+    builder.create_masked_load = lambda ptrs, mask, other, cp, vol: (check(ptrs, mask, "load"),
+                                                                     real_ld(ptrs, mask, other, cp, vol))[1]
+    builder.create_masked_store = lambda ptrs, val, mask, cp: (check(ptrs, mask, "store"), real_st(ptrs, val, mask, cp))[1]
+    interp.GridExecutor._init_args_hst = init
+    try:
+        yield
+    finally:
+        interp.GridExecutor._init_args_hst = real_init
+        del builder.create_masked_load, builder.create_masked_store
