@@ -162,6 +162,23 @@ def test_chunk_intermediates_fully_written_under_poison():
     assert_fully_written(run, names=["o", "G", "A", "w", "u", "v_new", "h", "kn"])
 
 
+@pytest.mark.parametrize("lens", [[1], [63, 64, 65], [0, 5, 0, 130], [200]])
+def test_chunk_table_is_fully_written_and_right(lens):
+    # the device-built chunk table (empty storage, written by the table kernel alone): every row of
+    # chunk_indices up to the bound and every entry of chunk_offsets, against a plain Python count;
+    # empty sequences own no chunk, and rows past the true count say sequence -1
+    N, T = len(lens), sum(lens)
+    cu = torch.tensor([0] + [sum(lens[:i + 1]) for i in range(N)], device=DEVICE)
+    assert_fully_written(lambda: gdn._chunk_table(cu, N, T)[:2], names=["chunk_indices", "chunk_offsets"])
+    idx, off, nt_max = gdn._chunk_table(cu, N, T)
+    chunks = [(n, c) for n, L in enumerate(lens) for c in range(-(-L // gdn.CHUNK))]
+    offsets = [0] + [sum(-(-L // gdn.CHUNK) for L in lens[:i + 1]) for i in range(N)]
+    assert nt_max == gdn.chunk_count_bound(T, N) >= len(chunks)
+    assert idx[:len(chunks)].tolist() == [list(c) for c in chunks]
+    assert (idx[len(chunks):, 0] == -1).all()
+    assert off.tolist() == offsets
+
+
 def test_caller_poisoned_state_is_overwritten_in_place():
     x = gdn.make_inputs(1, 10, 1, 32, gate="medium", seed=12)
     h = torch.randn(1, 1, 32, 32, device=DEVICE)
