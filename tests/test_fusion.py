@@ -258,6 +258,15 @@ def test_kernel_groups_and_site_costs():
     c = fu.site_costs(block, 8)
     assert c["inductor_per_site_us"] == 3.0 and c["ours_per_site_us"] == 2.0
     assert c["nccl_us"] == {"buffer": 5.0, "return": 5.0} and c["other_us"] == {"buffer": 10.0, "return": 10.0}
+    assert c["comparable"]
+    # Inductor fused the return style's other norm differently (heavier): the difference is not the sites'
+    r2 = fu.summarize_kernels(_events([("nvjet_a", 10.0), ("triton_red_fused_mean_rsqrt_silu_0", 8.0),
+                                       ("ncclDevKernel_AllReduce", 5.0)] + [("add_rmsnorm_kernel", 2.0)] * 2), 2)
+    block2 = {"passes": block["passes"], "sizes": [{"T_pad": 8, "buffer": block["sizes"][0]["buffer"],
+                                                    "return": {"kernels": r2, "graph_us": 33.0}}]}
+    c2 = fu.site_costs(block2, 8)
+    assert not c2["comparable"] and c2["inductor_per_site_us"] < 0
+    assert c2["inductor_norm_us"] == {"buffer": 7.0, "return": 8.0}
     table = fu.kernel_table(block, 8)
     assert "Inductor: norm kernels" in table and "fused add+RMSNorm (ours)" in table and "30.0" in table
     with pytest.raises(ValueError, match="no size T_pad=9"):

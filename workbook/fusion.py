@@ -1151,7 +1151,9 @@ def site_costs(block: dict, T: int) -> dict:
     so the difference between the styles is these sites), the return style our add+RMSNorm kernel; the
     all-reduce runs in both. Keys: ``sites``, ``inductor_per_site_us``, ``ours_per_site_us``,
     ``nccl_us`` (per style; 0 with one rank, where the all-reduce op is a copy), ``kernel_us`` and
-    ``graph_us`` (per style), ``other_us`` (per style: all kernels minus the norms and NCCL)."""
+    ``graph_us`` (per style), ``other_us`` (per style: all kernels minus the norms and NCCL),
+    ``inductor_norm_us`` (per style) and ``comparable``: False when the per-site figures cannot be read
+    off the difference because Inductor fused the rest of the step differently in the two styles."""
     row = _size_row(block, T)
     sites = block["passes"]["return"]["expected"]["attention"]
     if not sites:
@@ -1161,9 +1163,16 @@ def site_costs(block: dict, T: int) -> dict:
         return row[style]["kernels"]["groups"].get(group, {}).get("us", 0.0)
 
     ind, ours, nccl = "Inductor: norm kernels", "fused add+RMSNorm (ours)", "all-reduce (NCCL)"
+    inductor_per_site = (us("buffer", ind) - us("return", ind)) / sites
+    calls = {s: row[s]["kernels"]["groups"].get(ind, {}).get("calls", 0) for s in ("buffer", "return")}
     return {
         "sites": sites,
-        "inductor_per_site_us": (us("buffer", ind) - us("return", ind)) / sites,
+        # the subtraction isolates the sites only when Inductor fused everything else alike: exactly
+        # `sites` norm kernels more in the buffer style, and a positive difference (at prefill Inductor
+        # may fold other work, e.g. the gated norm's gate, into different kernels in the two styles)
+        "comparable": inductor_per_site > 0 and calls["buffer"] - calls["return"] == sites,
+        "inductor_norm_us": {s: us(s, ind) for s in ("buffer", "return")},
+        "inductor_per_site_us": inductor_per_site,
         "ours_per_site_us": (us("return", ours) - us("buffer", ours)) / sites,
         "nccl_us": {s: us(s, nccl) for s in ("buffer", "return")},
         "kernel_us": {s: row[s]["kernels"]["kernel_us_per_step"] for s in ("buffer", "return")},
