@@ -176,11 +176,11 @@ def chunk_table_kernel(
 
 # --------------------------------------------------------------------------------------------------
 # Chunked form, kernels 1 and 2 of 4: everything that stays inside one chunk of 64 tokens.
-# Kernel 1: G = cumsum(g); L = strict_lower(diag(beta) (K K^T * Gamma)); A = (I + L)^-1 by 16x16
-# blocks, stored as [64, 64] per chunk. With USE_QK_L2NORM the keys are normalised here, once, and
-# stored (kn) for the later kernels. Kernel 2: w = A diag(beta exp(G)) K ; u = A diag(beta) V, each
-# one 64-row product on the matrix units. (Two kernels, not one, as flash-linear-attention does: the
-# solve's many small register tiles and the 64-row products no longer share one program's registers.)
+# Kernel 1: G = cumsum(g); L = strict_lower(diag(beta) (K K^T * Gamma)); A = (I + L)^-1, stored as
+# [64, 64] per chunk. With USE_QK_L2NORM the keys are normalised here, once, and stored (kn) for the
+# later kernels. Kernel 2: w = A diag(beta exp(G)) K ; u = A diag(beta) V, each one 64-row product on
+# the matrix units. (Two kernels, not one, as flash-linear-attention does: the solve's 64x64 fp32
+# tiles and the 64-row products no longer share one program's registers.)
 # --------------------------------------------------------------------------------------------------
 
 @triton.jit
@@ -201,10 +201,9 @@ def _chunk_position(i_c, cu_seqlens, chunk_indices, T, BT: tl.constexpr, IS_VARL
 
 @triton.jit
 def _inv_unit_lower16(b_l):
-    """(I + L)^-1 of a strictly lower 16x16 fp32 tile L. A = I - L A, iterated from A = I: after
-    pass m rows 0..m are final (row i needs only rows j < i), so 15 passes give the inverse, and
-    each row is computed as forward substitution computes it, e_i - sum_{j<i} L[i, j] A[j, :]
-    (one 16x16 product per pass instead of a row-by-row loop; fp32 FMA arithmetic)."""
+    """(I + L)^-1 of a strictly lower 16x16 fp32 tile L by iterating A = I - L A from A = I (15 passes,
+    one 16x16 product each). The solve kernel no longer uses it (see _inv_diag_blocks: the same rows
+    in far fewer dependent steps); kept while notebook 05 still displays it."""
     o_i = tl.arange(0, 16)
     b_i = (o_i[:, None] == o_i[None, :]).to(tl.float32)
     b_a = b_i - b_l
@@ -214,58 +213,62 @@ def _inv_unit_lower16(b_l):
 
 
 @triton.jit
-def _rows16(t0, eos, b: tl.constexpr):
-    o_t = t0 + b * 16 + tl.arange(0, 16)
-    return o_t, o_t < eos
+def _inv_diag_blocks(b_l, BC: tl.constexpr, BT: tl.constexpr):
+    """(I + D)^-1, D the BC x BC diagonal blocks of the strictly lower [BT, BT] fp32 tile L, as a
+    block-diagonal [BT, BT] tile, by forward substitution in fp32 on the BT / BC blocks at once, held
+    as one [BT / BC, BC, BC] tile (no work on the zeros between them). Right-looking: row j of every
+    block is final after step j - 1, and step j subtracts it, times L[i, j], from every later row i of
+    its block. A step is one column of L (independent of the result: off the dependent chain), one row
+    of the result (a masked sum over rows) and a rank-1 update, with no change of register layout."""
+    NB: tl.constexpr = BT // BC
+    o_b = tl.arange(0, NB)
+    o_r = tl.arange(0, BC)
+    m_bb = (o_b[:, None] == o_b[None, :])[:, None, :, None]                           # [NB, 1, NB, 1]
+    b_ld = tl.sum(tl.where(m_bb, tl.reshape(b_l, [NB, BC, NB, BC]), 0.), axis=2)       # [NB, BC, BC]
+    b_x = tl.broadcast_to((o_r[:, None] == o_r[None, :]).to(tl.float32)[None, :, :], [NB, BC, BC])
+    for j in tl.static_range(BC - 1):
+        b_xj = tl.sum(tl.where((o_r == j)[None, :, None], b_x, 0.), axis=1)     # [NB, BC]: row j of each block
+        b_lj = tl.sum(tl.where((o_r == j)[None, None, :], b_ld, 0.), axis=2)    # [NB, BC]: column j of each block
+        b_x -= b_lj[:, :, None] * b_xj[:, None, :]
+    b_x4 = tl.where(m_bb, tl.broadcast_to(b_x[:, :, None, :], [NB, BC, NB, BC]), 0.)
+    return tl.reshape(b_x4, [BT, BT])
 
 
 @triton.jit
-def _load_k16(k, kn, t0, eos, b: tl.constexpr, i_h, STORE_KN, H: tl.constexpr, K: tl.constexpr,
-              BK: tl.constexpr, USE_QK_L2NORM: tl.constexpr, dt: tl.constexpr):
-    """Rows [t0 + 16b, +16) of k in the storage dtype, L2-normalised if asked (zeros past eos);
-    the normalised rows are stored into kn when STORE_KN (one program per key head does)."""
-    o_t, m_t = _rows16(t0, eos, b)
-    o_k = tl.arange(0, BK)
-    m = m_t[:, None] & (o_k < K)[None, :]
-    b_k = tl.load(k + (o_t[:, None] * H + i_h) * K + o_k[None, :], mask=m, other=0)
-    if USE_QK_L2NORM:
-        b_k = _l2norm_rows(b_k.to(tl.float32)).to(dt)
-        if STORE_KN:
-            tl.store(kn + (o_t[:, None] * H + i_h) * K + o_k[None, :], b_k.to(kn.dtype.element_ty), mask=m)
-    return b_k.to(dt)
+def _merge_pairs(b_x, b_l, S: tl.constexpr, BT: tl.constexpr, PREC: tl.constexpr, EMULATE: tl.constexpr):
+    """From X = the inverses of the S x S diagonal blocks of I + L to those of the 2S x 2S blocks: a pair
+    [[D1, 0], [E, D2]] has the inverse [[X1, 0], [-X2 E X1, X2]], so X <- X - X E X with E the lower-left
+    S x S block of each pair (X E X is X2 E X1 there and zero elsewhere). Two [BT, BT] products on the
+    matrix units (PREC for their inputs; fp32 accumulation)."""
+    o_i = tl.arange(0, BT)
+    m_e = ((o_i[:, None] // (2 * S)) == (o_i[None, :] // (2 * S))) & ((o_i[:, None] // S) != (o_i[None, :] // S))
+    b_e = tl.where(m_e, b_l, 0.)
+    if EMULATE:
+        return b_x - tl.dot(b_x, tl.dot(b_e, b_x, input_precision="ieee"), input_precision="ieee")
+    else:
+        return b_x - tl.dot(b_x, tl.dot(b_e, b_x, input_precision=PREC), input_precision=PREC)
 
 
 @triton.jit
-def _load_gb16(g, beta, t0, eos, b: tl.constexpr, i_hv, HV: tl.constexpr):
-    o_t, m_t = _rows16(t0, eos, b)
-    b_g = tl.load(g + o_t * HV + i_hv, mask=m_t, other=0).to(tl.float32)
-    b_beta = tl.load(beta + o_t * HV + i_hv, mask=m_t, other=0).to(tl.float32)
-    return b_g, b_beta
-
-
-@triton.jit
-def _decay_block(b_s, b_gi, b_gj, b_beta_i, STRICT: tl.constexpr):
-    """beta_i * S_ij * exp(G_i - G_j), zero above the diagonal (and on it when STRICT)."""
-    if STRICT:  # a diagonal block: keep i > j only (masking the exponent first: no overflow above)
-        o_i = tl.arange(0, 16)
-        m = o_i[:, None] > o_i[None, :]
-        b_d = tl.where(m, b_gi[:, None] - b_gj[None, :], 0.)
-        return tl.where(m, b_beta_i[:, None] * b_s * tl.exp(b_d), 0.)
-    else:  # a block below the diagonal: every row comes after every column
-        return b_beta_i[:, None] * b_s * tl.exp(b_gi[:, None] - b_gj[None, :])
-
-
-@triton.jit
-def _ieee(a, b):
-    return tl.dot(a, b, input_precision="ieee")
-
-
-@triton.jit
-def _store_a16(A, b_x, t0, eos, bi: tl.constexpr, bj: tl.constexpr, i_hv, HV: tl.constexpr, BT: tl.constexpr):
-    """Store a [16, 16] tile as block (bi, bj) of the chunk's [64, 64] A (rows < eos)."""
-    o_t, m_t = _rows16(t0, eos, bi)
-    o_j = bj * 16 + tl.arange(0, 16)
-    tl.store(A + (o_t[:, None] * HV + i_hv) * BT + o_j[None, :], b_x.to(A.dtype.element_ty), mask=m_t[:, None])
+def _inv_unit_lower(b_l, BC: tl.constexpr, BT: tl.constexpr, PREC: tl.constexpr, EMULATE: tl.constexpr):
+    """(I + L)^-1 of a strictly lower [BT, BT] fp32 tile: diagonal blocks of BC rows by substitution,
+    then pairs merged (BC -> 2 BC -> ... -> BT). BC = 1 is pure merging (no substitution), BC = BT pure
+    substitution; every path computes the same terms as forward substitution, no cancelling series."""
+    tl.static_assert(BT <= 64, "merge levels are written out up to 64 rows")
+    b_x = _inv_diag_blocks(b_l, BC, BT)
+    if BC <= 1:
+        b_x = _merge_pairs(b_x, b_l, 1, BT, PREC, EMULATE)
+    if BC <= 2:
+        b_x = _merge_pairs(b_x, b_l, 2, BT, PREC, EMULATE)
+    if BC <= 4:
+        b_x = _merge_pairs(b_x, b_l, 4, BT, PREC, EMULATE)
+    if BC <= 8:
+        b_x = _merge_pairs(b_x, b_l, 8, BT, PREC, EMULATE)
+    if BC <= 16:
+        b_x = _merge_pairs(b_x, b_l, 16, BT, PREC, EMULATE)
+    if BC <= 32:
+        b_x = _merge_pairs(b_x, b_l, 32, BT, PREC, EMULATE)
+    return b_x
 
 
 @triton.heuristics({
@@ -286,86 +289,50 @@ def chunk_gdn_solve_kernel(
     H: tl.constexpr,            # key heads
     HV: tl.constexpr,           # value heads
     K: tl.constexpr,            # key head dim
-    BT: tl.constexpr,           # chunk length (64: four 16-row blocks)
+    BT: tl.constexpr,           # chunk length (64)
     BK: tl.constexpr,           # padded K (power of two >= 16)
+    BC: tl.constexpr,           # rows per diagonal block solved by substitution (1 .. BT, power of two)
+    GV: tl.constexpr,           # value heads per program (divides HV // H): they share one K K^T
+    PREC: tl.constexpr,         # matrix-unit precision of the merge products for 16-bit storage ("tf32", "tf32x3")
     EMULATE: tl.constexpr,      # interpreter: tl.dot on fp32 copies (see _dot)
     IS_VARLEN: tl.constexpr,    # cu_seqlens given: chunk positions from chunk_indices (heuristic)
     USE_QK_L2NORM: tl.constexpr,  # kn given: normalise k rows and store them (heuristic)
 ):
-    tl.static_assert(BT == 64, "the block inverse below is written for 64 = 4 x 16 rows")
-    i_c, i_hv = tl.program_id(0), tl.program_id(1)
-    i_h = i_hv // (HV // H)
+    i_c, i_p = tl.program_id(0), tl.program_id(1)
+    i_h = (i_p * GV) // (HV // H)
     i_n, bos, eos, t0 = _chunk_position(i_c, cu_seqlens, chunk_indices, T, BT, IS_VARLEN)
     if i_n < 0:   # past the last chunk of a varlen batch (the grid covers an upper bound)
         return
     dt: tl.constexpr = A.dtype.element_ty
     F32: tl.constexpr = dt == tl.float32
-    STORE_KN = i_hv % (HV // H) == 0    # one writer per key head
+    P: tl.constexpr = "tf32x3" if F32 else PREC     # fp32 storage keeps fp32 accuracy throughout
 
-    # keys (normalised once, here), gates and write strengths of the four 16-row blocks
-    b_k0 = _load_k16(k, kn, t0, eos, 0, i_h, STORE_KN, H, K, BK, USE_QK_L2NORM, dt)
-    b_k1 = _load_k16(k, kn, t0, eos, 1, i_h, STORE_KN, H, K, BK, USE_QK_L2NORM, dt)
-    b_k2 = _load_k16(k, kn, t0, eos, 2, i_h, STORE_KN, H, K, BK, USE_QK_L2NORM, dt)
-    b_k3 = _load_k16(k, kn, t0, eos, 3, i_h, STORE_KN, H, K, BK, USE_QK_L2NORM, dt)
-    b_g0, b_b0 = _load_gb16(g, beta, t0, eos, 0, i_hv, HV)
-    b_g1, b_b1 = _load_gb16(g, beta, t0, eos, 1, i_hv, HV)
-    b_g2, b_b2 = _load_gb16(g, beta, t0, eos, 2, i_hv, HV)
-    b_g3, b_b3 = _load_gb16(g, beta, t0, eos, 3, i_hv, HV)
-
-    # in-chunk cumulative log decay, carried across the four 16-row blocks
-    b_G0 = tl.cumsum(b_g0, axis=0)
-    b_G1 = tl.cumsum(b_g1, axis=0) + tl.sum(b_g0, axis=0)
-    b_G2 = tl.cumsum(b_g2, axis=0) + (tl.sum(b_g0, axis=0) + tl.sum(b_g1, axis=0))
-    b_G3 = tl.cumsum(b_g3, axis=0) + (tl.sum(b_g0, axis=0) + tl.sum(b_g1, axis=0) + tl.sum(b_g2, axis=0))
-    o_t = t0 + tl.arange(0, 16)
-    tl.store(G + o_t * HV + i_hv, b_G0, mask=o_t < eos)
-    tl.store(G + (o_t + 16) * HV + i_hv, b_G1, mask=o_t + 16 < eos)
-    tl.store(G + (o_t + 32) * HV + i_hv, b_G2, mask=o_t + 32 < eos)
-    tl.store(G + (o_t + 48) * HV + i_hv, b_G3, mask=o_t + 48 < eos)
-
-    # L blocks (row block i, column block j <= i). K K^T in the storage dtype's matrix units (fp32
-    # accumulation); the inverse itself in fp32 FMA arithmetic.
-    b_L00 = _decay_block(_dot(b_k0, tl.trans(b_k0), F32, EMULATE), b_G0, b_G0, b_b0, True)
-    b_L11 = _decay_block(_dot(b_k1, tl.trans(b_k1), F32, EMULATE), b_G1, b_G1, b_b1, True)
-    b_L22 = _decay_block(_dot(b_k2, tl.trans(b_k2), F32, EMULATE), b_G2, b_G2, b_b2, True)
-    b_L33 = _decay_block(_dot(b_k3, tl.trans(b_k3), F32, EMULATE), b_G3, b_G3, b_b3, True)
-    b_L10 = _decay_block(_dot(b_k1, tl.trans(b_k0), F32, EMULATE), b_G1, b_G0, b_b1, False)
-    b_L20 = _decay_block(_dot(b_k2, tl.trans(b_k0), F32, EMULATE), b_G2, b_G0, b_b2, False)
-    b_L21 = _decay_block(_dot(b_k2, tl.trans(b_k1), F32, EMULATE), b_G2, b_G1, b_b2, False)
-    b_L30 = _decay_block(_dot(b_k3, tl.trans(b_k0), F32, EMULATE), b_G3, b_G0, b_b3, False)
-    b_L31 = _decay_block(_dot(b_k3, tl.trans(b_k1), F32, EMULATE), b_G3, b_G1, b_b3, False)
-    b_L32 = _decay_block(_dot(b_k3, tl.trans(b_k2), F32, EMULATE), b_G3, b_G2, b_b3, False)
-
-    # A = (I + L)^-1: diagonal blocks by forward substitution, then A_ij = -A_ii sum_{m=j}^{i-1} L_im A_mj
-    b_A00 = _inv_unit_lower16(b_L00)
-    b_A11 = _inv_unit_lower16(b_L11)
-    b_A22 = _inv_unit_lower16(b_L22)
-    b_A33 = _inv_unit_lower16(b_L33)
-    b_A10 = -_ieee(b_A11, _ieee(b_L10, b_A00))
-    b_A21 = -_ieee(b_A22, _ieee(b_L21, b_A11))
-    b_A20 = -_ieee(b_A22, _ieee(b_L20, b_A00) + _ieee(b_L21, b_A10))
-    b_A32 = -_ieee(b_A33, _ieee(b_L32, b_A22))
-    b_A31 = -_ieee(b_A33, _ieee(b_L31, b_A11) + _ieee(b_L32, b_A21))
-    b_A30 = -_ieee(b_A33, _ieee(b_L30, b_A00) + _ieee(b_L31, b_A10) + _ieee(b_L32, b_A20))
-
-    # all 16 blocks of the chunk's rows, the six above the diagonal as zeros: kernel 2 reads [64, 64]
-    b_0 = tl.zeros([16, 16], dtype=tl.float32)
-    _store_a16(A, b_A00, t0, eos, 0, 0, i_hv, HV, BT)
-    _store_a16(A, b_0, t0, eos, 0, 1, i_hv, HV, BT)
-    _store_a16(A, b_0, t0, eos, 0, 2, i_hv, HV, BT)
-    _store_a16(A, b_0, t0, eos, 0, 3, i_hv, HV, BT)
-    _store_a16(A, b_A10, t0, eos, 1, 0, i_hv, HV, BT)
-    _store_a16(A, b_A11, t0, eos, 1, 1, i_hv, HV, BT)
-    _store_a16(A, b_0, t0, eos, 1, 2, i_hv, HV, BT)
-    _store_a16(A, b_0, t0, eos, 1, 3, i_hv, HV, BT)
-    _store_a16(A, b_A20, t0, eos, 2, 0, i_hv, HV, BT)
-    _store_a16(A, b_A21, t0, eos, 2, 1, i_hv, HV, BT)
-    _store_a16(A, b_A22, t0, eos, 2, 2, i_hv, HV, BT)
-    _store_a16(A, b_0, t0, eos, 2, 3, i_hv, HV, BT)
-    _store_a16(A, b_A30, t0, eos, 3, 0, i_hv, HV, BT)
-    _store_a16(A, b_A31, t0, eos, 3, 1, i_hv, HV, BT)
-    _store_a16(A, b_A32, t0, eos, 3, 2, i_hv, HV, BT)
-    _store_a16(A, b_A33, t0, eos, 3, 3, i_hv, HV, BT)
+    o_i = tl.arange(0, BT)
+    o_t = t0 + o_i
+    m_t = o_t < eos
+    o_k = tl.arange(0, BK)
+    m_tk = m_t[:, None] & (o_k < K)[None, :]
+    # the chunk's keys (normalised once, here, and stored by one program per key head)
+    b_k = tl.load(k + (o_t[:, None] * H + i_h) * K + o_k[None, :], mask=m_tk, other=0)
+    if USE_QK_L2NORM:
+        b_k = _l2norm_rows(b_k.to(tl.float32)).to(dt)
+        if (i_p * GV) % (HV // H) == 0:
+            tl.store(kn + (o_t[:, None] * H + i_h) * K + o_k[None, :], b_k.to(kn.dtype.element_ty), mask=m_tk)
+    # K K^T once for the GV value heads of this program (matrix units, fp32 accumulation)
+    b_s = _dot(b_k.to(dt), tl.trans(b_k.to(dt)), F32, EMULATE)
+    m_low = o_i[:, None] > o_i[None, :]
+    for r in range(GV):
+        i_hv = i_p * GV + r
+        b_g = tl.load(g + o_t * HV + i_hv, mask=m_t, other=0).to(tl.float32)
+        b_beta = tl.load(beta + o_t * HV + i_hv, mask=m_t, other=0).to(tl.float32)
+        b_G = tl.cumsum(b_g, axis=0)                     # in-chunk cumulative log decay
+        tl.store(G + o_t * HV + i_hv, b_G, mask=m_t)
+        # L = strict_lower(beta_i S_ij exp(G_i - G_j)), the exponent masked first (no overflow above)
+        b_d = tl.exp(tl.where(m_low, b_G[:, None] - b_G[None, :], 0.))
+        b_l = tl.where(m_low, b_beta[:, None] * b_s * b_d, 0.)
+        b_a = _inv_unit_lower(b_l, BC, BT, P, EMULATE)
+        # all 64 columns of the chunk's rows (zeros above the diagonal): kernel 2 reads [64, 64]
+        tl.store(A + (o_t[:, None] * HV + i_hv) * BT + o_i[None, :], b_a.to(dt), mask=m_t[:, None])
 
 
 @triton.heuristics({"IS_VARLEN": lambda args: args["cu_seqlens"] is not None})

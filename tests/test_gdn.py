@@ -162,6 +162,51 @@ def test_chunk_intermediates_fully_written_under_poison():
     assert_fully_written(run, names=["o", "G", "A", "w", "u", "v_new", "h", "kn"])
 
 
+def _chunk_inverse_ref(kk, beta, G, cu, chunk=gdn.CHUNK):
+    """A as the solve kernel stores it ([T, HV, chunk]): per chunk and value head, rows of
+    (I + strict_lower(beta_i k_i.k_j exp(G_i - G_j)))^-1 from torch's triangular solve, zeros to the right."""
+    T, HV = beta.shape
+    H = kk.shape[1]
+    A = torch.zeros(T, HV, chunk, dtype=torch.float64)
+    bounds = cu.tolist()
+    for bos, eos in zip(bounds[:-1], bounds[1:]):
+        for t0 in range(bos, eos, chunk):
+            n = min(chunk, eos - t0)
+            for hv in range(HV):
+                kc = kk[t0:t0 + n, hv // (HV // H)].double()
+                Gc = G[t0:t0 + n, hv].double()
+                low = torch.tril(torch.ones(n, n, dtype=torch.bool), -1)
+                L = torch.where(low, beta[t0:t0 + n, hv].double()[:, None] * (kc @ kc.T)
+                                * torch.exp(torch.where(low, Gc[:, None] - Gc[None, :], 0.)), 0.)
+                eye = torch.eye(n, dtype=torch.float64)
+                A[t0:t0 + n, hv, :n] = torch.linalg.solve_triangular(eye + L, eye, upper=False)
+    return A
+
+
+@pytest.mark.parametrize("solve", [{}, {"BC": 1}, {"BC": 4, "GV": 2}, {"BC": 64}, {"PREC": "tf32x3", "GV": 2}])
+def test_solve_variants_store_the_chunk_inverse(solve):
+    # Every launch variant of kernel 1 (diagonal blocks of BC rows by substitution, then merges; GV value
+    # heads per program sharing K K^T) stores the same (I + L)^-1, whole rows, on a varlen batch whose
+    # second sequence ends inside its second chunk; the in-kernel L2 norm makes the program that stores kn matter.
+    cu = torch.tensor([0, 5, 80], device=DEVICE)
+    x = gdn.make_inputs(1, 80, 1, 32, HV=2, gate="strong", normalize_qk=False, seed=26)
+    _, _, inter = gdn.chunk_gated_delta_rule(**x, cu_seqlens=cu, use_qk_l2norm_in_kernel=True,
+                                             return_intermediates=True, config={"solve": solve})
+    kk = gdn.l2norm(x["k"][0].float()).cpu()
+    assert_rel_close(inter["kn"].cpu(), kk, 1e-6, "kn")
+    G = inter["G"].cpu()
+    ref = _chunk_inverse_ref(kk, x["beta"][0].cpu(), G, cu.cpu())
+    assert ref[:, :, 1:].abs().max() > 0.1, "a test of the inverse needs off-diagonal weight"
+    assert_rel_close(inter["A"].cpu().double(), ref, 1e-5, f"A with solve config {solve}")
+
+
+def test_solve_config_is_checked():
+    x = gdn.make_inputs(1, 8, 1, 16, seed=27)
+    for bad in ({"BC": 3}, {"BC": 128}, {"GV": 0}, {"PREC": "ieee"}):
+        with pytest.raises(ValueError, match=r"config\['solve'\] needs BC a power of two"):
+            gdn.chunk_gated_delta_rule(**x, config={"solve": bad})
+
+
 @pytest.mark.parametrize("lens", [[1], [63, 64, 65], [0, 5, 0, 130], [200]])
 def test_chunk_table_is_fully_written_and_right(lens):
     # the device-built chunk table (empty storage, written by the table kernel alone): every row of

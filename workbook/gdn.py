@@ -42,7 +42,11 @@ _FLOATS = (torch.float32, torch.bfloat16, torch.float16)
 # chunked launcher takes one dict per kernel. ``benchmark()`` sweeps alternatives on the GPU.
 CONFIG = {
     "recurrent": {"BV": 32, "num_warps": 4},
-    "chunk": {"solve": {"num_warps": 4, "num_stages": 2}, "wu": {"num_warps": 4, "num_stages": 2},
+    # solve: BC rows per diagonal block solved by substitution before the pairwise merges (a power of
+    # two, 1 .. 64), GV value heads per program sharing one K K^T (the launcher uses gcd(GV, HV // H)),
+    # PREC the precision of the merge products with 16-bit storage (fp32 storage always uses "tf32x3").
+    "chunk": {"solve": {"BC": 16, "GV": 1, "PREC": "tf32", "num_warps": 4, "num_stages": 2},
+              "wu": {"num_warps": 4, "num_stages": 2},
               "state": {"BV": None, "num_warps": 4, "num_stages": 2}, "output": {"BV": 64, "num_warps": 4, "num_stages": 2}},
     "rmsnorm": {"BM": None, "num_warps": 4},
 }
@@ -390,6 +394,11 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     B, T, H, HV, K, V, N = _check(q, k, v, g, beta, scale, initial_state, cu_seqlens, device=DEVICE,
                                   inplace=inplace_final_state, cu_seqlens_cpu=cu_seqlens_cpu)
     cfg = _merge_config(CONFIG["chunk"], config, "chunk_gated_delta_rule")
+    c1 = cfg["solve"]
+    if c1["BC"] not in (1, 2, 4, 8, 16, 32, 64) or not (isinstance(c1["GV"], int) and c1["GV"] >= 1) \
+            or c1["PREC"] not in ("tf32", "tf32x3"):
+        raise ValueError(f"config['solve'] needs BC a power of two in 1..64, GV >= 1 and PREC 'tf32' or "
+                         f"'tf32x3'; got BC={c1['BC']!r}, GV={c1['GV']!r}, PREC={c1['PREC']!r}")
     emulate = _emulate(emulate)
     scale = K ** -0.5 if scale is None else float(scale)
     dev = q.device
@@ -429,9 +438,10 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     # kernels' heuristics turn them into constexpr flags.
     c1, c2, cs, co = cfg["solve"], cfg["wu"], cfg["state"], cfg["output"]
     if NT:
-        kern.chunk_gdn_solve_kernel[(NT, HV)](
+        gv = math.gcd(c1["GV"], HV // H)
+        kern.chunk_gdn_solve_kernel[(NT, HV // gv)](
             k, g, beta, G, A, kn, cu_seqlens, chunk_indices, T,
-            H=H, HV=HV, K=K, BT=CHUNK, BK=BK, EMULATE=emulate,
+            H=H, HV=HV, K=K, BT=CHUNK, BK=BK, BC=c1["BC"], GV=gv, PREC=c1["PREC"], EMULATE=emulate,
             num_warps=c1["num_warps"], num_stages=c1["num_stages"])
     kc = kn if l2 else k       # the keys the later kernels read: normalised once, by kernel 1
     if NT:
