@@ -43,7 +43,7 @@ def _u8(t):
 # --------------------------------------------------------------------------------------------------
 
 @needs_nvcc
-@pytest.mark.parametrize("topic", ["nvfp4", "fp8"])
+@pytest.mark.parametrize("topic", ["nvfp4", "fp8", "turboquant"])
 def test_source_compiles_for_sm90(topic, tmp_path):
     cubin = cuda.compile_check(topic, tmp_path, arch="sm_90")
     assert cubin.stat().st_size > 0
@@ -87,7 +87,7 @@ def test_sm90_sass_uses_the_hardware_conversions():
         assert v["ops"].get("F2FP", 0) >= 8, v["ops"]   # 2 x 4 e4m3x2 (+ the bf16x2 roundings)
 
 
-@pytest.mark.parametrize("topic", ["nvfp4", "fp8"])
+@pytest.mark.parametrize("topic", ["nvfp4", "fp8", "turboquant"])
 def test_sources_are_torch_free_and_packaged(topic):
     text = cuda.SOURCES[topic].read_text()
     for needle in ("torch/", "ATen", "c10/", "pybind11"):

@@ -534,3 +534,88 @@ def test_gpu_path_matches_emulation():
     for em, out in zip((False, True), outs):
         assert rel_err(out, ref) <= BOUND, em
     assert rel_err(outs[0], outs[1]) <= 1e-4
+
+
+# ---------------------------------------------------------------------------------------------- CUDA C++ decode
+
+def test_cuda_backend_refused_without_gpu_and_checked():
+    q, k, v, cache, batch = tq.make_example([1], [20], 1, hq=4, hkv=1)
+    with pytest.raises(ValueError, match="backend must be 'triton' or 'cuda'"):
+        tq.mixed_attention(q, k, v, cache, batch, backend="cutlass")
+    if not ON_GPU:
+        with pytest.raises(ValueError, match="need a GPU"):
+            tq.mixed_attention(q, k, v, cache, batch, backend="cuda")
+        return
+    with pytest.raises(ValueError, match="head_dim 128 only"):          # d = 32 here
+        tq.mixed_attention(q, k, v, cache, batch, backend="cuda")
+    q, k, v, cache, batch = tq.make_example([1], [20], 1, hq=16, hkv=1, d=128)
+    with pytest.raises(ValueError, match="at most 8 query heads per KV head"):
+        tq.mixed_attention(q, k, v, cache, batch, backend="cuda")
+    q, k, v, cache, batch = tq.make_example([1], [20], 1, hq=4, hkv=1, d=128, block_size=8)
+    with pytest.raises(ValueError, match="power of two >= 16"):
+        tq.mixed_attention(q, k, v, cache, batch, backend="cuda")
+    with pytest.raises(ValueError, match="emulate"):
+        tq.mixed_attention(q, k, v, cache, batch, backend="cuda", emulate=False)
+
+
+needs_cuda_backend = pytest.mark.skipif(not ON_GPU, reason="the CUDA C++ decode kernel needs a GPU")
+
+
+@needs_cuda_backend
+@pytest.mark.parametrize("hq,hkv,bs,dtype", [(8, 8, 16, torch.float32), (32, 8, 16, torch.bfloat16),
+                                             (16, 2, 32, torch.float16), (12, 4, 64, torch.bfloat16)])
+def test_cuda_decode_matches_reference_and_triton(hq, hkv, bs, dtype):
+    """GQA 1, 4, 8 and 3; pages of 16, 32, 64 tokens; sequence lengths 1, 17, 300 and several pages;
+    a prefill request after the decode ones (its rows come from the Triton prefill path)."""
+    ql, sl = [1, 1, 1, 1, 9], [1, 17, 300, 1000, 40]
+    q, k, v, cache, batch = tq.make_example(ql, sl, 4, hq=hq, hkv=hkv, d=128, block_size=bs, dtype=dtype, seed=5)
+    out = tq.mixed_attention(q, k, v, cache, batch, backend="cuda")
+    ref = tq.reference_mixed_attention(q, k, v, cache, batch)
+    tri = tq.mixed_attention(q, k, v, cache, batch, emulate=False)
+    tol = BOUND if dtype == torch.float32 else 1e-2   # the output's own bf16 / fp16 rounding on top
+    assert rel_err(out, ref) <= tol and rel_err(tri, ref) <= tol
+    for cfg in ({"NUM_SPLITS": 1}, {"NUM_SPLITS": 9}, {"WAVES": 8, "MIN_SPLIT": 32}):   # one split; empty splits
+        o = tq.mixed_attention(q, k, v, cache, batch, backend="cuda", config={"decode": cfg})
+        assert rel_err(o, ref) <= tol, cfg
+
+
+@needs_cuda_backend
+def test_cuda_decode_writes_every_partial_and_never_reads_unused_slots():
+    """part_out / part_lse (and attn_out) poisoned two ways give the same bytes; the cache's unused
+    slots and spare pages hold NaN / 0xA5 and never leak in (masked tails of the last page included)."""
+    res = []
+    for which in (0, 1):
+        with poisoned_empty(which) as seen:
+            q, k, v, cache, batch = tq.make_example([1, 1, 1], [21, 47, 5], 3, hq=8, hkv=2, d=128, spare_blocks=4,
+                                                    seed=9)
+            out = tq.mixed_attention(q, k, v, cache, batch, backend="cuda", config={"decode": {"NUM_SPLITS": 2}})
+        assert (3, 8, 2, 128) in seen and (3, 8, 2) in seen, seen   # 47 tokens: two 32-token splits
+        assert not out.isnan().any()
+        assert rel_err(out, tq.reference_mixed_attention(q, k, v, cache, batch)) <= BOUND
+        res.append(out)
+    assert torch.equal(res[0], res[1])
+
+
+@needs_cuda_backend
+def test_cuda_decode_long_context_and_graph_replay():
+    """20k tokens in one split and in many; then the call captured in a CUDA graph and replayed on new
+    queries gives the eager result."""
+    q, k, v, cache, batch = tq.make_example([1, 1], [20000, 3000], 2, hq=32, hkv=8, d=128, dtype=torch.bfloat16)
+    tq.store_kv(k, v, cache, batch.slot_mapping)
+    ref = tq.reference_mixed_attention(q, k, v, cache, batch)
+    q_rot = tq.rotate_queries(q, cache)
+    for cfg in ({"NUM_SPLITS": 1}, None):
+        out = torch.empty_like(q)
+        tq.decode_attention(q_rot, cache, batch, out, backend="cuda", config=cfg)
+        assert rel_err(out, ref) <= 1e-2, cfg
+    out = torch.empty_like(q)
+    g = torch.cuda.CUDAGraph()
+    tq.decode_attention(q_rot, cache, batch, out, backend="cuda")        # warm-up (builds the library)
+    with torch.cuda.graph(g):
+        tq.decode_attention(q_rot, cache, batch, out, backend="cuda")
+    q2 = torch.randn_like(q)
+    q_rot.copy_(tq.rotate_queries(q2, cache))
+    g.replay()
+    want = torch.empty_like(q)
+    tq.decode_attention(tq.rotate_queries(q2, cache), cache, batch, want, backend="cuda")
+    assert torch.equal(out, want)

@@ -55,7 +55,7 @@ def _cuda_dir() -> Path:
 
 
 CUDA_DIR = _cuda_dir()
-SOURCES = {"nvfp4": CUDA_DIR / "nvfp4.cu", "fp8": CUDA_DIR / "fp8.cu"}
+SOURCES = {"nvfp4": CUDA_DIR / "nvfp4.cu", "fp8": CUDA_DIR / "fp8.cu", "turboquant": CUDA_DIR / "turboquant.cu"}
 ARCH_FLAGS = ["-gencode", "arch=compute_90,code=sm_90"]   # the H200 (Hopper, sm_90)
 # the CUDA runtime linked in statically and kept private (no cuda* symbol exported to clash with torch's)
 _BUILD_FLAGS = ["-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", "-cudart", "static",
@@ -159,6 +159,10 @@ def build(verbose: bool = False):
         lib.silu_mul_quant_fp8_cuda.restype = i32
         lib.silu_mul_bf16_cuda.argtypes = [vp, vp, vp, i32, i32, i32, vp]
         lib.silu_mul_bf16_cuda.restype = i32
+        lib.tq_decode_cuda.argtypes = [vp] * 10 + [i32] * 12 + [vp]
+        lib.tq_decode_cuda.restype = i32
+        lib.tq_decode_cuda_warps_per_sm.argtypes = [i32, ctypes.POINTER(i32)]
+        lib.tq_decode_cuda_warps_per_sm.restype = i32
         lib.workbook_cuda_error_string.argtypes = [i32]
         lib.workbook_cuda_error_string.restype = ctypes.c_char_p
         _lib = lib
@@ -275,6 +279,38 @@ def _cuda_fp8_quant(src: torch.Tensor, m: int, n: int, silu_mul: bool):
                                       int(fast), *_device_stream(src))
     _check(lib, err, "silu_mul_quant_fp8_cuda")
     return codes, scales
+
+
+def _cuda_tq_decode(q_rot: torch.Tensor, cache, batch, num_splits: int, split_len: int,
+                    part_out: torch.Tensor, part_lse: torch.Tensor) -> None:
+    """The CUDA half of ``workbook.turboquant.decode_attention(..., backend='cuda')`` (inputs checked
+    and buffers allocated there): fills part_out [B, Hq, S, D] and part_lse [B, Hq, S] for every
+    request, head and split (kernels/cuda/turboquant.cu); the Triton merge kernel combines them."""
+    check_backend("cuda")
+    lib = build()
+    B, hq = part_out.shape[0], part_out.shape[1]
+    t0, t1, t2, t3 = cache.key_table_words
+    err = lib.tq_decode_cuda(
+        q_rot.data_ptr(), batch.block_table.data_ptr(), batch.seq_lens.data_ptr(), cache.k_codes.data_ptr(),
+        cache.k_scale.data_ptr(), cache.v_codes.data_ptr(), cache.v_scale.data_ptr(), cache.v_zero.data_ptr(),
+        part_out.data_ptr(), part_lse.data_ptr(), t0, t1, t2, t3, B, hq, cache.num_kv_heads, cache.block_size,
+        batch.block_table.stride(0), num_splits, split_len, *_device_stream(q_rot))
+    _check(lib, err, "tq_decode_cuda")
+
+
+_tq_warps: dict = {}
+
+
+def tq_decode_resident_warps(device_index: int) -> int:
+    """Warps of the CUDA decode kernel that the whole GPU holds at once (per-multiprocessor occupancy
+    from the CUDA runtime, times the multiprocessors): the launcher sizes its splits to whole rounds."""
+    if device_index not in _tq_warps:
+        check_backend("cuda")
+        lib = build()
+        w = ctypes.c_int(0)
+        _check(lib, lib.tq_decode_cuda_warps_per_sm(device_index, ctypes.byref(w)), "tq_decode_cuda_warps_per_sm")
+        _tq_warps[device_index] = w.value * torch.cuda.get_device_properties(device_index).multi_processor_count
+    return _tq_warps[device_index]
 
 
 def silu_mul_bf16_cuda(gate: torch.Tensor, up: torch.Tensor, fast: bool) -> torch.Tensor:

@@ -44,7 +44,7 @@ __all__ = [
     "TurboQuantCache", "allocate_cache", "slot_bytes", "MixedBatch", "make_batch", "CoverageError",
     "prove_coverage", "store_kv", "store_kv_reference", "dequantize_cache", "reference_attention",
     "reference_mixed_attention", "rotate_queries", "decode_attention", "prefill_attention",
-    "mixed_attention", "write_attention", "resolve_emulate", "DECODE_CONFIG", "PREFILL_CONFIG", "STORE_CONFIG", "make_example",
+    "mixed_attention", "write_attention", "resolve_emulate", "DECODE_CONFIG", "CUDA_DECODE_CONFIG", "PREFILL_CONFIG", "STORE_CONFIG", "make_example",
     "check_value_quant", "check_unwritten_rows", "check_merge_splits", "merge_splits_reference", "decode_point",
     "benchmark", "plot_rotation_histograms", "plot_centroids", "draw_cache_layout", "plot_benchmark",
 ]
@@ -548,6 +548,13 @@ DECODE_CONFIG = {"BLOCK_N": 64, "BLOCK_G": 16, "NUM_SPLITS": None, "WAVES": 8, "
 # num_stages=1: with 2, Triton 3.6's software pipelining of the cached-prefix loop made an out-of-range
 # shared-memory access on the H200 (compute-sanitizer memcheck on tests/test_turboquant.py, 2026-11-30;
 # the interpreter cannot see it); no upstream issue filed from here
+# The CUDA decode kernel (backend="cuda"): one warp per (request, KV head, split); splits are whole
+# 32-token steps (its softmax step). NUM_SPLITS None = as many splits as fill WAVES whole rounds of the
+# warps the GPU holds at once (the runtime's occupancy for this kernel; every split of a uniform batch
+# is the same work, so a last, partly filled round would cost a whole round's time), at most one split
+# per MIN_SPLIT tokens.
+CUDA_DECODE_CONFIG = {"NUM_SPLITS": None, "WAVES": 1, "MIN_SPLIT": 256}
+CUDA_STEP = 32
 PREFILL_CONFIG = {"BLOCK_M": 64, "BLOCK_N": 64, "LOOKUP": 0, "num_warps": 4, "num_stages": 1}
 STORE_CONFIG = {"BLOCK_R": 16, "num_warps": 4}
 if not ON_GPU:  # the interpreter pays per operation, not per element: few, large programs
@@ -679,17 +686,65 @@ def _num_splits(cfg, batch_reqs, hkv, max_len):
     return triton.cdiv(max_len, split_len), split_len
 
 
+def _check_cuda_decode(q_rot, cache: TurboQuantCache, hq: int, d: int) -> None:
+    """What the CUDA decode kernel (kernels/cuda/turboquant.cu) is written for; the Triton one takes more."""
+    hkv = cache.num_kv_heads
+    bs = cache.block_size
+    if d != 128:
+        raise ValueError(f"backend='cuda' decodes head_dim 128 only (its MMA layout is written for it), got {d}; "
+                         "use backend='triton'")
+    if hq // hkv > 8:
+        raise ValueError(f"backend='cuda' takes at most 8 query heads per KV head (one MMA's n = 8), got "
+                         f"{hq // hkv}; use backend='triton'")
+    if bs < 16 or bs & (bs - 1):
+        raise ValueError(f"backend='cuda' needs a block_size that is a power of two >= 16 (a 16-token tile "
+                         f"lies in one page), got {bs}; use backend='triton'")
+    check_tensor("q_rot", q_rot, dtypes=(torch.float32,), ndim=3, device=DEVICE)
+
+
 def decode_attention(q_rot: torch.Tensor, cache: TurboQuantCache, batch: MixedBatch, out: torch.Tensor,
-                     *, config=None, emulate: bool | None = None) -> torch.Tensor:
+                     *, config=None, emulate: bool | None = None, backend: str = "triton") -> torch.Tensor:
     """Rows [0, num_decode_tokens) of ``out`` (and nothing else): split-KV decode over the quantized
-    cache. ``q_rot`` from :func:`rotate_queries`. Returns ``out``."""
-    cfg = _resolve_config(DECODE_CONFIG, config)
-    em = resolve_emulate(emulate)
+    cache. ``q_rot`` from :func:`rotate_queries`. Returns ``out``.
+
+    ``backend``: "triton" (``tq_decode_kernel``; runs in the interpreter too) or "cuda" (the CUDA C++
+    kernel ``kernels/cuda/turboquant.cu``, GPU only: head_dim 128, at most 8 query heads per KV head,
+    pages of a power of two >= 16 tokens). With "cuda", ``config`` takes the keys of
+    ``CUDA_DECODE_CONFIG`` and ``emulate`` is refused. Both write the same rows and use the same merge."""
+    from .cuda import check_backend
+
+    use_cuda = check_backend(backend, emulate)
+    cfg = _resolve_config(CUDA_DECODE_CONFIG if use_cuda else DECODE_CONFIG, config)
+    em = False if use_cuda else resolve_emulate(emulate)
     B = batch.num_decode_reqs
     if B == 0:
         return out
     hq, d = out.shape[1], out.shape[2]
     hkv = cache.num_kv_heads
+    if use_cuda:
+        _check_cuda_decode(q_rot, cache, hq, d)
+        from .cuda import _cuda_tq_decode, tq_decode_resident_warps
+
+        max_len = batch.max_decode_seq_len
+        if cfg["NUM_SPLITS"] is not None:
+            S = int(cfg["NUM_SPLITS"])
+            if S < 1:
+                raise ValueError(f"config NUM_SPLITS must be >= 1, got {S}")
+        else:
+            index = out.device.index if out.device.index is not None else torch.cuda.current_device()
+            S = int(cfg["WAVES"] * tq_decode_resident_warps(index)) // max(B * hkv, 1)
+            S = max(1, min(S, triton.cdiv(max_len, cfg["MIN_SPLIT"])))
+        split_len = triton.cdiv(triton.cdiv(max(max_len, 1), S), CUDA_STEP) * CUDA_STEP
+        S = triton.cdiv(max(max_len, 1), split_len)
+        # empty is right: warp (b, KV head, s) of the CUDA kernel writes part_out/part_lse[b, its G
+        # heads, s] for every b < B, KV head and split, an empty split included (lse -inf, output 0);
+        # the merge reads exactly those entries (the tests poison both buffers).
+        part_out = torch.empty(B, hq, S, d, dtype=torch.float32, device=out.device)
+        part_lse = torch.empty(B, hq, S, dtype=torch.float32, device=out.device)
+        _cuda_tq_decode(q_rot.contiguous(), cache, batch, S, split_len, part_out, part_lse)
+        kern.tq_merge_kernel[(B, hq)](part_out, part_lse, out, HQ=hq, D=d, NUM_SPLITS=S,
+                                      BLOCK_S=triton.next_power_of_2(S), EMULATE=False, num_warps=4)
+        return out
     S, split_len = _num_splits(cfg, B, hkv, batch.max_decode_seq_len)
     if S > 1:
         # empty is right: program (b, kv head, s) writes part_out/part_lse[b, its G heads, s] for every
@@ -737,7 +792,8 @@ def prefill_attention(q, k, v, q_rot, cache: TurboQuantCache, batch: MixedBatch,
 
 
 def mixed_attention(q, k, v, cache: TurboQuantCache, batch: MixedBatch, *, sm_scale=None,
-                    alloc: str = "empty", config=None, emulate: bool | None = None) -> torch.Tensor:
+                    alloc: str = "empty", config=None, emulate: bool | None = None,
+                    backend: str = "triton") -> torch.Tensor:
     """One attention step of a mixed batch: store the new tokens into the cache, then decode rows
     [0, num_decode_tokens) and prefill rows [num_decode_tokens, N). q [N, Hq, D]; k, v [N, Hkv, D].
 
@@ -754,11 +810,13 @@ def mixed_attention(q, k, v, cache: TurboQuantCache, batch: MixedBatch, *, sm_sc
     # empty is right: prove_coverage just showed that decode rows [0, nd) and prefill rows [nd, N)
     # are disjoint and cover [0, N); each path writes every (head, dim) of its rows (tests poison it).
     attn_out = (torch.empty if alloc == "empty" else torch.zeros)(n, hq, d, dtype=q.dtype, device=q.device)
-    return write_attention(q, k, v, cache, batch, attn_out, sm_scale=sm_scale, config=cfg, emulate=emulate)
+    return write_attention(q, k, v, cache, batch, attn_out, sm_scale=sm_scale, config=cfg, emulate=emulate,
+                           backend=backend)
 
 
 def write_attention(q, k, v, cache: TurboQuantCache, batch: MixedBatch, attn_out: torch.Tensor, *,
-                    sm_scale=None, config=None, emulate: bool | None = None) -> torch.Tensor:
+                    sm_scale=None, config=None, emulate: bool | None = None,
+                    backend: str = "triton") -> torch.Tensor:
     """The two writers of a mixed step into a caller's ``attn_out`` [N, Hq, D], WITHOUT the coverage
     proof: store the new tokens, then the decode path writes rows [0, num_decode_tokens) and the
     prefill path rows [num_decode_tokens, num_actual_tokens). Rows beyond are left as they were:
@@ -772,9 +830,10 @@ def write_attention(q, k, v, cache: TurboQuantCache, batch: MixedBatch, attn_out
     cfg = dict(config or {})
     store_kv(k[: batch.num_actual_tokens], v[: batch.num_actual_tokens], cache, batch.slot_mapping)
     q_rot = rotate_queries(q, cache, sm_scale)
-    decode_attention(q_rot, cache, batch, attn_out, config=cfg.get("decode"), emulate=emulate)
+    decode_attention(q_rot, cache, batch, attn_out, config=cfg.get("decode"), emulate=emulate, backend=backend)
+    # the prefill path is Triton's with either backend (backend= picks the decode kernel)
     prefill_attention(q, k, v, q_rot, cache, batch, attn_out, sm_scale=sm_scale, config=cfg.get("prefill"),
-                      emulate=emulate)
+                      emulate=None if backend == "cuda" else emulate)
     return attn_out
 
 
@@ -985,9 +1044,14 @@ def decode_point(B, T, hq, hkv, d, block_size, timer, eager, configs, seed=0):
     row["sdpa_read_TBps"] = bf16_bytes / row["sdpa_graph_us"] / 1e6
     ref = sdpa()[:, :, 0].float()
     best = None
+    def split(cfg):  # a config may name the backend: {"backend": "cuda", ...}
+        cfg = dict(cfg)
+        return cfg.pop("backend", "triton"), (cfg or None)
+
     for name, cfg in configs.items():
         def ours(cfg=cfg):
-            return decode_attention(rotate_queries(q, cache), cache, batch, out, config=cfg)
+            be, c = split(cfg)
+            return decode_attention(rotate_queries(q, cache), cache, batch, out, config=c, backend=be)
         try:
             t = timer(ours)
         except Exception as e:  # noqa: BLE001  (record, keep going)
@@ -998,10 +1062,16 @@ def decode_point(B, T, hq, hkv, d, block_size, timer, eager, configs, seed=0):
             best = name
     if best is None:
         return row
-    cfg = configs[best]
+    be_best, cfg = split(configs[best])
+    for be in ("triton", "cuda"):  # the best of each backend, beside the best overall
+        times = [row[f"ours_{n}_graph_us"] for n, c in configs.items()
+                 if split(c)[0] == be and f"ours_{n}_graph_us" in row]
+        if times:
+            row[f"{be}_best_graph_us"] = min(times)
+            row[f"{be}_speedup_vs_sdpa"] = row["sdpa_graph_us"] / min(times)
 
     def ours_best():
-        return decode_attention(rotate_queries(q, cache), cache, batch, out, config=cfg)
+        return decode_attention(rotate_queries(q, cache), cache, batch, out, config=cfg, backend=be_best)
 
     row["best_config"] = best
     row["ours_graph_us"] = row[f"ours_{best}_graph_us"]
@@ -1054,9 +1124,9 @@ def benchmark(smoke: bool = False):
         eager = time_us
         shapes = [(8, 4096), (8, 32768), (8, 65536), (32, 4096), (32, 32768), (128, 16384)]
         hq, hkv, d, bs = 32, 8, 128, 16
-        configs = {"n64_w4_r128_waves8": {}, "n64_w4_r128_waves4": {"WAVES": 4},
-                   "n64_w4_r128_waves16": {"WAVES": 16}, "n64_w4_waves8": {"maxnreg": None},
-                   "n128_w4_waves8": {"BLOCK_N": 128, "maxnreg": None}}
+        configs = {"n64_w4_r128_waves8": {}, "n64_w4_r128_waves16": {"WAVES": 16},
+                   "cuda_rounds1": {"backend": "cuda"}, "cuda_rounds2": {"backend": "cuda", "WAVES": 2},
+                   "cuda_rounds4": {"backend": "cuda", "WAVES": 4}}
     t0 = time.time()
     res = {"shapes": [], "configs": configs, "slot_bytes": slot_bytes(d),
            "timing": "graph_us: GPU time per call from CUDA-graph replay (workbook.bench.graph_time_us, median of 3 "
