@@ -196,6 +196,12 @@ __global__ void __launch_bounds__(WARPS * 32) tq_decode_cuda_kernel(const Args a
   const int tile0 = start / TILE, last_tile = (end - 1) / TILE;
   const int shift = a.tiles_per_page_log2, in_page = (1 << shift) - 1;
   int page_base = -32, page_reg = 0, wr = 0;   // wr: the ring slot the next issue fills
+  // Value rows are stored swizzled: tokens 2m, 2m+1 share a 128-byte block (8 chunks of 16 bytes), chunk
+  // j of token 2m + p at chunk (4p + j) ^ 2(m & 3). The value loads below (lane (g, t): 8 bytes of
+  // tokens 2t + {0, 1, 8, 9}) then hit 32 different banks per half-warp instead of 16 (no 2-way or
+  // 4-way conflicts). Keys are read as 16 contiguous bytes per lane: no swizzle needed.
+  auto vchunk = [](int n, int j) { return 8 * (n >> 1) + ((4 * (n & 1) + j) ^ (2 * ((n >> 1) & 3))); };
+  const int vdst0 = vchunk(lane >> 2, lane & 3), vdst1 = vchunk((lane + 32) >> 2, lane & 3);
   auto issue = [&](int i) {
     if (2 * i + 1 - page_base >= 32) {  // warp-uniform: the next 32 tiles' pages
       page_base = 2 * i;
@@ -214,8 +220,8 @@ __global__ void __launch_bounds__(WARPS * 32) tq_decode_cuda_kernel(const Args a
       const uint4* vp = reinterpret_cast<const uint4*>(a.v_codes) + 4ll * slot;
       cp_async16(&dst.k[64 * c + lane], kp + lane);
       cp_async16(&dst.k[64 * c + lane + 32], kp + lane + 32);
-      cp_async16(&dst.v[64 * c + lane], vp + lane);
-      cp_async16(&dst.v[64 * c + lane + 32], vp + lane + 32);
+      cp_async16(&dst.v[64 * c + vdst0], vp + lane);
+      cp_async16(&dst.v[64 * c + vdst1], vp + lane + 32);
       if (lane < 6) {  // 3 x 32 bytes of fp16 scalars, 16 at a time
         const __half* src = (lane < 2 ? a.k_scale : lane < 4 ? a.v_scale : a.v_zero) + slot + 8 * (lane & 1);
         __half* d = (lane < 2 ? dst.ks : lane < 4 ? dst.vs : dst.vz) + 16 * c + 8 * (lane & 1);
@@ -247,6 +253,7 @@ __global__ void __launch_bounds__(WARPS * 32) tq_decode_cuda_kernel(const Args a
     float sc[2][4];
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
+      float odd[4] = {0.f, 0.f, 0.f, 0.f};   // two accumulator chains (even / odd k-steps): half the MMA latency chain
       sc[c][0] = sc[c][1] = sc[c][2] = sc[c][3] = 0.f;
       const uint4 ka = cur.k[64 * c + 4 * g + t], kb = cur.k[64 * c + 4 * (g + 8) + t];
       const uint32_t wa[4] = {ka.x, ka.y, ka.z, ka.w}, wb[4] = {kb.x, kb.y, kb.z, kb.w};
@@ -256,8 +263,10 @@ __global__ void __launch_bounds__(WARPS * 32) tq_decode_cuda_kernel(const Args a
         unpack_keys(wa[w], a.tab, ua);
         unpack_keys(wb[w], a.tab, ub);
         mma16816(sc[c], ua[0], ub[0], ua[1], ub[1], qf[2 * w][0], qf[2 * w][1]);
-        mma16816(sc[c], ua[2], ub[2], ua[3], ub[3], qf[2 * w + 1][0], qf[2 * w + 1][1]);
+        mma16816(odd, ua[2], ub[2], ua[3], ub[3], qf[2 * w + 1][0], qf[2 * w + 1][1]);
       }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) sc[c][e] += odd[e];
     }
     // token r of the step: row g (r = 16c + g) or g + 8; real iff tok0 + r < end
     bool real[4];
@@ -311,12 +320,13 @@ __global__ void __launch_bounds__(WARPS * 32) tq_decode_cuda_kernel(const Args a
       pb[c][0] = transpose8x8(half2_bits(p[0] * vs[2 * c], p[1] * vs[2 * c]));
       pb[c][1] = transpose8x8(half2_bits(p[2] * vs[2 * c + 1], p[3] * vs[2 * c + 1]));
     }
-    // out^T += V^T P' per tile c: words 2g, 2g+1 of tokens 2t, 2t+1, 2t+8, 2t+9 (vrow[8 n + g])
+    // out^T += V^T P' per tile c: words 2g, 2g+1 of tokens 2t, 2t+1, 2t+8, 2t+9 (swizzled rows)
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
-      const uint2* vrow = reinterpret_cast<const uint2*>(cur.v) + 128 * c;
-      const uint2 v0 = vrow[8 * (2 * t) + g], v1 = vrow[8 * (2 * t + 1) + g];
-      const uint2 v8 = vrow[8 * (2 * t + 8) + g], v9 = vrow[8 * (2 * t + 9) + g];
+      const uint2* vrow = reinterpret_cast<const uint2*>(cur.v + 64 * c);  // 8-byte units: chunk * 2 + half
+      const uint2 v0 = vrow[2 * vchunk(2 * t, g >> 1) + (g & 1)], v1 = vrow[2 * vchunk(2 * t + 1, g >> 1) + (g & 1)];
+      const uint2 v8 = vrow[2 * vchunk(2 * t + 8, g >> 1) + (g & 1)];
+      const uint2 v9 = vrow[2 * vchunk(2 * t + 9, g >> 1) + (g & 1)];
       uint32_t r0[8], r1[8], r2[8], r3[8];
       unpack_value_pairs(v0.x, v1.x, r0);   // row g (word 2g), tokens 2t, 2t+1
       unpack_value_pairs(v0.y, v1.y, r1);   // row g + 8 (word 2g + 1)
