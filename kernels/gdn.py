@@ -385,13 +385,17 @@ def chunk_gdn_wu_kernel(
 # --------------------------------------------------------------------------------------------------
 # Chunked form, kernel 3 of 4: the only sequential part. One program owns a [K, BV] slice of one
 # head's state and walks that sequence's chunks: v' = u - w h ; h <- exp(G_C) h + (K exp(G_C - G))^T v'.
-# The keys arrive normalised (kernel 1 did it): nothing but the recurrence stays in the loop.
+# The keys arrive normalised (kernel 1 did it): nothing but the recurrence stays on the dependent chain.
+# With FUSE_O (o given) the program also computes kernel 4's outputs for its chunks, while h and v'
+# are in its registers: h and v' are then neither stored nor read back (q K^T and the output products
+# hang off the chain: the next chunk's state does not wait for them).
 # --------------------------------------------------------------------------------------------------
 
 @triton.heuristics({
     "USE_H0": lambda args: args["h0"] is not None,
     "STORE_HT": lambda args: args["ht"] is not None,
     "IS_VARLEN": lambda args: args["cu_seqlens"] is not None,
+    "FUSE_O": lambda args: args["o"] is not None,
 })
 @triton.jit
 def chunk_gdn_state_kernel(
@@ -399,12 +403,15 @@ def chunk_gdn_state_kernel(
     w,                          # [T_all, HV, K] from kernel 2
     u,                          # [T_all, HV, V] from kernel 2
     G,                          # [T_all, HV] fp32 cumulative log decay from kernel 1
-    h,                          # [NT_MAX, HV, K, V] out: state at the start of every chunk
-    v_new,                      # [T_all, HV, V] out: v' = u - w h
+    h,                          # [NT_MAX, HV, K, V] out: state at the start of every chunk, or None with FUSE_O
+    v_new,                      # [T_all, HV, V] out: v' = u - w h, or None with FUSE_O
+    q,                          # [T_all, H, K] queries, or None (read with FUSE_O only)
+    o,                          # [T_all, HV, V] out: outputs, or None (FUSE_O: kernel 4 folded in)
     h0,                         # [N, HV, K, V] initial state, or None (USE_H0)
     ht,                         # [N, HV, K, V] final state, or None (STORE_HT; may alias h0)
     cu_seqlens,                 # [N + 1] sequence starts, or None (IS_VARLEN)
     chunk_offsets,              # [N + 1] first global chunk of each sequence, or None when not IS_VARLEN
+    scale,                      # query scale (fp32; FUSE_O)
     T,                          # tokens per sequence (with IS_VARLEN: all tokens, B == 1)
     NT_MAX,                     # rows of h
     H: tl.constexpr,            # key heads
@@ -414,10 +421,12 @@ def chunk_gdn_state_kernel(
     BT: tl.constexpr,           # chunk length
     BK: tl.constexpr,           # padded K
     BV: tl.constexpr,           # value columns per program
+    USE_Q_L2NORM: tl.constexpr,  # FUSE_O: L2-normalise q rows (the keys came normalised)
     EMULATE: tl.constexpr,      # interpreter: tl.dot on fp32 copies (see _dot)
     USE_H0: tl.constexpr,       # h0 given: start from it (heuristic)
     STORE_HT: tl.constexpr,     # ht given: write the final state (heuristic)
     IS_VARLEN: tl.constexpr,    # cu_seqlens given (heuristic)
+    FUSE_O: tl.constexpr,       # o given: outputs here, no h / v_new stores (heuristic)
 ):
     i_v, i_nh = tl.program_id(0), tl.program_id(1)
     i_n, i_hv = i_nh // HV, i_nh % HV
@@ -450,18 +459,34 @@ def chunk_gdn_state_kernel(
         t0 = bos + i_t * BT
         o_t = t0 + o_i
         m_t = o_t < eos
-        tl.store(h + ((c0 + i_t) * HV + i_hv) * K * V + o_hkv, b_h.to(dt), mask=m_h)
-        b_w = tl.load(w + (o_t[:, None] * HV + i_hv) * K + o_k[None, :], mask=m_t[:, None] & m_k[None, :], other=0)
-        b_u = tl.load(u + (o_t[:, None] * HV + i_hv) * V + o_v[None, :], mask=m_t[:, None] & m_v[None, :], other=0)
-        b_v = b_u.to(tl.float32) - _dot(b_w, b_h.to(dt), F32, EMULATE)
-        tl.store(v_new + (o_t[:, None] * HV + i_hv) * V + o_v[None, :], b_v.to(dt), mask=m_t[:, None] & m_v[None, :])
+        m_tk = m_t[:, None] & m_k[None, :]
+        m_tv = m_t[:, None] & m_v[None, :]
+        b_hd = b_h.to(dt)
+        if not FUSE_O:
+            tl.store(h + ((c0 + i_t) * HV + i_hv) * K * V + o_hkv, b_hd, mask=m_h)
+        b_w = tl.load(w + (o_t[:, None] * HV + i_hv) * K + o_k[None, :], mask=m_tk, other=0)
+        b_u = tl.load(u + (o_t[:, None] * HV + i_hv) * V + o_v[None, :], mask=m_tv, other=0)
+        b_v = b_u.to(tl.float32) - _dot(b_w, b_hd, F32, EMULATE)
+        if not FUSE_O:
+            tl.store(v_new + (o_t[:, None] * HV + i_hv) * V + o_v[None, :], b_v.to(dt), mask=m_tv)
         t_last = tl.minimum(t0 + BT, eos) - 1
         b_glast = tl.load(G + t_last * HV + i_hv)
         b_G = tl.load(G + o_t * HV + i_hv, mask=m_t, other=0)
         b_G = tl.where(m_t, b_G, b_glast)
-        b_k = tl.load(k + (o_t[:, None] * H + i_h) * K + o_k[None, :], mask=m_t[:, None] & m_k[None, :], other=0)
+        b_k = tl.load(k + (o_t[:, None] * H + i_h) * K + o_k[None, :], mask=m_tk, other=0).to(dt)
+        if FUSE_O:   # kernel 4 on this chunk, with the h and v' it would have read back (same roundings)
+            b_q = tl.load(q + (o_t[:, None] * H + i_h) * K + o_k[None, :], mask=m_tk, other=0)
+            if USE_Q_L2NORM:
+                b_q = _l2norm_rows(b_q.to(tl.float32))
+            b_q = b_q.to(dt)
+            m_a = (o_i[:, None] >= o_i[None, :]) & m_t[:, None] & m_t[None, :]
+            b_a = _dot(b_q, tl.trans(b_k), F32, EMULATE)
+            b_a = tl.where(m_a, b_a * tl.exp(tl.where(m_a, b_G[:, None] - b_G[None, :], 0.)), 0.)
+            b_o = _dot(b_q, b_hd, F32, EMULATE) * tl.exp(b_G)[:, None]
+            b_o = (b_o + _dot(b_a.to(dt), b_v.to(dt), F32, EMULATE)) * scale
+            tl.store(o + (o_t[:, None] * HV + i_hv) * V + o_v[None, :], b_o.to(o.dtype.element_ty), mask=m_tv)
         b_vd = (b_v * tl.exp(b_glast - b_G)[:, None]).to(dt)
-        b_h = b_h * tl.exp(b_glast) + _dot(tl.trans(b_k.to(dt)), b_vd, F32, EMULATE)
+        b_h = b_h * tl.exp(b_glast) + _dot(tl.trans(b_k), b_vd, F32, EMULATE)
     if STORE_HT:
         tl.store(ht + i_nh.to(tl.int64) * K * V + o_hkv, b_h.to(ht.dtype.element_ty), mask=m_h)
 

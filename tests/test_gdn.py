@@ -162,6 +162,26 @@ def test_chunk_intermediates_fully_written_under_poison():
     assert_fully_written(run, names=["o", "G", "A", "w", "u", "v_new", "h", "kn"])
 
 
+def test_state_pass_with_outputs_folded_in():
+    # FUSE_O: the state pass computes the outputs itself (h and v' never stored): the same numbers as the
+    # four kernels, on a varlen batch (a sequence over a chunk boundary), K and V not powers of two,
+    # several value blocks, q and k normalised in the kernel; every element of o written (poisoned twice).
+    cu = torch.tensor([0, 5, 70, 76], device=DEVICE)
+    x = gdn.make_inputs(1, 76, 1, 48, V=40, HV=2, gate="mixed", normalize_qk=False, seed=28)
+    x["initial_state"] = torch.randn(3, 2, 48, 40, device=DEVICE) * 0.5
+    kw = dict(output_final_state=True, cu_seqlens=cu, use_qk_l2norm_in_kernel=True, scale=0.3)
+    fused = {"state": {"BV": 16, "FUSE_O": True}}
+    o1, h1 = gdn.chunk_gated_delta_rule(**x, **kw, config={"state": {"BV": 16}})
+    o2, h2 = gdn.chunk_gated_delta_rule(**x, **kw, config=fused)
+    assert_rel_close(o2, o1, 1e-6, "o, FUSE_O vs four kernels")
+    assert_rel_close(h2, h1, 1e-6, "final state, FUSE_O vs four kernels")
+    ro, rh = _ref(x, cu_seqlens=cu, use_qk_l2norm_in_kernel=True, scale=0.3)
+    assert_rel_close(o2, ro, CHUNK_BOUND, "o, FUSE_O vs the recurrence")
+    assert_fully_written(lambda: gdn.chunk_gated_delta_rule(**x, **kw, config=fused), names=["o", "final_state"])
+    *_, inter = gdn.chunk_gated_delta_rule(**x, **kw, config=fused, return_intermediates=True)
+    assert {"h", "v_new"} <= set(inter), "return_intermediates runs the four-kernel form, which has h and v'"
+
+
 def _chunk_inverse_ref(kk, beta, G, cu, chunk=gdn.CHUNK):
     """A as the solve kernel stores it ([T, HV, chunk]): per chunk and value head, rows of
     (I + strict_lower(beta_i k_i.k_j exp(G_i - G_j)))^-1 from torch's triangular solve, zeros to the right."""

@@ -47,7 +47,9 @@ CONFIG = {
     # PREC the precision of the merge products with 16-bit storage (fp32 storage always uses "tf32x3").
     "chunk": {"solve": {"BC": 16, "GV": 1, "PREC": "tf32", "num_warps": 4, "num_stages": 2},
               "wu": {"num_warps": 4, "num_stages": 2},
-              "state": {"BV": None, "num_warps": 4, "num_stages": 2}, "output": {"BV": 64, "num_warps": 4, "num_stages": 2}},
+              # state: FUSE_O folds kernel 4 (outputs) into the state pass (h and v' never stored)
+              "state": {"BV": None, "num_warps": 4, "num_stages": 2, "FUSE_O": False},
+              "output": {"BV": 64, "num_warps": 4, "num_stages": 2}},
     "rmsnorm": {"BM": None, "num_warps": 4},
 }
 if not ON_GPU:  # the interpreter runs programs one after another: fewer, wider programs are faster
@@ -418,19 +420,24 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     # and the chunks of all sequences tile [0, T_all) (cu_seqlens: 0 .. T, non-decreasing), so each
     # per-row buffer below is written row by row by its chunk's program before anyone reads it.
     G = torch.empty(TA, HV, dtype=torch.float32, device=dev)   # kernel 1, program (chunk, hv)
-    # kernel 1, program (chunk, hv): its rows x all 64 columns (the 16x16 blocks above the diagonal as zeros)
+    # kernel 1, program (chunk, value heads hv .. hv + GV - 1): its rows x all 64 columns (zeros above the diagonal)
     A = torch.empty(TA, HV, CHUNK, dtype=dt, device=dev)
-    # kernel 1, program (chunk, hv) with hv the first value head of its key head: all K columns
+    # kernel 1, the program (chunk, hv ..) whose first value head is its key head's first: all K columns
     kn = torch.empty(TA, H, K, dtype=dt, device=dev) if l2 else None
     w = torch.empty(TA, HV, K, dtype=dt, device=dev)           # kernel 2, program (chunk, hv), all K columns
     u = torch.empty(TA, HV, V, dtype=dt, device=dev)           # kernel 2, all V columns
-    v_new = torch.empty(TA, HV, V, dtype=dt, device=dev)       # kernel 3, program (v-block, n, hv)
+    # With FUSE_O (kernel 4 folded into kernel 3) v' and h stay in registers and are not allocated;
+    # return_intermediates asks for them, so it runs the four-kernel form.
+    fuse = bool(cfg["state"]["FUSE_O"]) and not return_intermediates
+    # kernel 3, program (v-block, n, hv): its sequence's rows x its V block
+    v_new = None if fuse else torch.empty(TA, HV, V, dtype=dt, device=dev)
     # h[c, hv] = state at the start of chunk c: kernel 3 stores it for every chunk of every sequence
     # (chunk_offsets numbers them 0 .. NT-1 without gaps), all K rows, its V block. For a varlen
     # batch NT is an upper bound (chunk_count_bound); rows past the true count are neither written
     # nor read (kernel 4's programs for them exit at once).
-    h = torch.empty(max(NT, 1), HV, K, V, dtype=dt, device=dev)
-    # o: kernel 4 program (v-block, chunk, hv) writes the chunk's rows x its V block.
+    h = None if fuse else torch.empty(max(NT, 1), HV, K, V, dtype=dt, device=dev)
+    # o: kernel 4 program (v-block, chunk, hv) writes the chunk's rows x its V block; with FUSE_O,
+    # kernel 3 program (v-block, n, hv) writes its sequence's rows (all its chunks) x its V block.
     o = torch.empty_like(v)
     store = output_final_state or inplace_final_state
     ht = _final_state_buffer(initial_state, inplace_final_state, N, HV, K, V, dev) if store else None
@@ -451,11 +458,12 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
             num_warps=c2["num_warps"], num_stages=c2["num_stages"])
     BV2 = _state_bv(cs, N, HV, V)
     kern.chunk_gdn_state_kernel[(triton.cdiv(V, BV2), N * HV)](
-        kc, w, u, G, h, v_new, initial_state, ht, cu_seqlens, chunk_offsets, T, max(NT, 1),
-        H=H, HV=HV, K=K, V=V, BT=CHUNK, BK=BK, BV=BV2, EMULATE=emulate,
+        kc, w, u, G, h, v_new, q if fuse else None, o if fuse else None, initial_state, ht, cu_seqlens,
+        chunk_offsets, scale, T, max(NT, 1),
+        H=H, HV=HV, K=K, V=V, BT=CHUNK, BK=BK, BV=BV2, USE_Q_L2NORM=l2, EMULATE=emulate,
         num_warps=cs["num_warps"], num_stages=cs["num_stages"])
     BV3 = min(co["BV"], BVf)
-    if NT:
+    if NT and not fuse:
         kern.chunk_gdn_output_kernel[(triton.cdiv(V, BV3), NT, HV)](
             q, kc, v_new, h, G, o, cu_seqlens, chunk_indices, scale, T,
             H=H, HV=HV, K=K, V=V, BT=CHUNK, BK=BK, BV=BV3, USE_Q_L2NORM=l2, EMULATE=emulate,
