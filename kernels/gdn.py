@@ -200,19 +200,6 @@ def _chunk_position(i_c, cu_seqlens, chunk_indices, T, BT: tl.constexpr, IS_VARL
 
 
 @triton.jit
-def _inv_unit_lower16(b_l):
-    """(I + L)^-1 of a strictly lower 16x16 fp32 tile L by iterating A = I - L A from A = I (15 passes,
-    one 16x16 product each). The solve kernel no longer uses it (see _inv_diag_blocks: the same rows
-    in far fewer dependent steps); kept while notebook 05 still displays it."""
-    o_i = tl.arange(0, 16)
-    b_i = (o_i[:, None] == o_i[None, :]).to(tl.float32)
-    b_a = b_i - b_l
-    for _ in range(2, 16):
-        b_a = b_i - tl.dot(b_l, b_a, input_precision="ieee")
-    return b_a
-
-
-@triton.jit
 def _inv_diag_blocks(b_l, BC: tl.constexpr, BT: tl.constexpr):
     """(I + D)^-1, D the BC x BC diagonal blocks of the strictly lower [BT, BT] fp32 tile L, as a
     block-diagonal [BT, BT] tile, by forward substitution in fp32 on the BT / BC blocks at once, held

@@ -1,7 +1,7 @@
-"""CUDA C++ versions of the NVFP4 and FP8 quant kernels, beside the Triton ones (issue: "in
-Triton/CUDA"; engines ship these two in CUDA C++).
+"""CUDA C++ versions of the NVFP4 and FP8 quant kernels and of the TurboQuant decode kernel, beside the
+Triton ones (issue: "in Triton/CUDA"; engines ship these in CUDA C++).
 
-* Sources: ``kernels/cuda/nvfp4.cu`` and ``kernels/cuda/fp8.cu`` (packaged as
+* Sources: ``kernels/cuda/nvfp4.cu``, ``kernels/cuda/fp8.cu`` and ``kernels/cuda/turboquant.cu`` (packaged as
   ``workbook/kernels/cuda/*.cu``). Device code and ``extern "C"`` launchers taking raw pointers,
   sizes and a ``cudaStream_t``; no torch header, so each compiles on its own with ``nvcc``.
 * Build: on first use on a GPU, ``nvcc`` compiles both into one shared library for the H200
@@ -17,6 +17,9 @@ Triton/CUDA"; engines ship these two in CUDA C++).
   ``workbook.fp8.silu_mul_quant_fp8_packed / quant_fp8_packed(..., backend="cuda")`` allocate
   exactly as the Triton backend does (the functions here, ``_cuda_nvfp4_quant`` and
   ``_cuda_fp8_quant``, say why ``empty`` is right) and give the same bytes.
+  ``workbook.turboquant.decode_attention(..., backend="cuda")`` calls ``_cuda_tq_decode`` for the
+  split partials (same buffers, same merge as the Triton path; the launcher there says why ``empty``
+  is right); ``tq_decode_resident_warps`` sizes its splits from the runtime's occupancy.
 * Importing this module needs no GPU and no CUDA toolkit; ``backend="cuda"`` without a GPU raises a
   ValueError that says so. ``compile_check`` (tests/test_cuda.py) compiles each source for sm_90 on a
   CPU-only machine where an ``nvcc`` is found.
@@ -387,7 +390,7 @@ def sass_counts(out_dir=None) -> dict:
         raise RuntimeError("no cuobjdump found (CUDA toolkit or Triton's bundled copy)")
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for topic in SOURCES:
+        for topic in ("nvfp4", "fp8"):   # the quant kernels (the TurboQuant decode kernel is counted elsewhere)
             cubin = compile_check(topic, out_dir or tmp)
             sass = subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
             name = None

@@ -845,7 +845,8 @@ def benchmark(budget_s: float = 60.0):
         sw = []
         for cfg in ({"state": {"BV": 32}}, {"state": {"BV": 64}}, {"state": {"num_warps": 8}},
                     {"state": {"num_stages": 3}}, {"output": {"BV": 128}}, {"solve": {"num_warps": 2}},
-                    {"wu": {"num_warps": 8}}):
+                    {"wu": {"num_warps": 8}}, {"state": {"FUSE_O": True}},
+                    {"state": {"FUSE_O": True, "num_warps": 8}}):
             try:
                 t = graph_time_us(lambda: chunk_gated_delta_rule(**args, config=cfg))
             except Exception as e:  # noqa: BLE001
