@@ -798,7 +798,8 @@ def mixed_attention(q, k, v, cache: TurboQuantCache, batch: MixedBatch, *, sm_sc
     [0, num_decode_tokens) and prefill rows [num_decode_tokens, N). q [N, Hq, D]; k, v [N, Hkv, D].
 
     ``alloc``: "empty" (default) or "zeros" for ``attn_out`` (the lesson switch; zeros costs a fill).
-    ``config``: {"decode": {...}, "prefill": {...}} (keys of DECODE_CONFIG / PREFILL_CONFIG)."""
+    ``config``: {"decode": {...}, "prefill": {...}} (keys of DECODE_CONFIG / PREFILL_CONFIG).
+    ``backend``: the decode kernel, "triton" or "cuda" (:func:`decode_attention`); prefill is Triton's."""
     n, hq, hkv, d = _check_qkv(q, k, v, cache, batch)
     if alloc not in ("empty", "zeros"):
         raise ValueError(f"alloc must be 'empty' or 'zeros', got {alloc!r}")
@@ -1044,6 +1045,7 @@ def decode_point(B, T, hq, hkv, d, block_size, timer, eager, configs, seed=0):
     row["sdpa_read_TBps"] = bf16_bytes / row["sdpa_graph_us"] / 1e6
     ref = sdpa()[:, :, 0].float()
     best = None
+
     def split(cfg):  # a config may name the backend: {"backend": "cuda", ...}
         cfg = dict(cfg)
         return cfg.pop("backend", "triton"), (cfg or None)
