@@ -87,6 +87,23 @@ def test_sm90_sass_uses_the_hardware_conversions():
         assert v["ops"].get("F2FP", 0) >= 8, v["ops"]   # 2 x 4 e4m3x2 (+ the bf16x2 roundings)
 
 
+@needs_nvcc
+def test_tq_decode_loop_feeds_the_tensor_cores_without_moving_operands():
+    """The CUDA decode loop (one 32-token step): 2 tiles x (8 + 8) HMMA and 2 x 2 MOVM (the P transposes);
+    no block barrier and no shared-memory store (the operands never go through shared memory: only
+    cp.async writes it), shuffles only for the softmax max (3 per head) and the page index (2); the
+    key and value unpacking is 16 words x 10 PRMT + 8 value pairs x 2 PRMT."""
+    if cuda._cuobjdump() is None:
+        pytest.skip("no cuobjdump (CUDA toolkit or Triton's bundled copy) to read the SASS")
+    s = cuda.tq_decode_sass()
+    ops = s["ops"]
+    assert ops.get("HMMA") == 32 and ops.get("MOVM") == 4, ops
+    assert "BAR" not in ops and "STS" not in ops, ops
+    assert ops.get("SHFL", 0) <= 8 and ops.get("PRMT") == 16 * 10 + 8 * 2, ops
+    assert s["loop_instructions_per_element"] < 4 and abs(sum(s["per_element_by_kind"].values())
+                                                          - s["loop_instructions_per_element"]) < 0.05, s
+
+
 @pytest.mark.parametrize("topic", ["nvfp4", "fp8", "turboquant"])
 def test_sources_are_torch_free_and_packaged(topic):
     text = cuda.SOURCES[topic].read_text()

@@ -45,7 +45,7 @@ from .device import ON_GPU
 
 __all__ = [
     "CUDA_DIR", "SOURCES", "ARCH_FLAGS", "BACKENDS", "find_nvcc", "compile_check", "build", "cache_dir",
-    "check_backend", "silu_mul_bf16_cuda", "silu_fast_is_exact", "sass_counts", "benchmark", "benchmark_table", "show", "MAPPING",
+    "check_backend", "silu_mul_bf16_cuda", "silu_fast_is_exact", "sass_counts", "tq_decode_sass", "benchmark", "benchmark_table", "show", "MAPPING",
 ]
 
 BACKENDS = ("triton", "cuda")
@@ -422,6 +422,63 @@ def _short(mangled: str) -> str:
     keys = known.get(name, ())
     flags = re.findall(r"Lb([01])E", mangled)
     return f"{name}<{','.join(f'{k}={v}' for k, v in zip(keys, flags))}>"
+
+
+# SASS opcodes by what they do in the TurboQuant decode loop (the rest: addresses, masks, loop control)
+_TQ_KINDS = {
+    "dequant (prmt / lop3 / shifts / packed fp16 subtract)": ("PRMT", "LOP3", "SHF", "HADD2", "HFMA2"),
+    "tensor cores and the P transpose (HMMA / MOVM)": ("HMMA", "MOVM"),
+    "softmax arithmetic (FMUL/FFMA/FADD/FMNMX/MUFU/F2FP/FSEL)": ("FMUL", "FFMA", "FADD", "FMNMX", "MUFU", "F2FP",
+                                                                 "FSEL", "FSETP", "HADD2.F32"),
+    "shuffles and votes (the softmax max)": ("SHFL", "VOTE", "WARPSYNC"),
+    "shared memory (LDS) and cp.async (LDGSTS, waits)": ("LDS", "LDGSTS", "LDGDEPBAR", "DEPBAR"),
+    "global loads": ("LDG",),
+}
+
+
+def tq_decode_sass(out_dir=None) -> dict:
+    """Static SASS of the CUDA decode kernel's main loop for sm_90 (compiled here with nvcc, no GPU
+    needed): the loop is the backward branch whose body holds the matrix multiplies; one iteration is
+    one 32-token step of one warp, i.e. 32 x 128 key codes + as many value codes = 256 cache elements
+    per thread. Returns instructions per step, per element, the opcode histogram and per-element
+    counts by kind (``_TQ_KINDS``). A static count: each instruction of the loop body once (the
+    rescale branch, taken on few steps, included)."""
+    tool = _cuobjdump()
+    if tool is None:
+        raise RuntimeError("no cuobjdump found (CUDA toolkit or Triton's bundled copy)")
+    with tempfile.TemporaryDirectory() as tmp:
+        cubin = compile_check("turboquant", out_dir or tmp)
+        sass = subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
+    lines = [ln for ln in sass.splitlines() if _INSTR.match(ln)]
+    addr = [int(re.match(r"^\s+/\*([0-9a-f]+)\*/", ln).group(1), 16) for ln in lines]
+    ins = [_INSTR.match(ln).group(1) for ln in lines]
+    def hmma(body):
+        return sum(1 for b in body if "HMMA" in b.split()[0] or (b.startswith("@") and "HMMA" in b.split()[1]))
+
+    best = None   # the shortest backward branch around the most matrix multiplies: the loop's own back edge
+    for i, s in enumerate(ins):                     # (the out-of-line warp-divergence paths after the
+        m = re.search(r"\bBRA\s+(?:`\()?0x([0-9a-f]+)", s)   # function's end also jump back into it)
+        if m and "BRA.DIV" not in s and int(m.group(1), 16) < addr[i]:
+            j = addr.index(int(m.group(1), 16))
+            body = ins[j:i + 1]
+            if hmma(body) and (best is None or (hmma(body), -len(body)) > (hmma(best), -len(best))):
+                best = body
+    if best is None:
+        raise RuntimeError("no loop with matrix multiplies found in the decode kernel's SASS")
+    hist = _op_histogram(best)
+    per_elem = 256.0
+    kinds = {k: 0 for k in _TQ_KINDS}
+    other = 0
+    for op, n in hist.items():
+        kind = next((k for k, ops in _TQ_KINDS.items() if op in ops), None)
+        if kind is None:
+            other += n
+        else:
+            kinds[kind] += n
+    kinds["addresses, masks, moves, loop control"] = other
+    return {"loop_instructions_per_step": len(best), "cache_elements_per_thread_per_step": per_elem,
+            "loop_instructions_per_element": round(len(best) / per_elem, 2), "ops": hist,
+            "per_element_by_kind": {k: round(v / per_elem, 2) for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])}}
 
 
 def _op_histogram(ins: list[str]) -> dict:
