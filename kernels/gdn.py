@@ -239,22 +239,12 @@ def _merge_pairs(b_x, b_l, S: tl.constexpr, BT: tl.constexpr, PREC: tl.constexpr
 @triton.jit
 def _inv_unit_lower(b_l, BC: tl.constexpr, BT: tl.constexpr, PREC: tl.constexpr, EMULATE: tl.constexpr):
     """(I + L)^-1 of a strictly lower [BT, BT] fp32 tile: diagonal blocks of BC rows by substitution,
-    then pairs merged (BC -> 2 BC -> ... -> BT). BC = 1 is pure merging (no substitution), BC = BT pure
-    substitution; every path computes the same terms as forward substitution, no cancelling series."""
-    tl.static_assert(BT <= 64, "merge levels are written out up to 64 rows")
+    then pairs merged (BC -> 2 BC -> ... -> BT). BC = BT is pure substitution; every path computes the same terms as forward substitution, no cancelling series."""
+    tl.static_assert(BT <= 64, "merge levels run up to 64 rows")
     b_x = _inv_diag_blocks(b_l, BC, BT)
-    if BC <= 1:
-        b_x = _merge_pairs(b_x, b_l, 1, BT, PREC, EMULATE)
-    if BC <= 2:
-        b_x = _merge_pairs(b_x, b_l, 2, BT, PREC, EMULATE)
-    if BC <= 4:
-        b_x = _merge_pairs(b_x, b_l, 4, BT, PREC, EMULATE)
-    if BC <= 8:
-        b_x = _merge_pairs(b_x, b_l, 8, BT, PREC, EMULATE)
-    if BC <= 16:
-        b_x = _merge_pairs(b_x, b_l, 16, BT, PREC, EMULATE)
-    if BC <= 32:
-        b_x = _merge_pairs(b_x, b_l, 32, BT, PREC, EMULATE)
+    for lvl in tl.static_range(6):      # merged block sizes 1, 2, 4, ..., 32 (pairs of them: up to 64 rows)
+        if BC <= (1 << lvl) and (1 << lvl) < BT:
+            b_x = _merge_pairs(b_x, b_l, 1 << lvl, BT, PREC, EMULATE)
     return b_x
 
 

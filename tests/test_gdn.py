@@ -203,7 +203,7 @@ def _chunk_inverse_ref(kk, beta, G, cu, chunk=gdn.CHUNK):
     return A
 
 
-@pytest.mark.parametrize("solve", [{}, {"BC": 1}, {"BC": 4, "GV": 2}, {"BC": 64}, {"PREC": "tf32x3", "GV": 2}])
+@pytest.mark.parametrize("solve", [{}, {"BC": 2}, {"BC": 4, "GV": 2}, {"BC": 64}, {"PREC": "tf32x3", "GV": 2}])
 def test_solve_variants_store_the_chunk_inverse(solve):
     # Every launch variant of kernel 1 (diagonal blocks of BC rows by substitution, then merges; GV value
     # heads per program sharing K K^T) stores the same (I + L)^-1, whole rows, on a varlen batch whose
@@ -222,7 +222,7 @@ def test_solve_variants_store_the_chunk_inverse(solve):
 
 def test_solve_config_is_checked():
     x = gdn.make_inputs(1, 8, 1, 16, seed=27)
-    for bad in ({"BC": 3}, {"BC": 128}, {"GV": 0}, {"PREC": "ieee"}):
+    for bad in ({"BC": 1}, {"BC": 3}, {"BC": 128}, {"GV": 0}, {"PREC": "ieee"}):
         with pytest.raises(ValueError, match=r"config\['solve'\] needs BC a power of two"):
             gdn.chunk_gated_delta_rule(**x, config={"solve": bad})
 

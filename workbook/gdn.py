@@ -43,7 +43,8 @@ _FLOATS = (torch.float32, torch.bfloat16, torch.float16)
 CONFIG = {
     "recurrent": {"BV": 32, "num_warps": 4},
     # solve: BC rows per diagonal block solved by substitution before the pairwise merges (a power of
-    # two, 1 .. 64), GV value heads per program sharing one K K^T (the launcher uses gcd(GV, HV // H)),
+    # two, 2 .. 64; 1, pure merging, does not compile for sm_90: Triton 3.9 fails on its [64, 1, 1]
+    # tile), GV value heads per program sharing one K K^T (the launcher uses gcd(GV, HV // H)),
     # PREC the precision of the merge products with 16-bit storage (fp32 storage always uses "tf32x3").
     "chunk": {"solve": {"BC": 16, "GV": 1, "PREC": "tf32", "num_warps": 4, "num_stages": 2},
               "wu": {"num_warps": 4, "num_stages": 2},
@@ -397,9 +398,9 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
                                   inplace=inplace_final_state, cu_seqlens_cpu=cu_seqlens_cpu)
     cfg = _merge_config(CONFIG["chunk"], config, "chunk_gated_delta_rule")
     c1 = cfg["solve"]
-    if c1["BC"] not in (1, 2, 4, 8, 16, 32, 64) or not (isinstance(c1["GV"], int) and c1["GV"] >= 1) \
+    if c1["BC"] not in (2, 4, 8, 16, 32, 64) or not (isinstance(c1["GV"], int) and c1["GV"] >= 1) \
             or c1["PREC"] not in ("tf32", "tf32x3"):
-        raise ValueError(f"config['solve'] needs BC a power of two in 1..64, GV >= 1 and PREC 'tf32' or "
+        raise ValueError(f"config['solve'] needs BC a power of two in 2..64, GV >= 1 and PREC 'tf32' or "
                          f"'tf32x3'; got BC={c1['BC']!r}, GV={c1['GV']!r}, PREC={c1['PREC']!r}")
     emulate = _emulate(emulate)
     scale = K ** -0.5 if scale is None else float(scale)
