@@ -1,6 +1,7 @@
 """TurboQuant 4bit_nc: codebook, quantizers, store kernel, decode/prefill kernels on mixed batches,
 the coverage proof, poisoned buffers, bad inputs, graders, the benchmark's code path (smoke)."""
 import contextlib
+import dataclasses
 import math
 
 import pytest
@@ -556,6 +557,30 @@ def test_cuda_backend_refused_without_gpu_and_checked():
         tq.mixed_attention(q, k, v, cache, batch, backend="cuda")
     with pytest.raises(ValueError, match="emulate"):
         tq.mixed_attention(q, k, v, cache, batch, backend="cuda", emulate=False)
+
+
+def test_cuda_decode_requirements_checked_on_any_device():
+    """What the CUDA kernel is written for, checked before any launch (callable without a GPU): head dim
+    128, at most 8 query heads per KV head, pages of a power of two >= 16 tokens, fp32 [N, Hq, D] queries,
+    and cache tensors that are contiguous and 16-byte aligned (cp.async copies 16 bytes)."""
+    cache = tq.allocate_cache(4, 16, 2, 128, DEVICE)
+    q_rot = torch.randn(3, 8, 128, device=DEVICE)
+    tq._check_cuda_decode(q_rot, cache, 8, 128)                       # fine
+    with pytest.raises(ValueError, match="head_dim 128 only"):
+        tq._check_cuda_decode(q_rot, tq.allocate_cache(4, 16, 2, 64, DEVICE), 8, 64)
+    with pytest.raises(ValueError, match="at most 8 query heads"):
+        tq._check_cuda_decode(torch.randn(3, 32, 128, device=DEVICE), cache, 32, 128)
+    with pytest.raises(ValueError, match="power of two >= 16"):
+        tq._check_cuda_decode(q_rot, tq.allocate_cache(4, 24, 2, 128, DEVICE), 8, 128)
+    with pytest.raises(TypeError, match="q_rot"):
+        tq._check_cuda_decode(q_rot.half(), cache, 8, 128)
+    n = cache.k_codes.numel()
+    shifted = torch.empty(n + 16, dtype=torch.uint8, device=DEVICE)[1:1 + n].view(cache.k_codes.shape)
+    with pytest.raises(ValueError, match="cache.k_codes .* 16-byte boundary"):
+        tq._check_cuda_decode(q_rot, dataclasses.replace(cache, k_codes=shifted), 8, 128)
+    strided = torch.empty(2 * cache.v_scale.numel(), dtype=torch.float16, device=DEVICE)[::2].view(cache.v_scale.shape)
+    with pytest.raises(ValueError, match="cache.v_scale .* contiguous"):
+        tq._check_cuda_decode(q_rot, dataclasses.replace(cache, v_scale=strided), 8, 128)
 
 
 needs_cuda_backend = pytest.mark.skipif(not ON_GPU, reason="the CUDA C++ decode kernel needs a GPU")

@@ -700,6 +700,11 @@ def _check_cuda_decode(q_rot, cache: TurboQuantCache, hq: int, d: int) -> None:
         raise ValueError(f"backend='cuda' needs a block_size that is a power of two >= 16 (a 16-token tile "
                          f"lies in one page), got {bs}; use backend='triton'")
     check_tensor("q_rot", q_rot, dtypes=(torch.float32,), ndim=3, device=DEVICE)
+    names = ("k_codes", "k_scale", "v_codes", "v_scale", "v_zero")
+    for name, t in zip(names, cache.tensors()):   # cp.async copies 16 bytes: aligned, dense pages
+        if not t.is_contiguous() or t.data_ptr() % 16:
+            raise ValueError(f"backend='cuda' copies cache.{name} 16 bytes at a time: it must be contiguous and "
+                             f"start on a 16-byte boundary (a cache from allocate_cache is); use backend='triton'")
 
 
 def decode_attention(q_rot: torch.Tensor, cache: TurboQuantCache, batch: MixedBatch, out: torch.Tensor,
@@ -741,7 +746,10 @@ def decode_attention(q_rot: torch.Tensor, cache: TurboQuantCache, batch: MixedBa
         # the merge reads exactly those entries (the tests poison both buffers).
         part_out = torch.empty(B, hq, S, d, dtype=torch.float32, device=out.device)
         part_lse = torch.empty(B, hq, S, dtype=torch.float32, device=out.device)
-        _cuda_tq_decode(q_rot.contiguous(), cache, batch, S, split_len, part_out, part_lse)
+        q_rot = q_rot.contiguous()
+        if q_rot.data_ptr() % 16:    # 16-byte loads of the queries: a fresh copy is aligned
+            q_rot = q_rot.clone()
+        _cuda_tq_decode(q_rot, cache, batch, S, split_len, part_out, part_lse)
         kern.tq_merge_kernel[(B, hq)](part_out, part_lse, out, HQ=hq, D=d, NUM_SPLITS=S,
                                       BLOCK_S=triton.next_power_of_2(S), EMULATE=False, num_warps=4)
         return out
