@@ -29,6 +29,7 @@ def test_every_command_has_help(capsys, cmd, words):
 
 def test_doctor_reports_device_versions_and_a_smoke_run(capsys):
     rc, out, _ = run(capsys, "doctor", "start_here")
+    assert "CUDA C++ kernels (backend=\"cuda\", optional):" in out
     assert rc == 0, out
     assert ("Triton's interpreter" in out) != ON_GPU and "versions: torch" in out
     assert "[ok] start_here: iota(100)" in out and "ready" in out

@@ -237,6 +237,12 @@ def _cmd_doctor(args) -> int:
     for m in missing_optional:
         print(f"missing (optional): {m}")
     broken += [f"missing {m}" for m in missing_required]
+    from workbook.cuda import find_nvcc   # the CUDA C++ backends (backend="cuda"): optional, GPU only
+
+    nvcc = find_nvcc()
+    print("CUDA C++ kernels (backend=\"cuda\", optional): " + (
+        f"nvcc at {nvcc[0]}; they compile on first use" + ("" if not d["interpreted"] else ", on a GPU")
+        if nvcc else "no nvcc found; backend=\"cuda\" is unavailable, the Triton kernels need none"))
 
     # the recorded GPU results the notebooks fall back to
     from workbook import bench
