@@ -268,7 +268,7 @@ def chunk_gdn_solve_kernel(
     K: tl.constexpr,            # key head dim
     BT: tl.constexpr,           # chunk length (64)
     BK: tl.constexpr,           # padded K (power of two >= 16)
-    BC: tl.constexpr,           # rows per diagonal block solved by substitution (1 .. BT, power of two)
+    BC: tl.constexpr,           # rows per diagonal block solved by substitution (2 .. BT, power of two)
     GV: tl.constexpr,           # value heads per program (divides HV // H): they share one K K^T
     PREC: tl.constexpr,         # matrix-unit precision of the merge products for 16-bit storage ("tf32", "tf32x3")
     EMULATE: tl.constexpr,      # interpreter: tl.dot on fp32 copies (see _dot)

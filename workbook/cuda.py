@@ -429,7 +429,7 @@ _TQ_KINDS = {
     "dequant (prmt / lop3 / shifts / packed fp16 subtract)": ("PRMT", "LOP3", "SHF", "HADD2", "HFMA2"),
     "tensor cores and the P transpose (HMMA / MOVM)": ("HMMA", "MOVM"),
     "softmax arithmetic (FMUL/FFMA/FADD/FMNMX/MUFU/F2FP/FSEL)": ("FMUL", "FFMA", "FADD", "FMNMX", "MUFU", "F2FP",
-                                                                 "FSEL", "FSETP", "HADD2.F32"),
+                                                                 "FSEL", "FSETP"),
     "shuffles and votes (the softmax max)": ("SHFL", "VOTE", "WARPSYNC"),
     "shared memory (LDS) and cp.async (LDGSTS, waits)": ("LDS", "LDGSTS", "LDGDEPBAR", "DEPBAR"),
     "global loads": ("LDG",),

@@ -9,8 +9,8 @@
 // of value codes (4-bit uniform) and an fp16 value scale and zero.
 //
 // One warp = one (decode request b, KV head h, split s): it attends the G = HQ / HKV query heads of
-// head h (G <= 8) over tokens [s * split_len, min((s + 1) * split_len, seq_len)), 16 tokens (one MMA
-// tile) at a time, and writes that split's normalised output and log2-sum-exp2 for the merge kernel.
+// head h (G <= 8) over tokens [s * split_len, min((s + 1) * split_len, seq_len)), 32 tokens (two MMA
+// tiles of 16, one softmax step) at a time, and writes that split's normalised output and log2-sum-exp2 for the merge kernel.
 //
 // Both products use mma.sync.m16n8k16 (fp16 in, fp32 accumulate), the G heads as the n = 8 side:
 //   scores^T [16 tokens, 8 heads] = K [16, 128] . Q^T [128, 8]        (A = K, 8 k-steps over D)
@@ -38,9 +38,10 @@
 // The softmax is in base 2 (the queries carry sm_scale * log2(e)), with the running max per head and
 // the sums l = sum p and z = sum p (v_zero + 8 v_scale) kept per thread and reduced once at the end.
 //
-// Loads: each warp streams its tiles through a ring of STAGES shared-memory slots with cp.async (the
-// next STAGES - 1 tiles are in flight while one is computed); the page of each tile comes from the
-// block table, read 32 tiles at a time (lane i holds the page of tile base + i).
+// Loads: each warp streams its steps through a ring of STAGES shared-memory slots of one 32-token step
+// each, filled with cp.async (the next STAGES - 1 steps are in flight while one is computed); the page
+// of each 16-token tile comes from the block table, read 32 tiles at a time (lane i holds the page of
+// tile base + i).
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
