@@ -801,6 +801,38 @@ def test_config_is_checked():
             gdn.chunk_gated_delta_rule(**x, emulate=False)
 
 
+def test_state_launch_rule():
+    """The state pass's launch rule: the widest BV that still gives STATE_FILL programs per SM (never
+    below 16), three pipeline stages only while the programs each SM must hold fit its shared memory."""
+    fill = gdn.STATE_FILL
+    picks = {}
+    for n_sm in (132, 78):
+        for N in (1, 2, 3, 4, 8):
+            for HV in (1, 4, 8, 16, 32, 64):
+                for K, V in ((128, 128), (64, 64), (100, 72), (256, 256), (16, 16)):
+                    for size in (2, 4):
+                        c = gdn.state_launch(N, HV, K, V, size, n_sm=n_sm, smem_per_sm=228 << 10)
+                        bv, progs = c["BV"], N * HV * -(-V // c["BV"])
+                        assert c["num_warps"] == 4 and bv in (16, 32, 64) and bv <= max(16, V)
+                        if bv > 16:     # wide enough to fill the SMs ...
+                            assert progs >= fill * n_sm, (N, HV, V, c)
+                        if bv < min(64, max(16, V)):    # ... and no wider one would
+                            assert N * HV * -(-V // (2 * bv)) < fill * n_sm, (N, HV, V, c)
+                        per_sm = -(-progs // n_sm)
+                        tiles = 64 * (2 * max(16, 1 << (K - 1).bit_length()) + bv) * size
+                        assert c["num_stages"] == (3 if per_sm * (3 * tiles + (8 << 10)) <= 228 << 10 else 2)
+                        picks[(n_sm, N, HV, K, V, size)] = c
+    # the benchmark's shapes on an H200 (132 SMs): few heads -> narrow slices, three stages;
+    # many -> BV 64 and two stages (two programs per SM stay resident)
+    h200 = {(N, HV): (picks[(132, N, HV, 128, 128, 2)]["BV"], picks[(132, N, HV, 128, 128, 2)]["num_stages"])
+            for N, HV in ((1, 16), (1, 32), (2, 32), (4, 32))}
+    assert h200 == {(1, 16): (16, 3), (1, 32): (32, 3), (2, 32): (64, 3), (4, 32): (64, 2)}
+    # the rule fills only what config['state'] leaves None
+    cs = {**gdn.CONFIG["chunk"]["state"], "BV": None, "num_warps": None, "num_stages": None}
+    assert gdn._state_cfg({**cs, "num_stages": 2}, 1, 16, 128, 128, 2)["num_stages"] == 2
+    assert gdn._state_cfg({**cs, "BV": 256}, 1, 16, 128, 64, 2)["BV"] == 64
+
+
 # --------------------------------------------------------------------------------------------------
 # GPU only: both paths of the emulation switch, and the two timers of the benchmark
 # --------------------------------------------------------------------------------------------------
@@ -813,6 +845,25 @@ def test_chunk_emulate_paths_agree_on_gpu(dtype, bound):
     o2, h2 = gdn.chunk_gated_delta_rule(**x, output_final_state=True, emulate=False)
     assert_rel_close(o2, o1, bound, "o, emulate=False vs True")
     assert_rel_close(h2, h1, bound, "final state, emulate=False vs True")
+
+
+@pytest.mark.skipif(not ON_GPU, reason="the launch rule's configurations (num_stages 3) compile on the GPU only")
+@pytest.mark.parametrize("B,T,H,HV,dtype", [(1, 130, 2, 16, torch.bfloat16), (1, 130, 2, 16, torch.float32),
+                                            (2, 70, 4, 32, torch.bfloat16), (4, 65, 8, 32, torch.float32)])
+def test_chunk_state_launch_rule_on_gpu(B, T, H, HV, dtype):
+    """Every configuration the rule picks at these head counts (BV 16/32/64, two or three stages) runs,
+    agrees with a fixed configuration and with the fp32 recurrence, and writes every row of o."""
+    x = gdn.make_inputs(B, T, H, 128, HV=HV, dtype=dtype, gate="mixed", initial_state=True, seed=24)
+    o, h = gdn.chunk_gated_delta_rule(**x, output_final_state=True)
+    fixed = {"state": {"BV": 32, "num_warps": 4, "num_stages": 2}}   # differs from every pick here
+    o2, h2 = gdn.chunk_gated_delta_rule(**x, output_final_state=True, config=fixed)
+    bound = 1e-5 if dtype == torch.float32 else 1e-2
+    assert_rel_close(o, o2, bound, "o, rule vs BV32 ns2")
+    assert_rel_close(h, h2, bound, "final state, rule vs BV32 ns2")
+    ro, rh = _ref(x)
+    tol = CHUNK_BOUND if dtype == torch.float32 else 2e-2
+    assert_rel_close(o, ro, tol, "o vs fp32 recurrence")
+    assert_rel_close(h, rh, tol, "final state vs fp32 recurrence")
 
 
 @pytest.mark.skipif(not ON_GPU, reason="CUDA-graph timing needs a GPU")

@@ -15,6 +15,7 @@ q, k ``[B, T, H, K]``; v ``[B, T, HV, V]``; g, beta ``[B, T, HV]``; states ``[N,
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -30,7 +31,7 @@ __all__ = [
     "fused_recurrent_gated_delta_rule", "chunk_gated_delta_rule", "gated_rmsnorm", "gated_rmsnorm_ref",
     "GDNBlockParams", "make_block_params", "qwen3_next_linear_attention", "z_handoff_zero_then_copy",
     "make_inputs", "benchmark", "benchmark_table", "has_timing_methods", "plot_state", "plot_benchmark",
-    "CHUNK", "CONFIG", "TIMERS", "time_both",
+    "CHUNK", "CONFIG", "TIMERS", "time_both", "state_launch", "STATE_FILL",
     "check_decode_step", "check_ut_transform", "check_chunk_spans", "check_state_pass",
     "solution_decode_step", "solution_ut_transform", "solution_chunk_spans", "solution_state_pass",
 ]
@@ -48,8 +49,9 @@ CONFIG = {
     # PREC the precision of the merge products with 16-bit storage (fp32 storage always uses "tf32x3").
     "chunk": {"solve": {"BC": 16, "GV": 1, "PREC": "tf32", "num_warps": 4, "num_stages": 2},
               "wu": {"num_warps": 4, "num_stages": 2},
-              # state: FUSE_O folds kernel 4 (outputs) into the state pass (h and v' never stored)
-              "state": {"BV": None, "num_warps": 4, "num_stages": 2, "FUSE_O": False},
+              # state: FUSE_O folds kernel 4 (outputs) into the state pass (h and v' never stored);
+              # BV / num_warps / num_stages None: chosen by state_launch() from the grid it gives
+              "state": {"BV": None, "num_warps": None, "num_stages": None, "FUSE_O": False},
               "output": {"BV": 64, "num_warps": 4, "num_stages": 2}},
     "rmsnorm": {"BM": None, "num_warps": 4},
 }
@@ -357,14 +359,52 @@ def _chunk_table(cu_seqlens, N: int, T: int):
     return chunk_indices, chunk_offsets, nt_max
 
 
-def _state_bv(cfg, N, HV, V):
-    if cfg["BV"]:
-        return min(cfg["BV"], _pow2(V))
-    # the state pass is sequential over chunks; widen the grid until it fills the SMs
-    for bv in (64, 32):
-        if N * HV * triton.cdiv(V, bv) >= 256:
-            return min(bv, _pow2(V))
-    return min(16, _pow2(V))
+# The state pass is the one sequential part of the chunked form: a program walks every chunk of its
+# sequence for a [K, BV] slice of one head's state, and each chunk waits for the one before. Its time
+# is therefore (chunks per sequence) x (one chunk's latency) as long as every program is resident on
+# an SM, and grows by whole waves once they are not. A narrower slice (BV) shortens a chunk's latency
+# (smaller products on the chain) but every program re-reads the chunk's w and k, so narrow slices
+# multiply that traffic. Rule, from the grid alone (no per-shape table):
+#   BV: the widest of 64, 32, 16 whose grid still gives at least STATE_FILL programs per SM;
+#   num_stages: 3 (the next chunks' w, u and k tiles, which do not depend on the state, load while
+#   this chunk's products run) when the programs each SM must hold still fit its shared memory with
+#   three tiles in flight, else 2; num_warps: 4 (one warpgroup: sm_90's wgmma; 2 warps spill).
+STATE_FILL = 7 / 8
+_SMEM_PER_PROGRAM = 8 << 10     # shared memory a state program uses besides its pipelined tiles (about)
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count() -> tuple:
+    """(SMs, shared memory per SM in bytes) of the GPU in use; without one, an H200's (132, 228 KiB):
+    the figures the rule assumes where the interpreter ignores launch configurations anyway."""
+    if ON_GPU:
+        p = torch.cuda.get_device_properties(torch.cuda.current_device())
+        return p.multi_processor_count, getattr(p, "shared_memory_per_multiprocessor", 228 << 10)
+    return 132, 228 << 10
+
+
+def state_launch(N: int, HV: int, K: int, V: int, itemsize: int = 2, n_sm: int | None = None,
+                 smem_per_sm: int | None = None) -> dict:
+    """The state pass's launch configuration, {"BV", "num_warps", "num_stages"}, for N sequences of HV
+    value heads with K x V states stored ``itemsize`` bytes per element (w, k, u, h), by the rule
+    above. ``n_sm``, ``smem_per_sm``: the GPU's (default: the GPU in use)."""
+    sm, smem = _sm_count()
+    n_sm, smem_per_sm = n_sm or sm, smem_per_sm or smem
+    bv = min(64, _pow2(V))
+    while bv > 16 and N * HV * triton.cdiv(V, bv) < STATE_FILL * n_sm:
+        bv //= 2
+    per_sm = triton.cdiv(N * HV * triton.cdiv(V, bv), n_sm)      # programs each SM must hold
+    stage = CHUNK * (2 * _pow2(K) + bv) * itemsize                # one chunk's w, k and u tiles
+    ns = 3 if per_sm * (3 * stage + _SMEM_PER_PROGRAM) <= smem_per_sm else 2
+    return {"BV": bv, "num_warps": 4, "num_stages": ns}
+
+
+def _state_cfg(cs: dict, N: int, HV: int, K: int, V: int, itemsize: int) -> dict:
+    """config['state'] with each name left None filled in by state_launch (a given BV is capped at V)."""
+    rule = state_launch(N, HV, K, V, itemsize)
+    out = {k: (rule[k] if cs[k] is None else cs[k]) for k in ("BV", "num_warps", "num_stages")}
+    out["BV"] = min(out["BV"], _pow2(V))
+    return out
 
 
 def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
@@ -386,7 +426,8 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     ``chunk_indices`` is accepted and ignored (built here).
 
     ``config``: launch configuration, one dict per kernel, names as in ``CONFIG["chunk"]`` (e.g.
-    ``{"state": {"BV": 32, "num_warps": 8}}``). ``return_intermediates=True`` also returns the dict
+    ``{"state": {"BV": 32, "num_warps": 8}}``); the state pass's BV, num_warps and num_stages left None
+    are chosen from the grid by :func:`state_launch`. ``return_intermediates=True`` also returns the dict
     of intermediate buffers (G, A, w, u, v_new, h, and kn with the in-kernel L2 norm) so that their
     coverage can be checked.
     ``emulate`` (default: True without a GPU) runs ``tl.dot`` on fp32 copies, the interpreter's
@@ -457,12 +498,12 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
             kc, v, beta, G, A, w, u, cu_seqlens, chunk_indices, T,
             H=H, HV=HV, K=K, V=V, BT=CHUNK, BK=BK, BV=BVf, EMULATE=emulate,
             num_warps=c2["num_warps"], num_stages=c2["num_stages"])
-    BV2 = _state_bv(cs, N, HV, V)
-    kern.chunk_gdn_state_kernel[(triton.cdiv(V, BV2), N * HV)](
+    c3 = _state_cfg(cs, N, HV, K, V, q.element_size())
+    kern.chunk_gdn_state_kernel[(triton.cdiv(V, c3["BV"]), N * HV)](
         kc, w, u, G, h, v_new, q if fuse else None, o if fuse else None, initial_state, ht, cu_seqlens,
         chunk_offsets, scale, T, max(NT, 1),
-        H=H, HV=HV, K=K, V=V, BT=CHUNK, BK=BK, BV=BV2, USE_Q_L2NORM=l2, EMULATE=emulate,
-        num_warps=cs["num_warps"], num_stages=cs["num_stages"])
+        H=H, HV=HV, K=K, V=V, BT=CHUNK, BK=BK, BV=c3["BV"], USE_Q_L2NORM=l2, EMULATE=emulate,
+        num_warps=c3["num_warps"], num_stages=c3["num_stages"])
     BV3 = min(co["BV"], BVf)
     if NT and not fuse:
         kern.chunk_gdn_output_kernel[(triton.cdiv(V, BV3), NT, HV)](
