@@ -861,7 +861,7 @@ def test_chunk_state_launch_rule_on_gpu(B, T, H, HV, dtype):
     assert_rel_close(o, o2, bound, "o, rule vs BV32 ns2")
     assert_rel_close(h, h2, bound, "final state, rule vs BV32 ns2")
     ro, rh = _ref(x)
-    tol = CHUNK_BOUND if dtype == torch.float32 else 2e-2
+    tol = CHUNK_BOUND if dtype == torch.float32 else 3e-2   # the bf16 bound of test_bf16_inputs
     assert_rel_close(o, ro, tol, "o vs fp32 recurrence")
     assert_rel_close(h, rh, tol, "final state vs fp32 recurrence")
 
