@@ -132,8 +132,8 @@ def test_threshold_table_is_exact(gs, dtype):
 @pytest.mark.skipif(not ON_GPU, reason="the GPU instructions (inline PTX, hardware E4M3 conversion) "
                                        "run only on a GPU; the interpreter runs the emulation")
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("cfg", [None] + TUNE_CONFIGS + [dict(c, TABLE=True) for c in TUNE_CONFIGS]
-                         + [dict(c, TABLE=False) for c in TUNE_CONFIGS])
+@pytest.mark.parametrize("cfg", [None] + TUNE_CONFIGS + [dict(c, TABLE=t) for c in TUNE_CONFIGS for t in (True, False)],
+                         ids=lambda c: "default" if c is None else "-".join(f"{k}{v}" for k, v in c.items()))
 def test_gpu_instructions_match_their_emulation(cfg, dtype):
     """On a GPU the kernel takes the block amax with packed max.xorsign.abs and converts to E4M3 in
     hardware (emulate=False); the interpreter path (emulate=True) emulates both. Same bytes, and both
