@@ -561,19 +561,20 @@ def test_cuda_backend_refused_without_gpu_and_checked():
 
 def test_cuda_decode_requirements_checked_on_any_device():
     """What the CUDA kernel is written for, checked before any launch (callable without a GPU): head dim
-    128, at most 8 query heads per KV head, pages of a power of two >= 16 tokens, fp32 [N, Hq, D] queries,
-    and cache tensors that are contiguous and 16-byte aligned (cp.async copies 16 bytes)."""
+    128, at most 8 query heads per KV head, pages of a power of two >= 16 tokens, fp32 / fp16 / bf16
+    [N, Hq, D] queries, and cache tensors that are contiguous and 16-byte aligned (cp.async copies 16 bytes)."""
     cache = tq.allocate_cache(4, 16, 2, 128, DEVICE)
     q_rot = torch.randn(3, 8, 128, device=DEVICE)
-    tq._check_cuda_decode(q_rot, cache, 8, 128)                       # fine
+    for dt in (torch.float32, torch.float16, torch.bfloat16):
+        tq._check_cuda_decode(q_rot.to(dt), cache, 8, 128)              # fine
     with pytest.raises(ValueError, match="head_dim 128 only"):
         tq._check_cuda_decode(q_rot, tq.allocate_cache(4, 16, 2, 64, DEVICE), 8, 64)
     with pytest.raises(ValueError, match="at most 8 query heads"):
         tq._check_cuda_decode(torch.randn(3, 32, 128, device=DEVICE), cache, 32, 128)
     with pytest.raises(ValueError, match="power of two >= 16"):
         tq._check_cuda_decode(q_rot, tq.allocate_cache(4, 24, 2, 128, DEVICE), 8, 128)
-    with pytest.raises(TypeError, match="q_rot"):
-        tq._check_cuda_decode(q_rot.half(), cache, 8, 128)
+    with pytest.raises(TypeError, match="q must have dtype"):
+        tq._check_cuda_decode(q_rot.double(), cache, 8, 128)
     n = cache.k_codes.numel()
     shifted = torch.empty(n + 16, dtype=torch.uint8, device=DEVICE)[1:1 + n].view(cache.k_codes.shape)
     with pytest.raises(ValueError, match="cache.k_codes .* 16-byte boundary"):
@@ -623,24 +624,28 @@ def test_cuda_decode_writes_every_partial_and_never_reads_unused_slots():
 
 @needs_cuda_backend
 def test_cuda_decode_long_context_and_graph_replay():
-    """20k tokens in one split and in many; then the call captured in a CUDA graph and replayed on new
-    queries gives the eager result."""
+    """20k tokens in one split and in many; queries that are a strided / misaligned view (the launcher
+    copies them); then the call captured in a CUDA graph and replayed on new queries gives the eager result."""
     q, k, v, cache, batch = tq.make_example([1, 1], [20000, 3000], 2, hq=32, hkv=8, d=128, dtype=torch.bfloat16)
     tq.store_kv(k, v, cache, batch.slot_mapping)
     ref = tq.reference_mixed_attention(q, k, v, cache, batch)
-    q_rot = tq.rotate_queries(q, cache)
     for cfg in ({"NUM_SPLITS": 1}, None):
         out = torch.empty_like(q)
-        tq.decode_attention(q_rot, cache, batch, out, backend="cuda", config=cfg)
+        tq.decode_attention(q, cache, batch, out, backend="cuda", config=cfg)
         assert rel_err(out, ref) <= 1e-2, cfg
+    wide = torch.empty(q.shape[0], q.shape[1], q.shape[2] + 1, dtype=q.dtype, device=q.device)
+    for view in (q.float().transpose(0, 1).contiguous().transpose(0, 1), wide[:, :, 1:].copy_(q)):
+        out = torch.empty_like(q)
+        tq.decode_attention(view, cache, batch, out, backend="cuda")
+        assert rel_err(out, ref) <= 1e-2
     out = torch.empty_like(q)
     g = torch.cuda.CUDAGraph()
-    tq.decode_attention(q_rot, cache, batch, out, backend="cuda")        # warm-up (builds the library)
+    tq.decode_attention(q, cache, batch, out, backend="cuda")        # warm-up (builds the library)
     with torch.cuda.graph(g):
-        tq.decode_attention(q_rot, cache, batch, out, backend="cuda")
+        tq.decode_attention(q, cache, batch, out, backend="cuda")
     q2 = torch.randn_like(q)
-    q_rot.copy_(tq.rotate_queries(q2, cache))
+    q.copy_(q2)
     g.replay()
     want = torch.empty_like(q)
-    tq.decode_attention(tq.rotate_queries(q2, cache), cache, batch, want, backend="cuda")
+    tq.decode_attention(q2, cache, batch, want, backend="cuda")
     assert torch.equal(out, want)

@@ -162,7 +162,7 @@ def build(verbose: bool = False):
         lib.silu_mul_quant_fp8_cuda.restype = i32
         lib.silu_mul_bf16_cuda.argtypes = [vp, vp, vp, i32, i32, i32, vp]
         lib.silu_mul_bf16_cuda.restype = i32
-        lib.tq_decode_cuda.argtypes = [vp] * 10 + [i32] * 12 + [vp]
+        lib.tq_decode_cuda.argtypes = [vp, i32, i64, ctypes.c_float] + [vp] * 10 + [i32] * 14 + [vp]
         lib.tq_decode_cuda.restype = i32
         lib.tq_decode_cuda_warps_per_sm.argtypes = [i32, ctypes.POINTER(i32)]
         lib.tq_decode_cuda_warps_per_sm.restype = i32
@@ -284,20 +284,28 @@ def _cuda_fp8_quant(src: torch.Tensor, m: int, n: int, silu_mul: bool):
     return codes, scales
 
 
-def _cuda_tq_decode(q_rot: torch.Tensor, cache, batch, num_splits: int, split_len: int,
-                    part_out: torch.Tensor, part_lse: torch.Tensor) -> None:
+_Q_DTYPES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
+
+
+def _cuda_tq_decode(q: torch.Tensor, q_scale: float, cache, batch, num_splits: int, split_len: int,
+                    part_out: torch.Tensor, part_lse: torch.Tensor, out: torch.Tensor) -> None:
     """The CUDA half of ``workbook.turboquant.decode_attention(..., backend='cuda')`` (inputs checked
-    and buffers allocated there): fills part_out [B, Hq, S, D] and part_lse [B, Hq, S] for every
-    request, head and split (kernels/cuda/turboquant.cu); the Triton merge kernel combines them."""
+    and buffers allocated there): the decode kernel rotates the raw queries ``q`` [B, Hq, D]
+    (fp32/fp16/bf16, [Hq, D] dense, 16-byte aligned rows) times ``q_scale`` and fills part_out
+    [B, Hq, S, D] and part_lse [B, Hq, S] for every request, head and split; the merge kernel, launched
+    as its programmatic dependent, writes rows [0, B) of ``out`` ([N, Hq, D] dense, q's dtype)
+    (kernels/cuda/turboquant.cu)."""
     check_backend("cuda")
     lib = build()
     B, hq = part_out.shape[0], part_out.shape[1]
     t0, t1, t2, t3 = cache.key_table_words
     err = lib.tq_decode_cuda(
-        q_rot.data_ptr(), batch.block_table.data_ptr(), batch.seq_lens.data_ptr(), cache.k_codes.data_ptr(),
+        q.data_ptr(), _Q_DTYPES[q.dtype], q.stride(0), ctypes.c_float(q_scale), batch.block_table.data_ptr(),
+        batch.seq_lens.data_ptr(), cache.k_codes.data_ptr(),
         cache.k_scale.data_ptr(), cache.v_codes.data_ptr(), cache.v_scale.data_ptr(), cache.v_zero.data_ptr(),
-        part_out.data_ptr(), part_lse.data_ptr(), t0, t1, t2, t3, B, hq, cache.num_kv_heads, cache.block_size,
-        batch.block_table.stride(0), num_splits, split_len, *_device_stream(q_rot))
+        part_out.data_ptr(), part_lse.data_ptr(), out.data_ptr(), _Q_DTYPES[out.dtype],
+        t0, t1, t2, t3, B, hq, cache.num_kv_heads, cache.block_size,
+        batch.block_table.stride(0), batch.block_table.shape[1], num_splits, split_len, *_device_stream(q))
     _check(lib, err, "tq_decode_cuda")
 
 
@@ -431,7 +439,7 @@ _TQ_KINDS = {
     "softmax arithmetic (FMUL/FFMA/FADD/FMNMX/MUFU/F2FP/FSEL)": ("FMUL", "FFMA", "FADD", "FMNMX", "MUFU", "F2FP",
                                                                  "FSEL", "FSETP"),
     "shuffles and votes (the softmax max)": ("SHFL", "VOTE", "WARPSYNC"),
-    "shared memory (LDS) and cp.async (LDGSTS, waits)": ("LDS", "LDGSTS", "LDGDEPBAR", "DEPBAR"),
+    "shared memory (LDS, LDSM) and cp.async (LDGSTS, waits)": ("LDS", "LDSM", "LDGSTS", "LDGDEPBAR", "DEPBAR"),
     "global loads": ("LDG",),
 }
 
@@ -455,13 +463,13 @@ def tq_decode_sass(out_dir=None) -> dict:
     def hmma(body):
         return sum(1 for b in body if "HMMA" in b.split()[0] or (b.startswith("@") and "HMMA" in b.split()[1]))
 
-    best = None   # the shortest backward branch around the most matrix multiplies: the loop's own back edge
-    for i, s in enumerate(ins):                     # (the out-of-line warp-divergence paths after the
-        m = re.search(r"\bBRA\s+(?:`\()?0x([0-9a-f]+)", s)   # function's end also jump back into it)
-        if m and "BRA.DIV" not in s and int(m.group(1), 16) < addr[i]:
+    best = None   # the shortest backward branch around one whole step's matrix multiplies (2 tiles x
+    for i, s in enumerate(ins):   # 16 HMMA): the loop's own back edge. The out-of-line warp-divergence
+        m = re.search(r"\bBRA\s+(?:`\()?0x([0-9a-f]+)", s)   # paths after the function's end also jump
+        if m and "BRA.DIV" not in s and int(m.group(1), 16) < addr[i]:   # back, over longer spans
             j = addr.index(int(m.group(1), 16))
             body = ins[j:i + 1]
-            if hmma(body) and (best is None or (hmma(body), -len(body)) > (hmma(best), -len(best))):
+            if hmma(body) >= 32 and (best is None or len(body) < len(best)):
                 best = body
     if best is None:
         raise RuntimeError("no loop with matrix multiplies found in the decode kernel's SASS")

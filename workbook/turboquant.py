@@ -686,7 +686,7 @@ def _num_splits(cfg, batch_reqs, hkv, max_len):
     return triton.cdiv(max_len, split_len), split_len
 
 
-def _check_cuda_decode(q_rot, cache: TurboQuantCache, hq: int, d: int) -> None:
+def _check_cuda_decode(q, cache: TurboQuantCache, hq: int, d: int) -> None:
     """What the CUDA decode kernel (kernels/cuda/turboquant.cu) is written for; the Triton one takes more."""
     hkv = cache.num_kv_heads
     bs = cache.block_size
@@ -699,7 +699,8 @@ def _check_cuda_decode(q_rot, cache: TurboQuantCache, hq: int, d: int) -> None:
     if bs < 16 or bs & (bs - 1):
         raise ValueError(f"backend='cuda' needs a block_size that is a power of two >= 16 (a 16-token tile "
                          f"lies in one page), got {bs}; use backend='triton'")
-    check_tensor("q_rot", q_rot, dtypes=(torch.float32,), ndim=3, device=DEVICE)
+    check_tensor("q", q, dtypes=(torch.float32, torch.float16, torch.bfloat16), ndim=3, device=DEVICE,
+                 contiguous=False)
     names = ("k_codes", "k_scale", "v_codes", "v_scale", "v_zero")
     for name, t in zip(names, cache.tensors()):   # cp.async copies 16 bytes: aligned, dense pages
         if not t.is_contiguous() or t.data_ptr() % 16:
@@ -707,27 +708,31 @@ def _check_cuda_decode(q_rot, cache: TurboQuantCache, hq: int, d: int) -> None:
                              f"start on a 16-byte boundary (a cache from allocate_cache is); use backend='triton'")
 
 
-def decode_attention(q_rot: torch.Tensor, cache: TurboQuantCache, batch: MixedBatch, out: torch.Tensor,
-                     *, config=None, emulate: bool | None = None, backend: str = "triton") -> torch.Tensor:
+def decode_attention(q: torch.Tensor, cache: TurboQuantCache, batch: MixedBatch, out: torch.Tensor,
+                     *, sm_scale=None, q_rot: torch.Tensor | None = None, config=None,
+                     emulate: bool | None = None, backend: str = "triton") -> torch.Tensor:
     """Rows [0, num_decode_tokens) of ``out`` (and nothing else): split-KV decode over the quantized
-    cache. ``q_rot`` from :func:`rotate_queries`. Returns ``out``.
+    cache for the queries ``q`` [>= num_decode_tokens, Hq, D]. Returns ``out``.
 
-    ``backend``: "triton" (``tq_decode_kernel``; runs in the interpreter too) or "cuda" (the CUDA C++
-    kernel ``kernels/cuda/turboquant.cu``, GPU only: head_dim 128, at most 8 query heads per KV head,
-    pages of a power of two >= 16 tokens). With "cuda", ``config`` takes the keys of
-    ``CUDA_DECODE_CONFIG`` and ``emulate`` is refused. Both write the same rows and use the same merge."""
+    ``backend``: "triton" (``tq_decode_kernel``; runs in the interpreter too) reads the rotated queries,
+    ``q_rot`` from :func:`rotate_queries` (computed here when not given); "cuda" (the CUDA C++ kernel
+    ``kernels/cuda/turboquant.cu``, GPU only: head_dim 128, at most 8 query heads per KV head, pages of a
+    power of two >= 16 tokens) rotates ``q`` itself, in registers (``q_rot`` is not used). With "cuda",
+    ``config`` takes the keys of ``CUDA_DECODE_CONFIG`` and ``emulate`` is refused. Both write the same
+    rows and use the same merge."""
     from .cuda import check_backend
 
     use_cuda = check_backend(backend, emulate)
     cfg = _resolve_config(CUDA_DECODE_CONFIG if use_cuda else DECODE_CONFIG, config)
     em = False if use_cuda else resolve_emulate(emulate)
+    check_tensor("out", out, dtypes=(torch.float32, torch.float16, torch.bfloat16), ndim=3, device=DEVICE)
     B = batch.num_decode_reqs
     if B == 0:
         return out
     hq, d = out.shape[1], out.shape[2]
     hkv = cache.num_kv_heads
     if use_cuda:
-        _check_cuda_decode(q_rot, cache, hq, d)
+        _check_cuda_decode(q, cache, hq, d)
         from .cuda import _cuda_tq_decode, tq_decode_resident_warps
 
         max_len = batch.max_decode_seq_len
@@ -746,13 +751,14 @@ def decode_attention(q_rot: torch.Tensor, cache: TurboQuantCache, batch: MixedBa
         # the merge reads exactly those entries (the tests poison both buffers).
         part_out = torch.empty(B, hq, S, d, dtype=torch.float32, device=out.device)
         part_lse = torch.empty(B, hq, S, dtype=torch.float32, device=out.device)
-        q_rot = q_rot.contiguous()
-        if q_rot.data_ptr() % 16:    # 16-byte loads of the queries: a fresh copy is aligned
-            q_rot = q_rot.clone()
-        _cuda_tq_decode(q_rot, cache, batch, S, split_len, part_out, part_lse)
-        kern.tq_merge_kernel[(B, hq)](part_out, part_lse, out, HQ=hq, D=d, NUM_SPLITS=S,
-                                      BLOCK_S=triton.next_power_of_2(S), EMULATE=False, num_warps=4)
+        qd = q[:B]   # the kernel loads 16 bytes at a time from [Hq, D]-dense rows: else a fresh (aligned) copy
+        if qd.stride(2) != 1 or qd.stride(1) != d or qd.data_ptr() % 16 or qd.stride(0) * qd.element_size() % 16:
+            qd = qd.clone(memory_format=torch.contiguous_format)
+        scale = (sm_scale if sm_scale is not None else d ** -0.5) * math.log2(math.e) / math.sqrt(d)
+        _cuda_tq_decode(qd, scale, cache, batch, S, split_len, part_out, part_lse, out)   # + its merge kernel
         return out
+    if q_rot is None:
+        q_rot = rotate_queries(q[:B], cache, sm_scale)
     S, split_len = _num_splits(cfg, B, hkv, batch.max_decode_seq_len)
     if S > 1:
         # empty is right: program (b, kv head, s) writes part_out/part_lse[b, its G heads, s] for every
@@ -838,8 +844,9 @@ def write_attention(q, k, v, cache: TurboQuantCache, batch: MixedBatch, attn_out
                          f"{tuple(attn_out.shape)}")
     cfg = dict(config or {})
     store_kv(k[: batch.num_actual_tokens], v[: batch.num_actual_tokens], cache, batch.slot_mapping)
-    q_rot = rotate_queries(q, cache, sm_scale)
-    decode_attention(q_rot, cache, batch, attn_out, config=cfg.get("decode"), emulate=emulate, backend=backend)
+    q_rot = rotate_queries(q, cache, sm_scale)   # the CUDA decode kernel rotates its queries itself
+    decode_attention(q, cache, batch, attn_out, sm_scale=sm_scale, q_rot=q_rot, config=cfg.get("decode"),
+                     emulate=emulate, backend=backend)
     # the prefill path is Triton's with either backend (backend= picks the decode kernel)
     prefill_attention(q, k, v, q_rot, cache, batch, attn_out, sm_scale=sm_scale, config=cfg.get("prefill"),
                       emulate=None if backend == "cuda" else emulate)
@@ -1061,7 +1068,7 @@ def decode_point(B, T, hq, hkv, d, block_size, timer, eager, configs, seed=0):
     for name, cfg in configs.items():
         def ours(cfg=cfg):
             be, c = split(cfg)
-            return decode_attention(rotate_queries(q, cache), cache, batch, out, config=c, backend=be)
+            return decode_attention(q, cache, batch, out, config=c, backend=be)   # rotation included
         try:
             t = timer(ours)
         except Exception as e:  # noqa: BLE001  (record, keep going)
@@ -1081,7 +1088,7 @@ def decode_point(B, T, hq, hkv, d, block_size, timer, eager, configs, seed=0):
             row[f"{be}_speedup_vs_sdpa"] = row["sdpa_graph_us"] / min(times)
 
     def ours_best():
-        return decode_attention(rotate_queries(q, cache), cache, batch, out, config=cfg, backend=be_best)
+        return decode_attention(q, cache, batch, out, config=cfg, backend=be_best)
 
     row["best_config"] = best
     row["ours_graph_us"] = row[f"ours_{best}_graph_us"]

@@ -43,8 +43,12 @@
 // of each 16-token tile comes from the block table, read 32 tiles at a time (lane i holds the page of
 // tile base + i).
 #include <cuda_runtime.h>
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <stddef.h>
 #include <stdint.h>
+
+#include <type_traits>
 
 namespace tq {
 
@@ -80,7 +84,7 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 __device__ __forceinline__ void unpack_keys(uint32_t w, const uint32_t tab[4], uint32_t out[4]) {
   asm("{\n"
       ".reg .b32 s, t, l0, h0, l1, h1, v, g;\n"
-      "and.b32 s, %4, 0x77777777;  shr.b32 t, s, 16;  shl.b32 v, %4, 4;\n"
+      "and.b32 s, %4, 0x77777777;  mul.hi.u32 t, s, 0x10000;  shl.b32 v, %4, 4;\n"
       "prmt.b32 l0, %5, %6, s;  prmt.b32 h0, %7, %8, s;  prmt.b32 l1, %5, %6, t;  prmt.b32 h1, %7, %8, t;\n"
       "prmt.b32 g, v, %4, 0x5140;  and.b32 g, g, 0x80808080;  or.b32 h0, h0, g;\n"
       "prmt.b32 g, v, %4, 0x7362;  and.b32 g, g, 0x80808080;  or.b32 h1, h1, g;\n"
@@ -95,12 +99,12 @@ __device__ __forceinline__ void unpack_keys(uint32_t w, const uint32_t tab[4], u
 __device__ __forceinline__ void unpack_value_pairs(uint32_t wa, uint32_t wb, uint32_t out[8]) {
   asm("{\n"
       ".reg .b32 x, y, p;\n"
-      "prmt.b32 x, %8, %9, 0x5410;  shr.b32 y, x, 8;\n"
+      "prmt.b32 x, %8, %9, 0x5410;  mul.hi.u32 y, x, 0x1000000;\n"
       "lop3.b32 p, x, 0x000F000F, 0x64006400, 0xEA;  sub.f16x2 %0, p, %10;\n"
       "lop3.b32 p, x, 0x00F000F0, 0x54005400, 0xEA;  sub.f16x2 %1, p, %11;\n"
       "lop3.b32 p, y, 0x000F000F, 0x64006400, 0xEA;  sub.f16x2 %2, p, %10;\n"
       "lop3.b32 p, y, 0x00F000F0, 0x54005400, 0xEA;  sub.f16x2 %3, p, %11;\n"
-      "prmt.b32 x, %8, %9, 0x7632;  shr.b32 y, x, 8;\n"
+      "prmt.b32 x, %8, %9, 0x7632;  mul.hi.u32 y, x, 0x1000000;\n"
       "lop3.b32 p, x, 0x000F000F, 0x64006400, 0xEA;  sub.f16x2 %4, p, %10;\n"
       "lop3.b32 p, x, 0x00F000F0, 0x54005400, 0xEA;  sub.f16x2 %5, p, %11;\n"
       "lop3.b32 p, y, 0x000F000F, 0x64006400, 0xEA;  sub.f16x2 %6, p, %10;\n"
@@ -149,7 +153,7 @@ __device__ __forceinline__ float sum_over_tokens(float x) {
 }
 
 struct Args {
-  const float* q_rot;          // [B.., HQ, D] fp32, rotated and scaled (rows [0, B) are the decode tokens)
+  const void* q;               // [B.., HQ, D] raw queries, fp32 / fp16 / bf16 (rows [0, B) are the decode tokens)
   const int32_t* block_table;  // [R, stride_bt]
   const int32_t* seq_lens;     // [R]
   const uint8_t* k_codes;      // [pages, HKV, BLOCK_SIZE, 64]
@@ -160,10 +164,72 @@ struct Args {
   float* part_out;             // [B, HQ, S, D]
   float* part_lse;             // [B, HQ, S]
   uint32_t tab[4];
-  int B, HQ, HKV, G, block_size, tiles_per_page_log2, stride_bt, num_splits, split_len;
+  float q_scale;               // sm_scale * log2(e) / sqrt(D): the orthonormal Hadamard's 1/sqrt(D) folded in
+  int q_dtype;                 // 0 fp32, 1 fp16, 2 bf16
+  long long stride_q;          // elements between query rows (tokens); heads and dims are dense
+  int B, HQ, HKV, G, block_size, tiles_per_page_log2, stride_bt, bt_cols, num_splits, split_len;
 };
 
+// The queries of this warp as MMA B fragments, rotated here: lane (g, t) loads coordinates 32t .. 32t+31
+// of head g, the Walsh-Hadamard butterflies over the 5 low index bits run in its registers, the 2 high
+// bits (= t) through shuffles with lanes t ^ 1 and t ^ 2 (same g). Same result as q @ H (Sylvester order,
+// symmetric): no separate rotation launch, no fp32 copy of the queries in memory.
+__device__ __forceinline__ void load_rotated_queries(const Args& a, int b, int h, int g, int t, uint32_t qf[8][2]) {
+  float x[32];
+  const bool real = g < a.G;
+  const long long off = (long long)b * a.stride_q + (long long)(h * a.G + (real ? g : 0)) * D + 32 * t;
+  if (a.q_dtype == 0) {
+    const float4* p = reinterpret_cast<const float4*>(static_cast<const float*>(a.q) + off);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const float4 v = p[i];
+      x[4 * i] = v.x; x[4 * i + 1] = v.y; x[4 * i + 2] = v.z; x[4 * i + 3] = v.w;
+    }
+  } else {
+    const uint4* p = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(a.q) + off);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint4 v = p[i];
+      const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float lo = a.q_dtype == 1 ? __half2float(__ushort_as_half((unsigned short)(w[j] & 0xFFFFu)))
+                                        : __uint_as_float(w[j] << 16);
+        const float hi = a.q_dtype == 1 ? __half2float(__ushort_as_half((unsigned short)(w[j] >> 16)))
+                                        : __uint_as_float(w[j] & 0xFFFF0000u);
+        x[8 * i + 2 * j] = lo;
+        x[8 * i + 2 * j + 1] = hi;
+      }
+    }
+  }
+#pragma unroll
+  for (int bit = 1; bit < 32; bit <<= 1)
+#pragma unroll
+    for (int i = 0; i < 32; ++i)
+      if (!(i & bit)) {
+        const float u = x[i], v = x[i + bit];
+        x[i] = u + v;
+        x[i + bit] = u - v;
+      }
+#pragma unroll
+  for (int m = 1; m <= 2; m <<= 1) {   // index bits 5 and 6: the lower half adds, the upper subtracts itself
+    const float sg = (t & m) ? -1.f : 1.f;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) x[i] = fmaf(sg, x[i], __shfl_xor_sync(0xffffffffu, x[i], m));
+  }
+  const float s = real ? a.q_scale : 0.f;   // heads past G: zero columns of the MMA
+#pragma unroll
+  for (int kk = 0; kk < 8; ++kk) {   // k-step kk = 2i + e: coordinates 32t + 4kk + 0..3
+    qf[kk][0] = half2_bits(x[4 * kk] * s, x[4 * kk + 1] * s);
+    qf[kk][1] = half2_bits(x[4 * kk + 2] * s, x[4 * kk + 3] * s);
+  }
+}
+
 __global__ void __launch_bounds__(WARPS * 32) tq_decode_cuda_kernel(const Args a) {
+  // The merge kernel is launched as this grid's programmatic dependent: it may be scheduled as soon as
+  // every block of this grid has started (no launch gap between the two), and waits (griddepcontrol.wait)
+  // until this grid has finished and its writes are visible.
+  asm volatile("griddepcontrol.launch_dependents;");
   __shared__ Stage ring[WARPS][STAGES];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
@@ -172,62 +238,71 @@ __global__ void __launch_bounds__(WARPS * 32) tq_decode_cuda_kernel(const Args a
   const int s = job % a.num_splits;
   const int h = (job / a.num_splits) % a.HKV;
   const int b = job / (a.num_splits * a.HKV);
+  const int32_t* bt = a.block_table + (long long)b * a.stride_bt;
+  const int tile0 = s * a.split_len / TILE;
+  const int shift = a.tiles_per_page_log2, in_page = (1 << shift) - 1;
+  // the first 32 tiles' pages, read beside the sequence length (not after it): entries past the
+  // sequence are read (inside the table's row) but never used, the shuffles below clamp to its last tile
+  int page_nxt = bt[min((tile0 + lane) >> shift, a.bt_cols - 1)];
   const int L = a.seq_lens[b];
   const int start = s * a.split_len;
   const int end = min(start + a.split_len, L);
   const int n_steps = end > start ? (end - start + STEP - 1) / STEP : 0;
-  Stage* st = ring[warp];
-
-  // queries as B fragments: head g (zero past G), k-step kk = 2i + e: coordinates 32t + 8i + 4e + 0..3
-  uint32_t qf[8][2];
-  {
-    const bool real = g < a.G;
-    const float* q = a.q_rot + ((long long)b * a.HQ + h * a.G + (real ? g : 0)) * D + 32 * t;
-#pragma unroll
-    for (int kk = 0; kk < 8; ++kk) {
-      float4 x = real ? *reinterpret_cast<const float4*>(q + 4 * kk) : make_float4(0.f, 0.f, 0.f, 0.f);
-      qf[kk][0] = half2_bits(x.x, x.y);
-      qf[kk][1] = half2_bits(x.z, x.w);
-    }
-  }
+  const int n_full = end > start ? (end - start) / STEP : 0;   // steps with 32 real tokens: no masks
 
   // step i = tiles 2i, 2i+1 of the split; a tile's 16 tokens lie in one page (block_size = 16 << shift).
-  // Lane j holds the page of tile base + j: one coalesced block-table read per 32 tiles.
-  const int32_t* bt = a.block_table + (long long)b * a.stride_bt;
-  const int tile0 = start / TILE, last_tile = (end - 1) / TILE;
-  const int shift = a.tiles_per_page_log2, in_page = (1 << shift) - 1;
-  int page_base = -32, page_reg = 0, wr = 0;   // wr: the ring slot the next issue fills
-  // Value rows are stored swizzled: tokens 2m, 2m+1 share a 128-byte block (8 chunks of 16 bytes), chunk
-  // j of token 2m + p at chunk (4p + j) ^ 2(m & 3). The value loads below (lane (g, t): 8 bytes of
-  // tokens 2t + {0, 1, 8, 9}) then hit 32 different banks per half-warp instead of 16 (no 2-way or
-  // 4-way conflicts). Keys are read as 16 contiguous bytes per lane: no swizzle needed.
+  // Lane j holds the page of tile base + j: one coalesced block-table read per 32 tiles, the next 32
+  // read one batch ahead so the shuffle that needs them never waits on memory (page_nxt, read above).
+  const int last = (end - 1) / TILE - tile0;   // the split's last tile, relative to tile0
+  int page_base = -32, page_reg = 0, wr = 0;    // wr: the ring slot the next issue fills
+  // Per-lane constants of the copies, hoisted out of the loop. Global side: a tile's first token is slot
+  // u = page * HKV * block_size + (tile & in_page) * 16 (+ h * block_size in the lane's base pointers);
+  // token slot u holds 64 code bytes at 64 u and one fp16 of each scalar at 2 u.
+  const int page_slots = a.HKV * a.block_size;
+  const uint8_t* kg = a.k_codes + (long long)h * a.block_size * ROW_BYTES + 16 * lane;
+  const uint8_t* vg = a.v_codes + (long long)h * a.block_size * ROW_BYTES + 16 * lane;
+  const __half* sg = (lane < 2 ? a.k_scale : lane < 4 ? a.v_scale : a.v_zero) + (long long)h * a.block_size + 8 * (lane & 1);
+  // Shared side (32-bit shared addresses). Value rows are stored swizzled: tokens 2m, 2m+1 share a
+  // 128-byte block (8 chunks of 16 bytes), chunk j of token 2m + p at chunk (4p + j) ^ 2(m & 3). The
+  // value loads below (lane (g, t): 8 bytes of tokens 2t + {0, 1, 8, 9}) then hit 32 different banks per
+  // half-warp instead of 16. Keys are read as 16 contiguous bytes per lane: no swizzle needed.
   auto vchunk = [](int n, int j) { return 8 * (n >> 1) + ((4 * (n & 1) + j) ^ (2 * ((n >> 1) & 3))); };
-  const int vdst0 = vchunk(lane >> 2, lane & 3), vdst1 = vchunk((lane + 32) >> 2, lane & 3);
+  Stage* st = ring[warp];
+  const uint32_t ring_s = smem_addr(st);
+  const uint32_t dk0 = 16 * lane, dk1 = 16 * (lane + 32);
+  const uint32_t dv0 = offsetof(Stage, v) + 16 * vchunk(lane >> 2, lane & 3);
+  const uint32_t dv1 = offsetof(Stage, v) + 16 * vchunk((lane + 32) >> 2, lane & 3);
+  const uint32_t ds = (lane < 2 ? offsetof(Stage, ks) : lane < 4 ? offsetof(Stage, vs) : offsetof(Stage, vz)) + 16 * (lane & 1);
+  // ldmatrix.trans row addresses for the scalars: matrix j's row r (given by lane 8j + r) is the 16-byte
+  // chunk of tokens 16c..16c+7 (r even) or 16c+8..16c+15 (r odd), so lane (g, t) receives rows 2t, 2t+1 at
+  // column g: the scalars of tokens 16c + g and 16c + g + 8. x4: ks tile 0, ks tile 1, vs tile 0, vs tile 1;
+  // x2: vz tile 0, vz tile 1.
+  const uint32_t sm_rows4 = offsetof(Stage, ks) + 64 * ((lane >> 3) >> 1) + 32 * ((lane >> 3) & 1) + 16 * (lane & 1);
+  const uint32_t sm_rows2 = offsetof(Stage, vz) + 32 * ((lane >> 3) & 1) + 16 * (lane & 1);
   auto issue = [&](int i) {
-    if (2 * i + 1 - page_base >= 32) {  // warp-uniform: the next 32 tiles' pages
+    if (2 * i + 1 - page_base >= 32) {  // warp-uniform: move to the next 32 tiles' pages, fetch the ones after
       page_base = 2 * i;
-      page_reg = bt[min(tile0 + page_base + lane, last_tile) >> shift];  // never past the split's last page
+      page_reg = page_nxt;
+      page_nxt = bt[min((tile0 + page_base + 32 + lane) >> shift, a.bt_cols - 1)];
     }
-    Stage& dst = st[wr];
+    const uint32_t dst = ring_s + wr * (uint32_t)sizeof(Stage);
     wr = wr + 1 == STAGES ? 0 : wr + 1;
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
       // the second tile of the last step may lie past the split: its page is clamped to the last
       // one (a valid page), its tokens are masked in the math
       const int tile = tile0 + 2 * i + c;
-      const int page = __shfl_sync(0xffffffffu, page_reg, 2 * i + c - page_base);
-      const int slot = (page * a.HKV + h) * a.block_size + ((tile & in_page) << 4);  // the tile's first token
-      const uint4* kp = reinterpret_cast<const uint4*>(a.k_codes) + 4ll * slot;  // 64 bytes = 4 uint4 per token
-      const uint4* vp = reinterpret_cast<const uint4*>(a.v_codes) + 4ll * slot;
-      cp_async16(&dst.k[64 * c + lane], kp + lane);
-      cp_async16(&dst.k[64 * c + lane + 32], kp + lane + 32);
-      cp_async16(&dst.v[64 * c + vdst0], vp + lane);
-      cp_async16(&dst.v[64 * c + vdst1], vp + lane + 32);
-      if (lane < 6) {  // 3 x 32 bytes of fp16 scalars, 16 at a time
-        const __half* src = (lane < 2 ? a.k_scale : lane < 4 ? a.v_scale : a.v_zero) + slot + 8 * (lane & 1);
-        __half* d = (lane < 2 ? dst.ks : lane < 4 ? dst.vs : dst.vz) + 16 * c + 8 * (lane & 1);
-        cp_async16(d, src);
-      }
+      const int page = __shfl_sync(0xffffffffu, page_reg, min(2 * i + c, last) - page_base);
+      const uint32_t u = (uint32_t)page * page_slots + ((tile & in_page) << 4);
+      const uint8_t* kp = kg + (uint64_t)u * ROW_BYTES;
+      const uint8_t* vp = vg + (uint64_t)u * ROW_BYTES;
+      const uint32_t d = dst + c * (TILE * ROW_BYTES);
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(d + dk0), "l"(kp));
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(d + dk1), "l"(kp + 512));
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(d + dv0), "l"(vp));
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(d + dv1), "l"(vp + 512));
+      if (lane < 6)   // 3 x 32 bytes of fp16 scalars, 16 at a time
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(dst + ds + 32 * c), "l"(sg + u));
     }
   };
 
@@ -237,12 +312,18 @@ __global__ void __launch_bounds__(WARPS * 32) tq_decode_cuda_kernel(const Args a
     cp_async_commit();
   }
 
+  uint32_t qf[8][2];   // loaded while the first steps are in flight
+  load_rotated_queries(a, b, h, g, t, qf);
+
   float acc[8][4];
 #pragma unroll
   for (int mt = 0; mt < 8; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.f;
   float m[2] = {-1e30f, -1e30f}, l[2] = {0.f, 0.f}, z[2] = {0.f, 0.f};
 
-  for (int i = 0, rd = 0; i < n_steps; ++i, rd = rd + 1 == STAGES ? 0 : rd + 1) {
+  // One 32-token step from ring slot rd. MASKED (the split's last step only, when it is partial): tokens
+  // past `end` get score -inf and value weight 0 (their slots may hold anything, NaN included).
+  auto step = [&](int i, int rd, auto masked) {
+    constexpr bool MASKED = decltype(masked)::value;
     cp_async_wait<STAGES - 2>();
     __syncwarp();                    // step i landed for every lane; the slot of step i - 1 is free
     if (i + STAGES - 1 < n_steps) issue(i + STAGES - 1);
@@ -254,7 +335,7 @@ __global__ void __launch_bounds__(WARPS * 32) tq_decode_cuda_kernel(const Args a
     float sc[2][4];
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
-      float odd[4] = {0.f, 0.f, 0.f, 0.f};   // two accumulator chains (even / odd k-steps): half the MMA latency chain
+      float odd[4] = {0.f, 0.f, 0.f, 0.f};   // two accumulator chains (even / odd k-steps)
       sc[c][0] = sc[c][1] = sc[c][2] = sc[c][3] = 0.f;
       const uint4 ka = cur.k[64 * c + 4 * g + t], kb = cur.k[64 * c + 4 * (g + 8) + t];
       const uint32_t wa[4] = {ka.x, ka.y, ka.z, ka.w}, wb[4] = {kb.x, kb.y, kb.z, kb.w};
@@ -269,21 +350,29 @@ __global__ void __launch_bounds__(WARPS * 32) tq_decode_cuda_kernel(const Args a
 #pragma unroll
       for (int e = 0; e < 4; ++e) sc[c][e] += odd[e];
     }
-    // token r of the step: row g (r = 16c + g) or g + 8; real iff tok0 + r < end
-    bool real[4];
+    // token r of the step: row g (r = 16c + g) or g + 8; real iff tok0 + r < end. The scalars of tokens
+    // 16c + g and 16c + g + 8 come as one fp16 pair per register from ldmatrix.trans (see sm_rows)
+    uint32_t sx[4], sz[2];
+    const uint32_t cur_s = ring_s + rd * (uint32_t)sizeof(Stage);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(sx[0]), "=r"(sx[1]), "=r"(sx[2]), "=r"(sx[3]) : "r"(cur_s + sm_rows4));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];"
+                 : "=r"(sz[0]), "=r"(sz[1]) : "r"(cur_s + sm_rows2));
     float vs[4], wz[4];
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
+      const float2 ks2 = __half22float2(*reinterpret_cast<const __half2*>(&sx[c]));
+      const float2 vs2 = __half22float2(*reinterpret_cast<const __half2*>(&sx[2 + c]));
+      const float2 vz2 = __half22float2(*reinterpret_cast<const __half2*>(&sz[c]));
 #pragma unroll
       for (int u = 0; u < 2; ++u) {
         const int r = 16 * c + g + 8 * u;
-        real[2 * c + u] = tok0 + r < end;
-        const float ks = __half2float(cur.ks[r]);
-        sc[c][2 * u] = real[2 * c + u] ? sc[c][2 * u] * ks : -INFINITY;
-        sc[c][2 * u + 1] = real[2 * c + u] ? sc[c][2 * u + 1] * ks : -INFINITY;
-        // masked tokens contribute exactly 0 (their slots may hold anything, NaN included)
-        vs[2 * c + u] = real[2 * c + u] ? __half2float(cur.vs[r]) : 0.f;
-        wz[2 * c + u] = real[2 * c + u] ? __half2float(cur.vz[r]) + 8.f * vs[2 * c + u] : 0.f;
+        const bool real = !MASKED || tok0 + r < end;
+        const float ks = u ? ks2.y : ks2.x;
+        sc[c][2 * u] = real ? sc[c][2 * u] * ks : -INFINITY;
+        sc[c][2 * u + 1] = real ? sc[c][2 * u + 1] * ks : -INFINITY;
+        vs[2 * c + u] = real ? (u ? vs2.y : vs2.x) : 0.f;
+        wz[2 * c + u] = real ? (u ? vz2.y : vz2.x) + 8.f * vs[2 * c + u] : 0.f;
       }
     }
     // online softmax per head (2t, 2t+1); the max moves only when a score passes it by RESCALE_LOG2
@@ -336,7 +425,10 @@ __global__ void __launch_bounds__(WARPS * 32) tq_decode_cuda_kernel(const Args a
 #pragma unroll
       for (int mt = 0; mt < 8; ++mt) mma16816(acc[mt], r0[mt], r1[mt], r2[mt], r3[mt], pb[c][0], pb[c][1]);
     }
-  }
+  };
+  int i = 0, rd = 0;
+  for (; i < n_full; ++i, rd = rd + 1 == STAGES ? 0 : rd + 1) step(i, rd, std::false_type{});
+  if (i < n_steps) step(i, rd, std::true_type{});
   cp_async_wait<0>();
 
   // reduce over the tokens (lanes with the same t) and write this split's part
@@ -365,6 +457,63 @@ __global__ void __launch_bounds__(WARPS * 32) tq_decode_cuda_kernel(const Args a
   }
 }
 
+// The log-sum-exp merge of the splits (the same computation as the Triton tq_merge_kernel): block
+// (b, head) of MERGE_WARPS warps; lane l of warp w sums coordinates 4l..4l+3 over splits w, w + MERGE_WARPS,
+// ... (every load of a lane independent, all in flight at once), then the warps add up through shared
+// memory: out[b, head, :] = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M); an empty split (lse -inf)
+// weighs 0. out is [B.., HQ, D] dense, fp32 / fp16 / bf16 (round to nearest even).
+constexpr int MERGE_WARPS = 4;
+
+__global__ void __launch_bounds__(MERGE_WARPS * 32) tq_merge_cuda_kernel(const float* __restrict__ part_out,
+                                                                         const float* __restrict__ part_lse,
+                                                                         void* out, int out_dtype, int S) {
+  __shared__ float4 num_s[MERGE_WARPS][32];
+  __shared__ float den_s[MERGE_WARPS];
+  asm volatile("griddepcontrol.wait;" ::: "memory");   // the decode grid's partials are complete
+  const long long row = blockIdx.x;                  // b * HQ + head
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const float* lse = part_lse + row * S;
+  float mx = -INFINITY;
+  for (int s = lane; s < S; s += 32) mx = fmaxf(mx, lse[s]);
+#pragma unroll
+  for (int o = 16; o; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  const float4* po = reinterpret_cast<const float4*>(part_out + row * S * D) + lane;
+  float4 num = make_float4(0.f, 0.f, 0.f, 0.f);
+  float den = 0.f;
+#pragma unroll 8
+  for (int s = warp; s < S; s += MERGE_WARPS) {
+    const float w = exp2f(lse[s] - mx);
+    const float4 x = po[(long long)s * (D / 4)];
+    den += w;
+    num.x += w * x.x; num.y += w * x.y; num.z += w * x.z; num.w += w * x.w;
+  }
+  num_s[warp][lane] = num;
+  if (lane == 0) den_s[warp] = den;
+  __syncthreads();
+  if (warp) return;
+  float dsum = 0.f;
+  num = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+  for (int w = 0; w < MERGE_WARPS; ++w) {
+    const float4 x = num_s[w][lane];
+    num.x += x.x; num.y += x.y; num.z += x.z; num.w += x.w;
+    dsum += den_s[w];
+  }
+  const float o[4] = {num.x / dsum, num.y / dsum, num.z / dsum, num.w / dsum};
+  const long long base = row * D + 4 * lane;
+  if (out_dtype == 0) {
+    *reinterpret_cast<float4*>(static_cast<float*>(out) + base) = make_float4(o[0], o[1], o[2], o[3]);
+  } else if (out_dtype == 1) {
+    __half2* dst = reinterpret_cast<__half2*>(static_cast<__half*>(out) + base);
+    dst[0] = __floats2half2_rn(o[0], o[1]);
+    dst[1] = __floats2half2_rn(o[2], o[3]);
+  } else {
+    __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(out) + base);
+    dst[0] = __floats2bfloat162_rn(o[0], o[1]);
+    dst[1] = __floats2bfloat162_rn(o[2], o[3]);
+  }
+}
+
 static int use_device(int device) {
   int current = -1;   // this library's CUDA runtime keeps its own current device: use the tensors'
   if (cudaGetDevice(&current) != cudaSuccess || current != device) return (int)cudaSetDevice(device);
@@ -374,20 +523,27 @@ static int use_device(int device) {
 }  // namespace tq
 
 // Writes part_out [B, HQ, S, D] and part_lse [B, HQ, S] for every (b, head, split) (empty splits:
-// output 0, lse -inf); the Triton merge kernel combines the splits. Requirements checked by the
-// Python launcher: D = 128, G = HQ / HKV in 1..8, block_size a multiple of 16, split_len a multiple
-// of 16, 16-byte aligned q_rot rows and cache pages.
-extern "C" int tq_decode_cuda(const void* q_rot, const void* block_table, const void* seq_lens,
+// output 0, lse -inf), then the merge kernel (launched as its programmatic dependent) writes rows [0, B)
+// of out [B.., HQ, D] (out_dtype 0 fp32, 1 fp16, 2 bf16). q: the raw queries (q_dtype 0 fp32,
+// 1 fp16, 2 bf16; rows stride_q elements apart, [HQ, D] dense, 16-byte aligned rows), rotated and scaled
+// by q_scale in the kernel. Requirements checked by the Python launcher: D = 128, G = HQ / HKV in 1..8,
+// block_size a power of two >= 16, split_len a multiple of 32, 16-byte aligned cache tensors.
+extern "C" int tq_decode_cuda(const void* q, int q_dtype, long long stride_q, float q_scale,
+                              const void* block_table, const void* seq_lens,
                               const void* k_codes, const void* k_scale, const void* v_codes,
                               const void* v_scale, const void* v_zero, void* part_out, void* part_lse,
+                              void* out, int out_dtype,
                               int tab0, int tab1, int tab2, int tab3, int B, int HQ, int HKV,
-                              int block_size, int stride_bt, int num_splits, int split_len, int device,
-                              cudaStream_t stream) {
+                              int block_size, int stride_bt, int bt_cols, int num_splits, int split_len,
+                              int device, cudaStream_t stream) {
   if (B <= 0) return (int)cudaSuccess;
   const int err = tq::use_device(device);
   if (err) return err;
   tq::Args a;
-  a.q_rot = static_cast<const float*>(q_rot);
+  a.q = q;
+  a.q_dtype = q_dtype;
+  a.stride_q = stride_q;
+  a.q_scale = q_scale;
   a.block_table = static_cast<const int32_t*>(block_table);
   a.seq_lens = static_cast<const int32_t*>(seq_lens);
   a.k_codes = static_cast<const uint8_t*>(k_codes);
@@ -402,11 +558,25 @@ extern "C" int tq_decode_cuda(const void* q_rot, const void* block_table, const 
   a.tiles_per_page_log2 = 0;
   while ((16 << a.tiles_per_page_log2) < block_size) ++a.tiles_per_page_log2;
   a.stride_bt = stride_bt;
+  a.bt_cols = bt_cols;
   a.num_splits = num_splits; a.split_len = split_len;
   const long long warps = (long long)B * HKV * num_splits;
   const unsigned blocks = (unsigned)((warps + tq::WARPS - 1) / tq::WARPS);
   tq::tq_decode_cuda_kernel<<<blocks, tq::WARPS * 32, 0, stream>>>(a);
-  return (int)cudaGetLastError();
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return (int)e;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3((unsigned)(B * HQ));
+  cfg.blockDim = dim3(tq::MERGE_WARPS * 32);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;   // programmatic dependent launch
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  e = cudaLaunchKernelEx(&cfg, tq::tq_merge_cuda_kernel, static_cast<const float*>(part_out),
+                         static_cast<const float*>(part_lse), out, out_dtype, num_splits);
+  return (int)e;
 }
 
 // How many warps of the decode kernel one multiprocessor holds at once (its registers and shared
