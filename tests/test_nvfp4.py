@@ -15,7 +15,7 @@ from workbook.nvfp4 import (
     e2m1_thresholds,
     E2M1_VALUES, check_e2m1_round, check_quant, check_swizzle_offset, dequantize_ref, e2m1_decode,
     e2m1_encode, e2m1_round_brute, e4m3_round_brute, global_scale_of, logical_scale_coverage,
-    TUNE_CONFIGS, USE_TABLE, nvfp4_gemm_ref, nvfp4_gemm_small_m_model, nvfp4_quant, nvfp4_quant_plain,
+    TABLE_TUNE_CONFIGS, TUNE_CONFIGS, USE_TABLE, nvfp4_gemm_ref, nvfp4_gemm_small_m_model, nvfp4_quant, nvfp4_quant_plain,
     padded_scale_shape, quant_coverage, quantize_ref, swizzle_offset, swizzle_scales, unswizzle_scales,
 )
 
@@ -132,7 +132,8 @@ def test_threshold_table_is_exact(gs, dtype):
 @pytest.mark.skipif(not ON_GPU, reason="the GPU instructions (inline PTX, hardware E4M3 conversion) "
                                        "run only on a GPU; the interpreter runs the emulation")
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("cfg", [None] + TUNE_CONFIGS + [dict(c, TABLE=t) for c in TUNE_CONFIGS for t in (True, False)],
+@pytest.mark.parametrize("cfg", [None] + TUNE_CONFIGS + [dict(c, TABLE=not USE_TABLE) for c in TUNE_CONFIGS]
+                         + TABLE_TUNE_CONFIGS,
                          ids=lambda c: "default" if c is None else "-".join(f"{k}{v}" for k, v in c.items()))
 def test_gpu_instructions_match_their_emulation(cfg, dtype):
     """On a GPU the kernel takes the block amax with packed max.xorsign.abs and converts to E4M3 in

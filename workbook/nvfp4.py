@@ -27,7 +27,7 @@ __all__ = [
     "E2M1_VALUES", "E2M1_MAX", "E4M3_MAX", "round_up", "padded_scale_shape", "global_scale_of",
     "e2m1_encode", "e2m1_decode", "e2m1_round_brute", "e4m3_round_brute", "swizzle_offset",
     "swizzle_scales", "unswizzle_scales", "quantize_ref", "dequantize_ref", "nvfp4_quant",
-    "nvfp4_quant_plain", "e2m1_thresholds", "USE_TABLE", "TUNE_CONFIGS", "launch_rule", "measure_heatmap", "measure_small_m", "plot_heatmap", "plot_small_m", "e4m3_cast_errors", "QUANT_GRADER_SHAPES", "quant_with_nan_padding", "nvfp4_gemm_ref", "nvfp4_gemm_small_m_model", "quant_coverage", "logical_scale_coverage",
+    "nvfp4_quant_plain", "e2m1_thresholds", "USE_TABLE", "TABLE_TUNE_CONFIGS", "TUNE_CONFIGS", "launch_rule", "measure_heatmap", "measure_small_m", "plot_heatmap", "plot_small_m", "e4m3_cast_errors", "QUANT_GRADER_SHAPES", "quant_with_nan_padding", "nvfp4_gemm_ref", "nvfp4_gemm_small_m_model", "quant_coverage", "logical_scale_coverage",
     "check_e2m1_round", "check_swizzle_offset", "check_quant",
     "plot_value_grids", "plot_swizzle", "plot_benchmark", "plot_zeros_vs_empty", "benchmark",
     "measure_zeros_vs_empty", "instruction_budget", "sass_counts",
@@ -199,6 +199,11 @@ _launchable = False
 # rule can pick is among them).
 TUNE_CONFIGS = [{"BLOCK_S": bs, "num_warps": w} for bs, w in
                 [(1024, 8), (512, 4), (512, 2), (256, 4), (256, 2), (128, 2), (128, 1), (64, 1), (32, 1)]]
+# the TABLE path's candidate tiles (the GPU sweep times them, the GPU tests run them): one thread per
+# block, tiles whose per-block values Triton 3.9 keeps in registers (no shared-memory layout conversion
+# in the sm_90 SASS), each with the float and the integer count of passed thresholds
+TABLE_TUNE_CONFIGS = [{"BLOCK_S": bs, "num_warps": w, "TABLE": True, "INT_COUNT": ic}
+                      for ic in (False, True) for bs, w in [(256, 1), (256, 2), (1024, 2), (1024, 4), (2048, 8)]]
 # The E2M1 index from the threshold table (kernels/nvfp4.py, nvfp4_thresholds_kernel): packed 16-bit
 # comparisons instead of fp32 arithmetic per element; config={"TABLE": ...} overrides this default.
 USE_TABLE = False
@@ -206,10 +211,13 @@ _WAVES = 8               # the rule's target: at least this many programs per SM
 _MIN_BLOCK_S, _MAX_BLOCK_S = 32, 512   # ... with tiles of 512 to 8192 elements
 
 
-def _as_config(config) -> tuple[int | None, int, bool | None]:
-    """``config`` (a dict or a ``triton.Config`` with BLOCK_S, num_warps and TABLE, each optional) ->
-    (BLOCK_S, num_warps, TABLE); None where not given (the launch rule's choice)."""
-    cfg = resolve_config(config, {"BLOCK_S": None, "num_warps": None, "TABLE": None}, pow2=("BLOCK_S", "num_warps"))
+def _as_config(config) -> tuple[int | None, int, bool | None, bool]:
+    """``config`` (a dict or a ``triton.Config`` with BLOCK_S, num_warps, TABLE and INT_COUNT, each
+    optional) -> (BLOCK_S, num_warps, TABLE, INT_COUNT); None where not given (the launch rule's choice)."""
+    cfg = resolve_config(config, {"BLOCK_S": None, "num_warps": None, "TABLE": None, "INT_COUNT": False},
+                         pow2=("BLOCK_S", "num_warps"))
+    if cfg["INT_COUNT"] not in (True, False):
+        raise ValueError(f"config['INT_COUNT'] must be True or False, got {cfg['INT_COUNT']!r}")
     if cfg["BLOCK_S"] is None and cfg["num_warps"] is not None:
         raise ValueError(f"config must name BLOCK_S (16-element blocks per program) when it names num_warps, "
                          f"got {config!r}")
@@ -218,12 +226,12 @@ def _as_config(config) -> tuple[int | None, int, bool | None]:
     if cfg["TABLE"] not in (None, True, False):
         raise ValueError(f"config['TABLE'] must be True or False (the E2M1 index from the threshold table "
                          f"or in fp32), got {cfg['TABLE']!r}")
-    return cfg["BLOCK_S"], cfg["num_warps"], cfg["TABLE"]
+    return cfg["BLOCK_S"], cfg["num_warps"], cfg["TABLE"], cfg["INT_COUNT"]
 
 
 def _as_tile(config) -> tuple[int, int]:
     """``config`` (a dict or a ``triton.Config`` with BLOCK_S and optionally num_warps) -> the tuple."""
-    bs, warps, _ = _as_config(config)
+    bs, warps, _, _ = _as_config(config)
     if bs is None:
         raise ValueError(f"config must name BLOCK_S (16-element blocks per program; optionally num_warps), "
                          f"got {config!r}")
@@ -319,7 +327,8 @@ def nvfp4_quant(x: torch.Tensor, global_scale, *, swizzled: bool = True, write_p
     benchmark); ``config={"BLOCK_S": .., "num_warps": .., "TABLE": ..}`` (or a ``triton.Config``: 16-element
     blocks per program, a power of two; each key optional) picks the tile instead of the launch rule's
     (``_config``), and ``TABLE`` the E2M1 path (True: packed comparisons against the threshold table
-    of ``nvfp4_thresholds_kernel``; False: fp32 per element; default ``USE_TABLE``); ``emulate=True`` on a GPU runs the
+    of ``nvfp4_thresholds_kernel``; False: fp32 per element; default ``USE_TABLE``; ``INT_COUNT``:
+    with TABLE on the GPU, count on integers, see kernels/nvfp4.py); ``emulate=True`` on a GPU runs the
     interpreter's path (exact emulation of the packed |max| and of the E4M3 conversion) instead of
     the GPU instructions, so the tests can compare the two (default: ``not ON_GPU``).
 
@@ -358,7 +367,7 @@ def nvfp4_quant(x: torch.Tensor, global_scale, *, swizzled: bool = True, write_p
         sf = new((M, n), dtype=torch.uint8, device=x.device)
     if M == 0:
         return codes, sf.view(torch.float8_e4m3fn)
-    bs, warps, table = _as_config(config) if config is not None else (None, None, None)
+    bs, warps, table, int_count = _as_config(config) if config is not None else (None, None, None, False)
     if bs is None:    # config names TABLE alone (or nothing): the launch rule's tile
         bs, warps = _config(M, K)
     if table is None:
@@ -392,7 +401,8 @@ def nvfp4_quant(x: torch.Tensor, global_scale, *, swizzled: bool = True, write_p
         xw, global_scale, thresholds, codes, sf, M, K, sf_rows, sf_cols, n_data, float(np.float32(1.0 / n)),
         n_rowpad_tiles,
         IS_BF16=x.dtype == torch.bfloat16, BLOCK_S=bs, SWIZZLED=swizzled,
-        EMULATE=emulate, LAST_PARTIAL=(M * n) % bs != 0, ONE_WRAP=bs <= n, num_warps=warps,
+        EMULATE=emulate, LAST_PARTIAL=(M * n) % bs != 0, ONE_WRAP=bs <= n, INT_COUNT=int_count and table,
+        num_warps=warps,
     )
     return codes, sf.view(torch.float8_e4m3fn)
 
