@@ -40,10 +40,18 @@ to reproduce the regression in the workbook.
 """
 import workbook.device  # noqa: F401  (TRITON_INTERPRET=1 before triton on a CPU-only machine)
 
+import importlib
+
 import triton
 import triton.language as tl
 
 from .common import div6_rn, e4m3_rne, unpack_pairs
+
+# Programmatic dependent launch (Hopper): the quantizing kernel may start while the threshold kernel
+# still runs and waits for its table only where it reads it. None where this Triton lacks the calls.
+_cuda_extra = importlib.import_module("triton.language.extra.cuda")
+gdc_wait = getattr(_cuda_extra, "gdc_wait", None)
+gdc_launch_dependents = getattr(_cuda_extra, "gdc_launch_dependents", None)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -287,6 +295,7 @@ def nvfp4_quant_kernel(
     TABLE: tl.constexpr,         # thresholds is given (set by the heuristic)
     INT_COUNT: tl.constexpr = False,  # TABLE on the GPU: count the passed thresholds on integers
                                       # (_e2m1_bytes_int_count) instead of in packed bf16/fp16
+    PDL: tl.constexpr = False,   # TABLE: launched as a programmatic dependent of the threshold kernel
 ):
     """Programs 0 .. n_data_programs-1 each quantize BLOCK_S consecutive 16-element blocks of x taken
     as one flat sequence of M * K/16 blocks (rows end to end): every tile is one contiguous stretch of
@@ -301,13 +310,13 @@ def nvfp4_quant_kernel(
             if LAST_PARTIAL:
                 if pid == n_data_programs - 1:
                     _quant_tile_table(xw, global_scale, thresholds, codes, sf, start, M, n_blocks, SF_COLS, inv_n,
-                                      BLOCK_S, IS_BF16, SWIZZLED, EMULATE, True, ONE_WRAP, INT_COUNT)
+                                      BLOCK_S, IS_BF16, SWIZZLED, EMULATE, True, ONE_WRAP, INT_COUNT, PDL)
                 else:
                     _quant_tile_table(xw, global_scale, thresholds, codes, sf, start, M, n_blocks, SF_COLS, inv_n,
-                                      BLOCK_S, IS_BF16, SWIZZLED, EMULATE, False, ONE_WRAP, INT_COUNT)
+                                      BLOCK_S, IS_BF16, SWIZZLED, EMULATE, False, ONE_WRAP, INT_COUNT, PDL)
             else:
                 _quant_tile_table(xw, global_scale, thresholds, codes, sf, start, M, n_blocks, SF_COLS, inv_n,
-                                  BLOCK_S, IS_BF16, SWIZZLED, EMULATE, False, ONE_WRAP, INT_COUNT)
+                                  BLOCK_S, IS_BF16, SWIZZLED, EMULATE, False, ONE_WRAP, INT_COUNT, PDL)
         elif LAST_PARTIAL:
             if pid == n_data_programs - 1:
                 _quant_tile(xw, global_scale, codes, sf, start, M, n_blocks, SF_COLS, inv_n, BLOCK_S,
@@ -353,10 +362,6 @@ def nvfp4_quant_kernel(
 # elements per instruction (``set.gt.bf16x2`` / ``set.gt.f16x2``, 1.0 or 0.0 in each half), summing
 # the 1.0s in the same packed format: no unpacking, no multiplication by gs, no fp32 per element.
 
-E2M1_POINTS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)   # the decision points of section 1 ...
-E2M1_TIES_UP = (False, True, False, True, False, True, False)   # ... and where a tie goes up (>=)
-
-
 @triton.jit
 def _e4m3_value(b):
     """fp32 value of E4M3 bytes 0..0x7E (int32): exact (normal: bits; subnormal: a multiple of 2^-9)."""
@@ -401,10 +406,26 @@ def _passes(v, b_gs, b_T, UP: tl.constexpr, IS_BF16: tl.constexpr):
 
 
 @triton.jit
+def _threshold(b_sf, b_gs, t: tl.constexpr, UP: tl.constexpr, IS_BF16: tl.constexpr):
+    """[128] X_t: the largest pattern of x's format (int32) that does not pass decision point t in a
+    block of scale b_sf (see nvfp4_thresholds_kernel)."""
+    b_T = b_sf * t                                                   # exact (3 + 4 significant bits)
+    cand = _format_trunc(tl.math.div_rn(b_T, tl.zeros_like(b_T) + b_gs), IS_BF16)
+    X = tl.zeros_like(cand) - 1
+    for k in tl.static_range(5):
+        v = cand + (k - 2)
+        ok = (v >= 0) & (v <= (0x7F7F if IS_BF16 else 0x7BFF))
+        stays = ok & (_passes(tl.maximum(v, 0), b_gs, b_T, UP, IS_BF16) == 0)
+        X = tl.where(stays, v, X)                                    # the last (largest) that stays below
+    return X
+
+
+@triton.jit
 def nvfp4_thresholds_kernel(
     global_scale,                # *fp32 [1] per-tensor global scale
     thresholds,                  # *int32 [128, 8] out: word (b, j) = X_j | X_j << 16 for the scale byte b
     IS_BF16: tl.constexpr,       # x's format: bf16 (else fp16)
+    PDL: tl.constexpr = False,   # let the dependent quantizing kernel launch now (it waits for the table)
 ):
     """One program: for every E4M3 scale byte b (0..127) and decision point j (0..6), X_j = the
     largest |x| of x's format that does NOT pass point j in a block of scale sf = value(b), stored in
@@ -414,24 +435,31 @@ def nvfp4_thresholds_kernel(
     X_j is found without searching: c = RN(t_j sf / gs) lies within an ulp of fp32 of the real
     boundary, and x's format is at least 2^13 times coarser, so X_j is trunc(c) or a neighbour; the
     predicate itself (``_passes``) decides among trunc(c) - 2 .. trunc(c) + 2."""
+    if PDL:
+        gdc_launch_dependents()
     o_b = tl.arange(0, 128)                                          # [128] scale bytes
     o_j = tl.arange(0, 8)                                            # [8] decision points (7 used)
     b_gs = tl.load(global_scale)
     b_sf = _e4m3_value(o_b)                                          # [128]
-    out = tl.zeros([128, 8], dtype=tl.int32)
-    for j in tl.static_range(7):
-        t: tl.constexpr = E2M1_POINTS[j]
-        up: tl.constexpr = E2M1_TIES_UP[j]
-        b_T = b_sf * t                                               # exact (3 + 4 significant bits)
-        cand = _format_trunc(tl.math.div_rn(b_T, tl.zeros_like(b_T) + b_gs), IS_BF16)
-        X = tl.zeros_like(cand) - 1
-        for k in tl.static_range(5):
-            v = cand + (k - 2)
-            ok = (v >= 0) & (v <= (0x7F7F if IS_BF16 else 0x7BFF))
-            stays = ok & (_passes(tl.maximum(v, 0), b_gs, b_T, up, IS_BF16) == 0)
-            X = tl.where(stays, v, X)                                # the last (largest) that stays below
-        X = tl.where((o_b == 0) | (o_b == 0x7F), 0x7FFF, X)
-        out = tl.where(o_j[None, :] == j, (X | (X << 16))[:, None], out)
+    # the decision points of section 1 and where a tie goes up (>=) or down (>)
+    X0 = _threshold(b_sf, b_gs, 0.25, False, IS_BF16)
+    X1 = _threshold(b_sf, b_gs, 0.75, True, IS_BF16)
+    X2 = _threshold(b_sf, b_gs, 1.25, False, IS_BF16)
+    X3 = _threshold(b_sf, b_gs, 1.75, True, IS_BF16)
+    X4 = _threshold(b_sf, b_gs, 2.5, False, IS_BF16)
+    X5 = _threshold(b_sf, b_gs, 3.5, True, IS_BF16)
+    X6 = _threshold(b_sf, b_gs, 5.0, False, IS_BF16)
+    j = o_j[None, :]
+    out = tl.where(j == 0, X0[:, None], 0)
+    out = tl.where(j == 1, X1[:, None], out)
+    out = tl.where(j == 2, X2[:, None], out)
+    out = tl.where(j == 3, X3[:, None], out)
+    out = tl.where(j == 4, X4[:, None], out)
+    out = tl.where(j == 5, X5[:, None], out)
+    out = tl.where(j == 6, X6[:, None], out)
+    # sf = 0 (byte 0) and the NaN byte 0x7F: 0x7FFF, above every |x| (index 0)
+    out = tl.where(((o_b == 0) | (o_b == 0x7F))[:, None] & (j < 7), 0x7FFF, out)
+    out = out | (out << 16)
     tl.store(thresholds + o_b[:, None] * 8 + o_j[None, :], out)
 
 
@@ -622,7 +650,7 @@ def _absmax_words(b_w, IS_BF16: tl.constexpr):
 def _quant_tile_table(xw, global_scale, thresholds, codes, sf, start, M, n_blocks, SF_COLS, inv_n,
                       BLOCK_S: tl.constexpr, IS_BF16: tl.constexpr, SWIZZLED: tl.constexpr,
                       EMULATE: tl.constexpr, MASKED: tl.constexpr, ONE_WRAP: tl.constexpr,
-                      INT_COUNT: tl.constexpr):
+                      INT_COUNT: tl.constexpr, PDL: tl.constexpr):
     """As _quant_tile, with the E2M1 index from the threshold table. A block's 8 words are loaded as
     two [BLOCK_S, 4] halves (16 bytes each), so one thread holds the whole block: its amax, scale and
     7 thresholds are computed and looked up once, by that thread alone."""
@@ -660,6 +688,8 @@ def _quant_tile_table(xw, global_scale, thresholds, codes, sf, start, M, n_block
         b_sf_byte, b_sf = e4m3_rne(b_sf_want)
 
     # the block's 7 thresholds (row b_sf_byte of the table; L1-resident: 4 KiB)
+    if PDL:
+        gdc_wait()                   # launched before the threshold kernel finished: wait for its table
     p_t = thresholds + b_sf_byte * 8
     x0 = tl.load(p_t)[:, None]
     x1 = tl.load(p_t + 1)[:, None]

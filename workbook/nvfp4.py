@@ -27,7 +27,7 @@ __all__ = [
     "E2M1_VALUES", "E2M1_MAX", "E4M3_MAX", "round_up", "padded_scale_shape", "global_scale_of",
     "e2m1_encode", "e2m1_decode", "e2m1_round_brute", "e4m3_round_brute", "swizzle_offset",
     "swizzle_scales", "unswizzle_scales", "quantize_ref", "dequantize_ref", "nvfp4_quant",
-    "nvfp4_quant_plain", "e2m1_thresholds", "USE_TABLE", "TABLE_TUNE_CONFIGS", "TUNE_CONFIGS", "launch_rule", "measure_heatmap", "measure_small_m", "plot_heatmap", "plot_small_m", "e4m3_cast_errors", "QUANT_GRADER_SHAPES", "quant_with_nan_padding", "nvfp4_gemm_ref", "nvfp4_gemm_small_m_model", "quant_coverage", "logical_scale_coverage",
+    "nvfp4_quant_plain", "e2m1_thresholds", "USE_TABLE", "USE_PDL", "TABLE_TUNE_CONFIGS", "TUNE_CONFIGS", "launch_rule", "measure_heatmap", "measure_small_m", "plot_heatmap", "plot_small_m", "e4m3_cast_errors", "QUANT_GRADER_SHAPES", "quant_with_nan_padding", "nvfp4_gemm_ref", "nvfp4_gemm_small_m_model", "quant_coverage", "logical_scale_coverage",
     "check_e2m1_round", "check_swizzle_offset", "check_quant",
     "plot_value_grids", "plot_swizzle", "plot_benchmark", "plot_zeros_vs_empty", "benchmark",
     "measure_zeros_vs_empty", "instruction_budget", "sass_counts",
@@ -207,6 +207,20 @@ TABLE_TUNE_CONFIGS = [{"BLOCK_S": bs, "num_warps": w, "TABLE": True, "INT_COUNT"
 # The E2M1 index from the threshold table (kernels/nvfp4.py, nvfp4_thresholds_kernel): packed 16-bit
 # comparisons instead of fp32 arithmetic per element; config={"TABLE": ...} overrides this default.
 USE_TABLE = False
+# TABLE on a GPU: launch the quantizing kernel as a programmatic dependent of the threshold kernel
+# (Hopper PDL): it starts while the table is computed and waits for it only where it reads it.
+USE_PDL = True
+
+
+def _pdl_supported() -> bool:
+    """This Triton can launch with PDL (``launch_pdl``) and has the grid-dependency calls."""
+    from triton.backends.nvidia.compiler import CUDAOptions
+
+    from .kernels.nvfp4 import gdc_launch_dependents, gdc_wait
+
+    return (ON_GPU and gdc_wait is not None and gdc_launch_dependents is not None
+            and "launch_pdl" in getattr(CUDAOptions, "__dataclass_fields__", {})
+            and torch.cuda.get_device_capability(DEVICE)[0] >= 9)
 _WAVES = 8               # the rule's target: at least this many programs per SM ...
 _MIN_BLOCK_S, _MAX_BLOCK_S = 32, 512   # ... with tiles of 512 to 8192 elements
 
@@ -392,14 +406,19 @@ def nvfp4_quant(x: torch.Tensor, global_scale, *, swizzled: bool = True, write_p
     # the kernel reads element pairs as int32 words (needs a 4-byte aligned start)
     xw = x.view(torch.int32) if x.storage_offset() % 2 == 0 else x.clone().view(torch.int32)
     thresholds = None
+    pdl = {}
     if table:
         # the E2M1 thresholds of every scale byte in x's format (4 KiB, every word written by the one
         # program of nvfp4_thresholds_kernel: `empty` is safe)
         thresholds = torch.empty((128, 8), dtype=torch.int32, device=x.device)
-        nvfp4_thresholds_kernel[(1,)](global_scale, thresholds, IS_BF16=x.dtype == torch.bfloat16, num_warps=4)
+        use_pdl = USE_PDL and not emulate and _pdl_supported()
+        nvfp4_thresholds_kernel[(1,)](global_scale, thresholds, IS_BF16=x.dtype == torch.bfloat16, PDL=use_pdl,
+                                      num_warps=4)
+        if use_pdl:
+            pdl = {"PDL": True, "launch_pdl": True}
     nvfp4_quant_kernel[grid](
         xw, global_scale, thresholds, codes, sf, M, K, sf_rows, sf_cols, n_data, float(np.float32(1.0 / n)),
-        n_rowpad_tiles,
+        n_rowpad_tiles, **pdl,
         IS_BF16=x.dtype == torch.bfloat16, BLOCK_S=bs, SWIZZLED=swizzled,
         EMULATE=emulate, LAST_PARTIAL=(M * n) % bs != 0, ONE_WRAP=bs <= n, INT_COUNT=int_count and table,
         num_warps=warps,
