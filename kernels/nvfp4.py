@@ -33,6 +33,12 @@ exact integer/fp32 arithmetic (``e4m3_rne``). Both paths give the same bytes, an
 on the GPU. The measured bandwidth, the instructions issued per element (Nsight Compute) and the
 sweep of tile sizes are in workbook/data/nvfp4.json.
 
+The fast kernel has a second path for the E2M1 index, ``TABLE`` (``_quant_tile_table``; the
+launcher's ``config={"TABLE": True}``): the 7 decision points of a block become 7 values of x's own
+16-bit format (a table over the 127 scale bytes, computed per call by ``nvfp4_thresholds_kernel``),
+and two elements are compared per instruction without unpacking or multiplying them. Same bytes;
+fewer instructions per element (section "The table kernel" below).
+
 Both kernels write every padded scale entry of the swizzled layout (zeros): the plain kernel's grid
 spans the padded grid, the fast kernel launches one padding program per padded 128x4 tile after its
 quantizing programs. The launcher's ``write_padding=False`` launches no padding programs: it exists only
