@@ -216,6 +216,185 @@ static void launch(const void* x, const float* gs, void* codes, void* sf, uint32
       sf_rows, sf_cols, n);
 }
 
+// ------------------------------------------------------------------------------------------------
+// The TABLE variant (Triton: nvfp4_thresholds_kernel + _quant_tile_table with INT_COUNT): the E2M1
+// index from packed comparisons in x's own 16-bit format against 7 thresholds per scale byte. Here
+// every CTA builds the 127 x 7 table in shared memory once (no second launch), then quantizes blocks
+// in a grid-stride loop (a persistent grid: resident CTAs only), one thread per 16-element block.
+// ------------------------------------------------------------------------------------------------
+
+// Largest pattern of x's format whose value is <= c (c >= 0), capped at the largest finite value.
+// Triton: _format_trunc.
+template <bool IS_BF16>
+__device__ __forceinline__ int format_trunc(float c) {
+  if (IS_BF16) return min((int)(__float_as_uint(c) >> 16), 0x7F7F);
+  const float big = fminf(c, 65504.0f);
+  const int normal = (int)(__float_as_uint(big) >> 13) - (112 << 10);
+  const int sub = (int)__fmul_rn(fminf(c, 6.103515625e-05f), 16777216.0f);   // multiples of 2^-24, truncated
+  return c >= 6.103515625e-05f ? normal : sub;
+}
+
+template <bool IS_BF16>
+__device__ __forceinline__ float format_value(int v) {   // Triton: _format_value
+  if (IS_BF16) return __uint_as_float((uint32_t)v << 16);
+  float f;
+  const unsigned short h = (unsigned short)v;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+}
+
+// X_t: the largest |x| pattern that does not pass decision point t in a block of scale sf.
+// Triton: _threshold (and _passes): RN(|x| gs) > t sf where a tie goes down, >= where it goes up.
+template <bool IS_BF16>
+__device__ int threshold(float sf, float gs, float t, bool up) {
+  const float T = __fmul_rn(sf, t);                       // exact
+  const int cand = format_trunc<IS_BF16>(__fdiv_rn(T, gs));
+  int X = -1;
+#pragma unroll
+  for (int k = -2; k <= 2; ++k) {
+    const int v = cand + k;
+    const bool ok = v >= 0 && v <= (IS_BF16 ? 0x7F7F : 0x7BFF);
+    const float a = __fmul_rn(format_value<IS_BF16>(max(v, 0)), gs);
+    const bool passes = up ? a >= T : a > T;
+    if (ok && !passes) X = v;
+  }
+  return X;
+}
+
+// Code byte of one word (two elements) from the 7 thresholds (words X | X << 16): per half, the
+// number of thresholds below |x| counted on integers (set.gt.u32 gives 0xFFFF per passing half;
+// -sum * 65537 = c_lo + c_hi * 2^16), the sign bits moved next to it. Triton: _e2m1_bytes_int_count.
+template <bool IS_BF16>
+__device__ __forceinline__ uint32_t code_byte_table(uint32_t w, const uint32_t* X) {
+  uint32_t out;
+  if (IS_BF16) {
+    asm("{\n\t.reg .b32 a, m, s, t;\n\t"
+        "abs.bf16x2 a, %1;\n\t"
+        "set.gt.u32.bf16x2 s, a, %2;\n\t"
+        "set.gt.u32.bf16x2 m, a, %3;\n\tadd.u32 s, s, m;\n\t"
+        "set.gt.u32.bf16x2 m, a, %4;\n\tadd.u32 s, s, m;\n\t"
+        "set.gt.u32.bf16x2 m, a, %5;\n\tadd.u32 s, s, m;\n\t"
+        "set.gt.u32.bf16x2 m, a, %6;\n\tadd.u32 s, s, m;\n\t"
+        "set.gt.u32.bf16x2 m, a, %7;\n\tadd.u32 s, s, m;\n\t"
+        "set.gt.u32.bf16x2 m, a, %8;\n\tadd.u32 s, s, m;\n\t"
+        "neg.s32 s, s;\n\tmul.lo.u32 s, s, 65537;\n\t"
+        "shr.u32 t, %1, 12;\n\tand.b32 t, t, 0x80008;\n\tor.b32 s, s, t;\n\t"
+        "shr.u32 t, s, 12;\n\tor.b32 %0, s, t;\n\t}"
+        : "=r"(out) : "r"(w), "r"(X[0]), "r"(X[1]), "r"(X[2]), "r"(X[3]), "r"(X[4]), "r"(X[5]), "r"(X[6]));
+  } else {
+    asm("{\n\t.reg .b32 a, m, s, t;\n\t"
+        "abs.f16x2 a, %1;\n\t"
+        "set.gt.u32.f16x2 s, a, %2;\n\t"
+        "set.gt.u32.f16x2 m, a, %3;\n\tadd.u32 s, s, m;\n\t"
+        "set.gt.u32.f16x2 m, a, %4;\n\tadd.u32 s, s, m;\n\t"
+        "set.gt.u32.f16x2 m, a, %5;\n\tadd.u32 s, s, m;\n\t"
+        "set.gt.u32.f16x2 m, a, %6;\n\tadd.u32 s, s, m;\n\t"
+        "set.gt.u32.f16x2 m, a, %7;\n\tadd.u32 s, s, m;\n\t"
+        "set.gt.u32.f16x2 m, a, %8;\n\tadd.u32 s, s, m;\n\t"
+        "neg.s32 s, s;\n\tmul.lo.u32 s, s, 65537;\n\t"
+        "shr.u32 t, %1, 12;\n\tand.b32 t, t, 0x80008;\n\tor.b32 s, s, t;\n\t"
+        "shr.u32 t, s, 12;\n\tor.b32 %0, s, t;\n\t}"
+        : "=r"(out) : "r"(w), "r"(X[0]), "r"(X[1]), "r"(X[2]), "r"(X[3]), "r"(X[4]), "r"(X[5]), "r"(X[6]));
+  }
+  return out;
+}
+
+constexpr int kTableThreads = 256;
+
+template <bool IS_BF16, bool SWIZZLED, bool WRITE_PADDING>
+__global__ void __launch_bounds__(kTableThreads) nvfp4_quant_table_kernel(
+    const uint4* __restrict__ xw, const float* __restrict__ global_scale, uint2* __restrict__ codes,
+    uint8_t* __restrict__ sf, uint32_t M, uint32_t n_blocks, uint32_t sf_rows, uint32_t sf_cols) {
+  __shared__ __align__(16) uint32_t table[128 * 8];
+  const float gs = __ldg(global_scale);
+  const uint32_t n_real = M * n_blocks;                     // < 2^31 (the caller checks)
+  const uint32_t stride = gridDim.x * blockDim.x;
+  uint32_t blk = blockIdx.x * blockDim.x + threadIdx.x;
+  // the first block's loads go out before the table is built
+  uint4 a = make_uint4(0, 0, 0, 0), b = a;
+  if (blk < n_real) { a = xw[2 * (size_t)blk]; b = xw[2 * (size_t)blk + 1]; }
+
+  // the table: row = scale byte (0..127), words 0..6 = X_j | X_j << 16; sf = 0 and byte 0x7F: 0x7FFF
+  for (int e = threadIdx.x; e < 128 * 8; e += blockDim.x) {
+    const int byte = e >> 3, j = e & 7;
+    int X = 0;
+    if (j < 7) {
+      if (byte == 0 || byte == 0x7F) {
+        X = 0x7FFF;
+      } else {
+        const float sfv = e4m3_value((uint32_t)byte);
+        const float t = j == 0 ? 0.25f : j == 1 ? 0.75f : j == 2 ? 1.25f : j == 3 ? 1.75f : j == 4 ? 2.5f : j == 5 ? 3.5f : 5.0f;
+        X = threshold<IS_BF16>(sfv, gs, t, (j & 1) != 0);
+      }
+    }
+    table[e] = (uint32_t)X | ((uint32_t)X << 16);
+  }
+  __syncthreads();
+
+  // (row, column) of the block, carried along the grid-stride loop without a division per block
+  uint32_t r = blk / n_blocks, c = blk - r * n_blocks;
+  const uint32_t dr = stride / n_blocks, dc = stride - dr * n_blocks;
+  for (; blk < n_real; blk += stride) {
+    const uint32_t w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    const uint32_t next = blk + stride;
+    if (next < n_real) { a = xw[2 * (size_t)next]; b = xw[2 * (size_t)next + 1]; }   // prefetch
+
+    uint32_t m01 = absmax_x2<IS_BF16>(w[0], w[1]), m23 = absmax_x2<IS_BF16>(w[2], w[3]);
+    uint32_t m45 = absmax_x2<IS_BF16>(w[4], w[5]), m67 = absmax_x2<IS_BF16>(w[6], w[7]);
+    const uint32_t m = absmax_x2<IS_BF16>(absmax_x2<IS_BF16>(m01, m23), absmax_x2<IS_BF16>(m45, m67));
+    float m_lo, m_hi;
+    unpack_pair<IS_BF16>(m, m_lo, m_hi);
+    const float amax = fmaxf(fabsf(m_lo), fabsf(m_hi));
+    const uint32_t sf_byte = e4m3_byte(fminf(div6_rn(__fmul_rn(gs, amax)), 448.0f));
+
+    const uint4 t0 = *reinterpret_cast<const uint4*>(&table[sf_byte * 8]);
+    const uint4 t1 = *reinterpret_cast<const uint4*>(&table[sf_byte * 8 + 4]);
+    const uint32_t X[7] = {t0.x, t0.y, t0.z, t0.w, t1.x, t1.y, t1.z};
+    uint32_t q[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) q[i] = code_byte_table<IS_BF16>(w[i], X);
+    const uint32_t lo4 = __byte_perm(__byte_perm(q[0], q[1], 0x0040), __byte_perm(q[2], q[3], 0x0040), 0x5410);
+    const uint32_t hi4 = __byte_perm(__byte_perm(q[4], q[5], 0x0040), __byte_perm(q[6], q[7], 0x0040), 0x5410);
+    codes[blk] = make_uint2(lo4, hi4);
+    if (SWIZZLED) {
+      sf[((size_t)(r >> 7) * (sf_cols >> 2) + (c >> 2)) * 512 + (r & 31) * 16 + ((r >> 5) & 3) * 4 + (c & 3)] = (uint8_t)sf_byte;
+    } else {
+      sf[blk] = (uint8_t)sf_byte;
+    }
+    c += dc;
+    r += dr;
+    if (c >= n_blocks) { c -= n_blocks; ++r; }
+  }
+
+  // the padded entries of the swizzled grid: rows M..sf_rows-1 (all columns), then columns
+  // n_blocks..sf_cols-1 of rows < M; zeros
+  if (SWIZZLED && WRITE_PADDING) {
+    const uint32_t pad_rows = (sf_rows - M) * sf_cols, pad_cols = M * (sf_cols - n_blocks);
+    for (uint32_t e = blockIdx.x * blockDim.x + threadIdx.x; e < pad_rows + pad_cols; e += stride) {
+      uint32_t pr, pc;
+      if (e < pad_rows) { pr = M + e / sf_cols; pc = e - (pr - M) * sf_cols; }
+      else { const uint32_t f = e - pad_rows, w = sf_cols - n_blocks; pr = f / w; pc = n_blocks + (f - pr * w); }
+      sf[((size_t)(pr >> 7) * (sf_cols >> 2) + (pc >> 2)) * 512 + (pr & 31) * 16 + ((pr >> 5) & 3) * 4 + (pc & 3)] = 0;
+    }
+  }
+}
+
+template <bool IS_BF16, bool SWIZZLED, bool WRITE_PADDING>
+static cudaError_t launch_table(const void* x, const float* gs, void* codes, void* sf, uint32_t M, uint32_t n_blocks,
+                                uint32_t sf_rows, uint32_t sf_cols, int device, cudaStream_t stream) {
+  auto kernel = nvfp4_quant_table_kernel<IS_BF16, SWIZZLED, WRITE_PADDING>;
+  int sms = 0, per_sm = 0;
+  cudaError_t err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (err == cudaSuccess) err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kTableThreads, 0);
+  if (err != cudaSuccess) return err;
+  const uint64_t need = ((uint64_t)M * n_blocks + kTableThreads - 1) / kTableThreads;
+  const uint64_t resident = (uint64_t)sms * (per_sm > 0 ? per_sm : 1);
+  const uint32_t grid = (uint32_t)(need < resident ? (need > 0 ? need : 1) : resident);
+  kernel<<<grid, kTableThreads, 0, stream>>>(static_cast<const uint4*>(x), gs, static_cast<uint2*>(codes),
+                                              static_cast<uint8_t*>(sf), M, n_blocks, sf_rows, sf_cols);
+  return cudaGetLastError();
+}
+
 }  // namespace nvfp4
 
 // Host launcher. x: [M, K] fp16|bf16, contiguous, 16-byte aligned; global_scale: fp32 [1] on the
@@ -243,4 +422,28 @@ extern "C" int nvfp4_quant_cuda(const void* x, const float* global_scale, void* 
     else nvfp4::launch<false, true, false>(x, global_scale, codes, sf, m, nb, rows, cols, stream);
   }
   return (int)cudaGetLastError();
+}
+
+// The TABLE variant's host launcher: the same arguments and the same bytes as nvfp4_quant_cuda.
+extern "C" int nvfp4_quant_cuda_table(const void* x, const float* global_scale, void* codes, void* sf,
+                                      int M, int K, int sf_rows, int sf_cols, int is_bf16, int swizzled,
+                                      int write_padding, int device, cudaStream_t stream) {
+  if (M <= 0 || K <= 0) return (int)cudaSuccess;
+  int current = -1;
+  if (cudaGetDevice(&current) != cudaSuccess || current != device) {
+    const cudaError_t err = cudaSetDevice(device);
+    if (err != cudaSuccess) return (int)err;
+  }
+  const uint32_t m = (uint32_t)M, nb = (uint32_t)(K / 16), rows = (uint32_t)sf_rows, cols = (uint32_t)sf_cols;
+  cudaError_t err;
+  if (is_bf16) {
+    if (!swizzled) err = nvfp4::launch_table<true, false, true>(x, global_scale, codes, sf, m, nb, rows, cols, device, stream);
+    else if (write_padding) err = nvfp4::launch_table<true, true, true>(x, global_scale, codes, sf, m, nb, rows, cols, device, stream);
+    else err = nvfp4::launch_table<true, true, false>(x, global_scale, codes, sf, m, nb, rows, cols, device, stream);
+  } else {
+    if (!swizzled) err = nvfp4::launch_table<false, false, true>(x, global_scale, codes, sf, m, nb, rows, cols, device, stream);
+    else if (write_padding) err = nvfp4::launch_table<false, true, true>(x, global_scale, codes, sf, m, nb, rows, cols, device, stream);
+    else err = nvfp4::launch_table<false, true, false>(x, global_scale, codes, sf, m, nb, rows, cols, device, stream);
+  }
+  return (int)err;
 }
