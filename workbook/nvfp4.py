@@ -15,6 +15,8 @@ Scales come in two layouts: linear ``[M, K/16]``, or swizzled 128x4 over the pad
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
 
@@ -212,6 +214,7 @@ USE_TABLE = False
 USE_PDL = True
 
 
+@functools.lru_cache(maxsize=None)
 def _pdl_supported() -> bool:
     """This Triton can launch with PDL (``launch_pdl``) and has the grid-dependency calls."""
     from triton.backends.nvidia.compiler import CUDAOptions
