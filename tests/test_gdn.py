@@ -171,14 +171,17 @@ def test_state_pass_with_outputs_folded_in():
     x["initial_state"] = torch.randn(3, 2, 48, 40, device=DEVICE) * 0.5
     kw = dict(output_final_state=True, cu_seqlens=cu, use_qk_l2norm_in_kernel=True, scale=0.3)
     fused = {"state": {"BV": 16, "FUSE_O": True}}
+    runs = []   # the fused call's results from the coverage check's runs (each fully written)
+    assert_fully_written(lambda: runs.append(gdn.chunk_gated_delta_rule(**x, **kw, config=fused)) or runs[-1],
+                         names=["o", "final_state"])
+    o2, h2 = runs[-1]
     o1, h1 = gdn.chunk_gated_delta_rule(**x, **kw, config={"state": {"BV": 16}})
-    o2, h2 = gdn.chunk_gated_delta_rule(**x, **kw, config=fused)
     assert_rel_close(o2, o1, 1e-6, "o, FUSE_O vs four kernels")
     assert_rel_close(h2, h1, 1e-6, "final state, FUSE_O vs four kernels")
     ro, rh = _ref(x, cu_seqlens=cu, use_qk_l2norm_in_kernel=True, scale=0.3)
     assert_rel_close(o2, ro, CHUNK_BOUND, "o, FUSE_O vs the recurrence")
-    assert_fully_written(lambda: gdn.chunk_gated_delta_rule(**x, **kw, config=fused), names=["o", "final_state"])
-    *_, inter = gdn.chunk_gated_delta_rule(**x, **kw, config=fused, return_intermediates=True)
+    x1 = gdn.make_inputs(1, 1, 1, 16, seed=28)   # one token: the smallest call that shows the form
+    *_, inter = gdn.chunk_gated_delta_rule(**x1, config=fused, return_intermediates=True)
     assert {"h", "v_new"} <= set(inter), "return_intermediates runs the four-kernel form, which has h and v'"
 
 
@@ -782,9 +785,18 @@ def test_benchmark_table_reads_old_and_new_records():
     row = {"B": 1, "T": 64, "H": 1, "D": 16, "l2norm_in_kernel": False, "ours_graph_us": 10.0, "ours_eager_us": 30.0,
            "fla_graph_us": 8.0, "fla_eager_us": 60.0, "ratio_ours_over_fla_graph": 1.25, "ratio_ours_over_fla_eager": 0.5}
     drow = {"B": 2, "T": 1, "H": 1, "D": 16, "ours_graph_us": 5.0, "ours_eager_us": 20.0, "ours_graph_GBps": 100.0}
-    new = {"results": {"chunk": [row], "decode": [drow]}, "ceilings": {"copy_GBps": 200.0}}
+    rule, prev = {"BV": 16, "num_warps": 4, "num_stages": 3}, {"BV": 32, "num_warps": 4, "num_stages": 2}
+    srows = [{"B": 1, "T": 64, "H": 1, "HV": 2, "rule": rule, "rule_graph_us": 6.0, "previous": prev,
+              "previous_graph_us": 8.0, "ratio_rule_over_previous": 0.75,
+              "grid": [{**prev, "graph_us": 8.0}, {**rule, "graph_us": "failed: X"}]},
+             {"B": 1, "T": 64, "H": 1, "HV": 2, "cu_seqlens": [0, 1, 64], "rule": rule, "rule_graph_us": 7.0,
+              "previous": "same as the rule's pick"}]
+    new = {"results": {"chunk": [row], "state_alone": srows, "decode": [drow]}, "ceilings": {"copy_GBps": 200.0}}
     text = gdn.benchmark_table(new)
     assert "ours/fla on GPU time 1.25x" in text and "eager 0.50x" in text and "50% of the 200 GB/s" in text
+    assert "launch rule BV16 ns3 nw4      6.0 us | previous default BV32 ns2 nw4      8.0 us | rule/previous 0.75x" \
+        in text, text
+    assert "BV32 ns2 8.0 us, BV16 ns3 n/a" in text and "varlen N=2 T=64" in text and "the same configuration" in text
     import matplotlib
     matplotlib.use("Agg")
     assert gdn.plot_benchmark(new) is not None
@@ -831,6 +843,33 @@ def test_state_launch_rule():
     cs = {**gdn.CONFIG["chunk"]["state"], "BV": None, "num_warps": None, "num_stages": None}
     assert gdn._state_cfg({**cs, "num_stages": 2}, 1, 16, 128, 128, 2)["num_stages"] == 2
     assert gdn._state_cfg({**cs, "BV": 256}, 1, 16, 128, 64, 2)["BV"] == 64
+
+
+def test_state_pass_alone_rewrites_the_call_state_and_previous_default():
+    """The benchmark's state pass alone (launched as the launcher launches it, here with a BV and
+    num_stages other than the rule's) rewrites the call's final state over a poisoned buffer, on a
+    varlen batch; the previous default it is compared with is the >= 256-programs BV at two stages."""
+    x = gdn.make_inputs(1, 90, 1, 32, HV=2, gate="mixed", seed=25)
+    x["initial_state"] = torch.randn(3, 2, 32, 32, device=DEVICE)
+    args = dict(**x, output_final_state=True, cu_seqlens=torch.tensor([0, 1, 70, 90], device=DEVICE))
+    run = gdn.state_pass_alone(args, {"BV": 16, "num_stages": 2})
+    ht = run.call_outputs[1]   # the whole call's, at the default configuration (BV 128 in the interpreter)
+    assert run.config == {"BV": 16, "num_warps": 4, "num_stages": 2}
+    for pattern in ("nan", "7f"):
+        poison_(run.final_state, pattern)
+        run()
+        assert_rel_close(run.final_state, ht, 1e-6, f"final state, state pass alone, poison {pattern}")
+    prev = gdn._previous_state_cfg
+    assert [prev(1, 16, 128)["BV"], prev(2, 32, 128)["BV"], prev(4, 32, 128)["BV"], prev(1, 32, 16)["BV"]] == \
+        [16, 32, 64, 16]
+    assert prev(4, 32, 128)["num_stages"] == 2
+    # the compile warm-up's call for the varlen batch keeps what the kernels specialise on (heads,
+    # flags, the number of sequences, none empty), at WARM_T tokens
+    spec = gdn._SPECS[-1]
+    w = gdn._bench_args(spec, warm=True)
+    cu = w["cu_seqlens"].tolist()
+    assert w["q"].shape[-2:] == (spec[2], spec[4]) and w["initial_state"].shape[:2] == (len(spec[6]), spec[3])
+    assert len(cu) == len(spec[6]) + 1 and cu[-1] == gdn.WARM_T and min(b - a for a, b in zip(cu, cu[1:])) >= 1
 
 
 # --------------------------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ __all__ = [
     "fused_recurrent_gated_delta_rule", "chunk_gated_delta_rule", "gated_rmsnorm", "gated_rmsnorm_ref",
     "GDNBlockParams", "make_block_params", "qwen3_next_linear_attention", "z_handoff_zero_then_copy",
     "make_inputs", "benchmark", "benchmark_table", "has_timing_methods", "plot_state", "plot_benchmark",
-    "CHUNK", "CONFIG", "TIMERS", "time_both", "state_launch", "STATE_FILL",
+    "CHUNK", "CONFIG", "TIMERS", "time_both", "state_launch", "STATE_FILL", "state_pass_alone",
     "check_decode_step", "check_ut_transform", "check_chunk_spans", "check_state_pass",
     "solution_decode_step", "solution_ut_transform", "solution_chunk_spans", "solution_state_pass",
 ]
@@ -407,6 +407,18 @@ def _state_cfg(cs: dict, N: int, HV: int, K: int, V: int, itemsize: int) -> dict
     return out
 
 
+def _launch_state(c3, k, w, u, G, h, v_new, q, o, initial_state, ht, cu_seqlens, chunk_offsets, scale, T, NT,
+                  *, N, l2, emulate):
+    """Kernel 3 (the state pass) with launch configuration ``c3`` {"BV", "num_warps", "num_stages"}: one
+    program per (V block, sequence, value head). Shared by the launcher and the benchmark's timing of
+    the state pass alone (:func:`state_pass_alone`)."""
+    H, K, HV, V = k.shape[-2], k.shape[-1], w.shape[-2], u.shape[-1]
+    kern.chunk_gdn_state_kernel[(triton.cdiv(V, c3["BV"]), N * HV)](
+        k, w, u, G, h, v_new, q, o, initial_state, ht, cu_seqlens, chunk_offsets, scale, T, max(NT, 1),
+        H=H, HV=HV, K=K, V=V, BT=CHUNK, BK=_pow2(K), BV=c3["BV"], USE_Q_L2NORM=l2, EMULATE=emulate,
+        num_warps=c3["num_warps"], num_stages=c3["num_stages"])
+
+
 def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
                            use_qk_l2norm_in_kernel=False, use_beta_sigmoid_in_kernel=False,
                            allow_neg_eigval=False, state_v_first=False, cu_seqlens=None, cu_seqlens_cpu=None,
@@ -498,12 +510,9 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
             kc, v, beta, G, A, w, u, cu_seqlens, chunk_indices, T,
             H=H, HV=HV, K=K, V=V, BT=CHUNK, BK=BK, BV=BVf, EMULATE=emulate,
             num_warps=c2["num_warps"], num_stages=c2["num_stages"])
-    c3 = _state_cfg(cs, N, HV, K, V, q.element_size())
-    kern.chunk_gdn_state_kernel[(triton.cdiv(V, c3["BV"]), N * HV)](
-        kc, w, u, G, h, v_new, q if fuse else None, o if fuse else None, initial_state, ht, cu_seqlens,
-        chunk_offsets, scale, T, max(NT, 1),
-        H=H, HV=HV, K=K, V=V, BT=CHUNK, BK=BK, BV=c3["BV"], USE_Q_L2NORM=l2, EMULATE=emulate,
-        num_warps=c3["num_warps"], num_stages=c3["num_stages"])
+    _launch_state(_state_cfg(cs, N, HV, K, V, q.element_size()), kc, w, u, G, h, v_new, q if fuse else None,
+                  o if fuse else None, initial_state, ht, cu_seqlens, chunk_offsets, scale, T, NT, N=N, l2=l2,
+                  emulate=emulate)
     BV3 = min(co["BV"], BVf)
     if NT and not fuse:
         kern.chunk_gdn_output_kernel[(triton.cdiv(V, BV3), NT, HV)](
@@ -702,15 +711,63 @@ def _fla():
         return None, None, f"unavailable: {type(e).__name__}: {e}"
 
 
+def _previous_state_cfg(N: int, HV: int, V: int) -> dict:
+    """The state pass's launch configuration before :func:`state_launch` (kept for the benchmark's side
+    by side): BV 64, else 32, once the grid reaches 256 programs, else 16; num_stages 2; num_warps 4."""
+    bv = next((b for b in (64, 32) if N * HV * triton.cdiv(V, b) >= 256), 16)
+    return {"BV": min(bv, _pow2(V)), "num_warps": 4, "num_stages": 2}
+
+
+def state_pass_alone(args: dict, config: dict | None = None):
+    """A function that launches the state pass (kernel 3) alone, as :func:`chunk_gated_delta_rule`
+    launches it in its four-kernel form, on the intermediates of one call with ``args`` (made once, here;
+    ``.call_outputs`` holds that call's (o, final state)), with the launch configuration ``config``
+    {"BV", "num_warps", "num_stages"} (names left out or None: the rule's). Each call rewrites h, v' and
+    ``.final_state``; the benchmark times it alone, by graph replay."""
+    q, k, v = args["q"], args["k"], args["v"]
+    cu = args.get("cu_seqlens")
+    B, T, H, K = k.shape
+    HV, V = v.shape[2], v.shape[3]
+    N = B if cu is None else cu.numel() - 1
+    l2 = bool(args.get("use_qk_l2norm_in_kernel", False))
+    o, ht0, inter = chunk_gated_delta_rule(**args, return_intermediates=True)
+    if cu is not None:
+        _, chunk_offsets, NT = _chunk_table(cu, N, B * T)
+    else:
+        chunk_offsets, NT = None, B * triton.cdiv(T, CHUNK)
+    cs = {"BV": None, "num_warps": None, "num_stages": None, **(config or {})}
+    c3 = _state_cfg(cs, N, HV, K, V, q.element_size())
+    h0 = args.get("initial_state")
+    # the final state as the launcher allocates it (empty: the programs tile it; see _final_state_buffer)
+    ht = _final_state_buffer(h0, False, N, HV, K, V, q.device) if args.get("output_final_state") else None
+    scale = K ** -0.5 if args.get("scale") is None else float(args["scale"])
+    kc = inter["kn"] if l2 else k
+    emulate = _emulate(None)
+
+    def run():
+        _launch_state(c3, kc, inter["w"], inter["u"], inter["G"], inter["h"], inter["v_new"], None, None, h0, ht,
+                      cu, chunk_offsets, scale, T, NT, N=N, l2=l2, emulate=emulate)
+    run.config, run.final_state, run.call_outputs = c3, ht, (o, ht0)
+    return run
+
+
 # (B, T, key heads H, value heads HV, D, L2 norm of q and k in the kernel): the issue's three shapes,
 # then a Qwen3-Next linear-attention layer (16 key / 32 value heads, D = 128, q and k normalised in
 # the kernel as the model calls it) at the two ends of T = 4k .. 32k.
 CHUNK_SHAPES = [(1, 8192, 16, 16, 128, False), (4, 4096, 32, 32, 128, False), (2, 2048, 16, 32, 128, False),
                 (1, 4096, 16, 32, 128, True), (1, 32768, 16, 32, 128, True)]
-PROFILE_SHAPES = {(1, 8192, 16, 16, 128), (2, 2048, 16, 32, 128)}   # per-kernel times recorded for these
 # a varlen prefill batch of the Qwen3-Next layer (key heads, value heads, D): four sequences, one of a single token
 VARLEN_SEQS, VARLEN_HEADS = (1, 3071, 4000, 1120), (16, 32, 128)
+# every prefill call of the record: CHUNK_SHAPES + (sequence lengths or None,), then the varlen batch
+_SPECS = [(*s, None) for s in CHUNK_SHAPES] + [(1, sum(VARLEN_SEQS), *VARLEN_HEADS, True, VARLEN_SEQS)]
+PROFILE_SHAPES = {(1, 8192, 16, 16, 128), (2, 2048, 16, 32, 128)}   # per-kernel times recorded for these
+# the state pass alone, the rule's pick beside the previous default, at the shapes with few sequences x
+# heads (the rule's territory); at STATE_GRID_SHAPES also a BV x num_stages grid (under the budget)
+STATE_SHAPES = {(1, 8192, 16, 16, 128), (2, 2048, 16, 32, 128), (1, 32768, 16, 32, 128), (1, 8192, 16, 32, 128)}
+STATE_GRID_SHAPES = {(1, 8192, 16, 16, 128), (1, 32768, 16, 32, 128)}
+STATE_GRID = [(bv, ns) for bv in (16, 32, 64) for ns in (2, 3)]
 DECODE_SHAPE = (256, 32, 128)
+WARM_T = 1024   # tokens of the compile warm-up calls (same divisibility by 16 of T and chunk counts)
 
 TIMERS = {
     "graph_us": "GPU time per call: the call captured in a CUDA graph and replayed (workbook.bench."
@@ -722,17 +779,77 @@ TIMERS = {
 }
 
 
-def time_both(fn) -> dict:
-    """{"graph_us": GPU time from CUDA-graph replay, "eager_us": eager per-call time}; a call that
-    cannot be captured records why instead of a number (never silently skipped)."""
-    from .bench import graph_time_us, time_us
+def _bench_args(spec, warm: bool = False) -> dict:
+    """Arguments of one benchmark call (bf16, mixed gates, initial state in, final state out) for a
+    CHUNK_SHAPES entry, or the decode call for spec "decode". ``warm``: the same call at WARM_T tokens
+    (same batch, heads, flags and dtypes: the same compiled kernels), for the compile warm-up."""
+    if spec == "decode":
+        Bd, Hd, Dd = DECODE_SHAPE
+        x = make_inputs(Bd, 1, Hd, Dd, dtype=torch.bfloat16, gate="mixed", initial_state=True)
+        return dict(q=x["q"], k=x["k"], v=x["v"], g=x["g"], beta=x["beta"], initial_state=x["initial_state"],
+                    output_final_state=True, use_qk_l2norm_in_kernel=True)
+    B, T, H, HV, D, l2, seqs = spec
+    if warm:
+        T = WARM_T
+        if seqs is not None:   # the same number of sequences, scaled down (each at least one token)
+            seqs = [max(1, s * WARM_T // sum(seqs)) for s in seqs[:-1]]
+            seqs.append(WARM_T - sum(seqs))
+    x = make_inputs(B, T if seqs is None else sum(seqs), H, D, HV=HV, dtype=torch.bfloat16, gate="mixed",
+                    normalize_qk=not l2)
+    N = B if seqs is None else len(seqs)
+    x["initial_state"] = torch.randn(N, HV, D, D, device=DEVICE) * 0.3
+    args = dict(**x, output_final_state=True, use_qk_l2norm_in_kernel=l2)
+    if seqs is not None:
+        args["cu_seqlens"] = torch.tensor([0, *seqs], device=DEVICE).cumsum(0)
+    return args
 
-    out = {"eager_us": time_us(fn)}
+
+def _warm_one(task) -> str:
+    """(In a spawned process.) One call of ours or of fla at the warm-up size of a benchmark shape, so
+    that its kernels are compiled into Triton's disk cache before anything is timed. fla autotunes
+    here on a busy GPU and a small shape: FLA_CACHE_RESULTS=0 keeps those picks off the disk, so fla
+    autotunes again in the timing process, alone (from the cached binaries: benchmarking only)."""
+    import os
+    import time
+
+    os.environ["FLA_CACHE_RESULTS"] = "0"
+    who, spec, state = task
+    t0 = time.time()
     try:
-        out["graph_us"] = graph_time_us(fn)
-    except Exception as e:  # noqa: BLE001  (e.g. a host sync inside the call breaks capture)
-        torch.cuda.synchronize()
-        out["graph_us"] = f"capture failed: {type(e).__name__}: {e}"[:200]
+        args = _bench_args(spec, warm=True)
+        if spec == "decode":
+            fn = _fla()[1] if who == "fla" else fused_recurrent_gated_delta_rule
+        else:
+            fn = _fla()[0] if who == "fla" else chunk_gated_delta_rule
+        if fn is None:
+            return f"{who} {spec}: peer unavailable"
+        fn(**args, **({"config": {"state": state}} if state else {}))
+        if ON_GPU:
+            torch.cuda.synchronize()
+        return f"{who} {spec} {state or ''}: {time.time() - t0:.1f} s"
+    except Exception as e:  # noqa: BLE001  (the timing process compiles whatever is missing)
+        return f"{who} {spec} {state or ''}: failed: {type(e).__name__}: {e}"[:200]
+
+
+def _warm_compile(tasks, procs: int, timeout_s: float) -> dict:
+    """Run ``_warm_one`` over ``tasks`` in ``procs`` spawned processes (Triton compiles on the CPU: a
+    cold machine compiles in parallel what one process would compile one kernel after another).
+    Nothing is timed meanwhile. Whatever fails or is cut by ``timeout_s`` is compiled later, in the
+    timing process, before its first timing (each timing calls its function once first)."""
+    import multiprocessing as mp
+    import time
+
+    t0 = time.time()
+    out = {"tasks": len(tasks), "processes": procs}
+    pool = mp.get_context("spawn").Pool(procs)
+    try:
+        out["results"] = pool.map_async(_warm_one, tasks, chunksize=1).get(timeout=timeout_s)
+    except Exception as e:  # noqa: BLE001  (a timeout or a broken pool costs time, not the record)
+        out["results"] = [f"warm-up cut: {type(e).__name__}: {e}"[:200]]
+    finally:
+        pool.terminate()
+        pool.join()
+    out["wall_s"] = time.time() - t0
     return out
 
 
@@ -781,73 +898,137 @@ def _compare(row: dict, ours, peer) -> None:
     row["rel_err_vs_fla_ht"] = rel_err(ours[1].float(), peer[1].float())
 
 
-def benchmark(budget_s: float = 60.0):
-    """H200 benchmark: chunked prefill at CHUNK_SHAPES (bf16), one varlen prefill batch (device
-    cu_seqlens, VARLEN_SEQS) and recurrent decode at DECODE_SHAPE (fp32 state), ours vs
-    flash-linear-attention (when its wheel is installed) measured in the same process, each call
-    timed two ways (``TIMERS``: GPU time from CUDA-graph replay, and eager per-call time) and each
-    cross-checked against the peer (outputs and final states). Then, while ``budget_s`` lasts, a
-    call-for-call cross-check on small odd shapes and launch-configuration sweeps (GPU time; all
-    recorded, and what the budget cut is listed under "skipped"; defaults stay as shipped)."""
+STATE_RULE = ("BV: the widest of 64/32/16 whose grid gives at least 7/8 program per SM; num_stages 3 while the "
+              "programs each SM must hold fit its shared memory with three tiles in flight, else 2; num_warps 4 "
+              "(workbook.gdn.state_launch)")
+STATE_PREVIOUS = "BV 64, else 32, once the grid reaches 256 programs, else 16; num_stages 2; num_warps 4"
+
+
+def _graph_us(fn):
+    """GPU time per call from graph replay, or why there is none (recorded, never silently skipped)."""
+    from .bench import graph_time_us
+
+    try:
+        return graph_time_us(fn)
+    except Exception as e:  # noqa: BLE001
+        torch.cuda.synchronize()
+        return f"failed: {type(e).__name__}: {e}"[:200]
+
+
+def _n_seq(spec) -> int:
+    return spec[0] if spec[6] is None else len(spec[6])
+
+
+def _state_cfgs(spec) -> tuple:
+    """(the rule's pick, the previous default) for a prefill spec, bf16 storage."""
+    N, HV, D = _n_seq(spec), spec[3], spec[4]
+    return state_launch(N, HV, D, D, 2), _previous_state_cfg(N, HV, D)
+
+
+def _short(c: dict) -> str:
+    return f"BV{c['BV']} ns{c['num_stages']} nw{c['num_warps']}"
+
+
+def benchmark(budget_s: float = 60.0, warm_processes: int | None = None):
+    """H200 benchmark: chunked prefill at CHUNK_SHAPES (bf16) and one varlen prefill batch (device
+    cu_seqlens, VARLEN_SEQS), recurrent decode at DECODE_SHAPE (fp32 state), ours vs
+    flash-linear-attention (when its wheel is installed) measured in the same process.
+
+    1. Compile warm-up (a cold machine spends most of a run compiling): every kernel variant timed
+       below, ours and fla's, is called once at WARM_T tokens in ``warm_processes`` spawned processes
+       (default: the CPUs this process may use less two, at most 14; 0 or 1: none; cut after 100 s),
+       so the binaries are in Triton's disk cache. Nothing is timed meanwhile; fla's autotuning picks
+       there are thrown away.
+    2. The record's rows, always measured: each prefill call of ours (state pass by the launch rule,
+       :func:`state_launch`) and of fla timed two ways (``TIMERS``: GPU time from CUDA-graph replay,
+       and eager per-call time), cross-checked (outputs and final states); fla's first call at each
+       head count autotunes there, with the GPU to itself. Per-kernel times at PROFILE_SHAPES. At
+       STATE_SHAPES the state pass alone (graph replay), the rule's pick beside the previous default
+       (``STATE_PREVIOUS``), so that the record shows what the rule changes. Then decode.
+    3. Then, for ``budget_s`` seconds more, extras, each only while the time left covers its cold cost:
+       the state pass alone over STATE_GRID (BV x num_stages) at STATE_GRID_SHAPES (compiled in step 1
+       when budget_s >= 10), a call-for-call cross-check on small odd shapes, launch-configuration
+       sweeps. What is left out is listed under "skipped"; defaults stay as shipped."""
+    import os
     import time
 
-    from .bench import copy_ceiling_GBps, graph_time_us, require_gpu
+    from .bench import copy_ceiling_GBps, require_gpu
 
     require_gpu("gdn.benchmark")
     t_start = time.time()
     fla_chunk, fla_rec, fla_ver = _fla()
-    ceil = copy_ceiling_GBps()
-    res = {"fla_version": fla_ver, "timers": TIMERS, "config": repr(CONFIG),
-           "chunk": [], "decode": [], "sweeps": {}, "skipped": []}
+    res = {"fla_version": fla_ver, "timers": TIMERS, "config": repr(CONFIG), "state_rule": STATE_RULE,
+           "state_previous": STATE_PREVIOUS, "chunk": [], "state_alone": [], "decode": [], "sweeps": {},
+           "skipped": []}
     if fla_chunk is None:
         res["skipped"].append(f"every comparison with flash-linear-attention: {fla_ver}")
-    sweep_args = {}
-    for (B, T, H, HV, D, l2) in CHUNK_SHAPES:
-        x = make_inputs(B, T, H, D, HV=HV, dtype=torch.bfloat16, gate="mixed", normalize_qk=not l2)
-        x["initial_state"] = torch.randn(B, HV, D, D, device=DEVICE) * 0.3
-        args = dict(**x, output_final_state=True, use_qk_l2norm_in_kernel=l2)
+    grid = budget_s >= 10
+
+    # 1. compile warm-up: fla's first (its autotuning compiles the most), then ours, then state configs
+    tasks, firsts = [], {}   # the first spec of each compile signature (all but T: same warm-up call)
+    for spec in _SPECS:
+        firsts.setdefault((spec[0], *spec[2:6], spec[6] is None), spec)
+    tasks += [("fla", spec, None) for spec in firsts.values() if fla_chunk is not None]
+    tasks += [("ours", spec, None) for spec in firsts.values()]
+    for spec in _SPECS:
+        if spec[:5] in STATE_SHAPES:
+            rule, prev = _state_cfgs(spec)
+            cfgs = [prev] if prev != rule else []
+            if grid and spec[:5] in STATE_GRID_SHAPES:
+                cfgs += [c for bv, ns in STATE_GRID
+                         if (c := {"BV": bv, "num_warps": 4, "num_stages": ns}) not in (rule, prev)]
+            tasks += [("ours", spec, c) for c in cfgs]
+    tasks += [(who, "decode", None) for who in (["fla"] if fla_rec is not None else []) + ["ours"]]
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    procs = min(len(tasks), 14, cpus - 2) if warm_processes is None else warm_processes
+    if procs >= 2:
+        res["warm_up"] = _warm_compile(tasks, procs, timeout_s=100)
+        print("warm-up", res["warm_up"], flush=True)
+    ceil = copy_ceiling_GBps()
+
+    # 2. the record's rows
+    keep_grid, keep_sweep = {}, {}   # the args (and state rows) of the shapes that the extras use
+    for spec in _SPECS:
+        B, T, H, HV, D, l2, seqs = spec
+        args = _bench_args(spec)
         row = {"B": B, "T": T, "H": H, "HV": HV, "D": D, "dtype": "bfloat16", "l2norm_in_kernel": l2}
+        if seqs is not None:
+            row["cu_seqlens"] = args["cu_seqlens"].tolist()
         _put(row, "ours", time_both(lambda: chunk_gated_delta_rule(**args)))
         if fla_chunk is not None:
             _put(row, "fla", time_both(lambda: fla_chunk(**args)))
             _compare(row, chunk_gated_delta_rule(**args), fla_chunk(**args))
         _ratios(row)
-        if (B, T, H, HV, D) in PROFILE_SHAPES:   # where the time goes: each kernel's own GPU time
+        if seqs is None and spec[:5] in PROFILE_SHAPES:   # where the time goes: each kernel's own GPU time
             row["kernels_us"] = {"ours": kernel_times_us(lambda: chunk_gated_delta_rule(**args))}
             if fla_chunk is not None:
                 row["kernels_us"]["fla"] = kernel_times_us(lambda: fla_chunk(**args))
         res["chunk"].append(row)
         print("chunk", row, flush=True)
-        if T <= 8192 and HV not in {s[3] for s in sweep_args}:
-            sweep_args[(B, T, H, HV, D)] = args
-        else:
-            del x, args
+        if spec[:5] in STATE_SHAPES:   # the state pass alone: the rule's pick beside the previous default
+            rule, prev = _state_cfgs(spec)
+            srow = {k: row[k] for k in ("B", "T", "H", "HV", "D", "l2norm_in_kernel", "cu_seqlens") if k in row}
+            srow["rule"], srow["rule_graph_us"] = rule, _graph_us(state_pass_alone(args, rule))
+            if prev == rule:
+                srow["previous"] = "same as the rule's pick"
+            else:
+                srow["previous"], srow["previous_graph_us"] = prev, _graph_us(state_pass_alone(args, prev))
+                if isinstance(srow["rule_graph_us"], float) and isinstance(srow["previous_graph_us"], float):
+                    srow["ratio_rule_over_previous"] = srow["rule_graph_us"] / srow["previous_graph_us"]
+            res["state_alone"].append(srow)
+            print("state alone", srow, flush=True)
+            if spec[:5] in STATE_GRID_SHAPES:
+                keep_grid[spec] = (args, srow)
+        if seqs is None and T <= 8192 and HV not in {s[3] for s in keep_sweep}:
+            keep_sweep[spec] = args   # the chunk sweeps' shapes (the first of each value-head count)
+        del args
 
-    # varlen prefill: cu_seqlens on the device (ours never reads it back, so the graph holds the call)
-    T, (H, HV, D) = sum(VARLEN_SEQS), VARLEN_HEADS
-    x = make_inputs(1, T, H, D, HV=HV, dtype=torch.bfloat16, gate="mixed", normalize_qk=False)
-    x["initial_state"] = torch.randn(len(VARLEN_SEQS), HV, D, D, device=DEVICE) * 0.3
-    cu = torch.tensor([0, *VARLEN_SEQS], device=DEVICE).cumsum(0)
-    args = dict(**x, output_final_state=True, use_qk_l2norm_in_kernel=True, cu_seqlens=cu)
-    row = {"B": 1, "T": T, "H": H, "HV": HV, "D": D, "dtype": "bfloat16", "l2norm_in_kernel": True,
-           "cu_seqlens": [0, *torch.tensor(VARLEN_SEQS).cumsum(0).tolist()]}
-    _put(row, "ours", time_both(lambda: chunk_gated_delta_rule(**args)))
-    if fla_chunk is not None:
-        _put(row, "fla", time_both(lambda: fla_chunk(**args)))
-        _compare(row, chunk_gated_delta_rule(**args), fla_chunk(**args))
-    _ratios(row)
-    res["chunk"].append(row)
-    print("varlen", row, flush=True)
-    del x, args
-
+    dargs = _bench_args("decode")
     Bd, Hd, Dd = DECODE_SHAPE
-    x = make_inputs(Bd, 1, Hd, Dd, dtype=torch.bfloat16, gate="mixed", initial_state=True)
     state_bytes = 2 * Bd * Hd * Dd * Dd * 4   # read h0 + write ht, fp32
-    dargs = dict(q=x["q"], k=x["k"], v=x["v"], g=x["g"], beta=x["beta"], initial_state=x["initial_state"],
-                 output_final_state=True, use_qk_l2norm_in_kernel=True)
     row = {"B": Bd, "T": 1, "H": Hd, "D": Dd, "dtype": "bfloat16", "state": "float32", "state_bytes": state_bytes}
     _put(row, "ours", time_both(lambda: fused_recurrent_gated_delta_rule(**dargs)))
-    h_inplace = x["initial_state"].clone()
+    h_inplace = dargs["initial_state"].clone()
     _put(row, "ours_inplace", time_both(lambda: fused_recurrent_gated_delta_rule(
         **{**dargs, "initial_state": h_inplace}, inplace_final_state=True)))
     if fla_rec is not None:
@@ -860,45 +1041,67 @@ def benchmark(budget_s: float = 60.0):
     _ratios(row)
     res["decode"].append(row)
     print("decode", row, flush=True)
+    res["record_s"] = time.time() - t_start
 
-    def left():
-        return budget_s - (time.time() - t_start)
+    # 3. extras, each only while the budget left covers its cost on a cold machine
+    t_extra = time.time()
 
-    if fla_chunk is not None and left() > 0:  # call-for-call agreement on small odd shapes
-        res["crosscheck"] = _crosscheck_fla(fla_chunk, fla_rec, left)
+    def afford(cost_s: float, what: str) -> bool:
+        if budget_s - (time.time() - t_extra) >= cost_s:
+            return True
+        res["skipped"].append(f"{what} (budget)")
+        return False
+
+    for spec, (args, srow) in keep_grid.items():
+        if not afford(5 if grid else 60, "state grid %dx%dx%dx%dx%d" % spec[:5]):
+            continue
+        done = {(srow["rule"]["BV"], srow["rule"]["num_stages"]): srow["rule_graph_us"]}
+        if isinstance(srow["previous"], dict):
+            done[(srow["previous"]["BV"], srow["previous"]["num_stages"])] = srow["previous_graph_us"]
+        srow["grid"] = [{"BV": bv, "num_warps": 4, "num_stages": ns, "graph_us": done.get((bv, ns)) or _graph_us(
+            state_pass_alone(args, {"BV": bv, "num_warps": 4, "num_stages": ns}))} for bv, ns in STATE_GRID]
+        print("state grid", spec, srow["grid"], flush=True)
+    if fla_chunk is not None and afford(60, "crosscheck on small odd shapes"):
+        res["crosscheck"] = _crosscheck_fla(fla_chunk, fla_rec)
         print("crosscheck", res["crosscheck"], flush=True)
-    elif fla_chunk is not None:
-        res["skipped"].append("crosscheck on small odd shapes (budget)")
-    if left() > 0:
+    if afford(20, "decode sweep"):
         sw = []
         for bv, nw in ((16, 2), (32, 8), (64, 4)):
             cfg = {"BV": bv, "num_warps": nw}
-            t = graph_time_us(lambda: fused_recurrent_gated_delta_rule(**dargs, config=cfg))
-            sw.append({"config": cfg, "graph_us": t, "graph_GBps": state_bytes / t / 1e3})
+            t = _graph_us(lambda: fused_recurrent_gated_delta_rule(**dargs, config=cfg))
+            gbps = state_bytes / t / 1e3 if isinstance(t, float) else None
+            sw.append({"config": cfg, "graph_us": t, "graph_GBps": gbps})
         res["sweeps"]["decode"] = sw
         print("sweep decode", sw, flush=True)
-    else:
-        res["skipped"].append("decode sweep (budget)")
-    del x, dargs, h_inplace
-    for shape, args in sweep_args.items():
-        if left() <= 0:
-            res["skipped"].append("chunk sweep %dx%dx%dx%dx%d (budget)" % shape)
+    for spec, args in keep_sweep.items():
+        if not afford(60, "chunk sweep %dx%dx%dx%dx%d" % spec[:5]):
             continue
         sw = []
         for cfg in ({"state": {"BV": 32}}, {"state": {"BV": 64}}, {"state": {"num_warps": 8}},
                     {"state": {"num_stages": 3}}, {"output": {"BV": 128}}, {"solve": {"num_warps": 2}},
                     {"wu": {"num_warps": 8}}, {"state": {"FUSE_O": True}},
                     {"state": {"FUSE_O": True, "num_warps": 8}}):
-            try:
-                t = graph_time_us(lambda: chunk_gated_delta_rule(**args, config=cfg))
-            except Exception as e:  # noqa: BLE001
-                t = f"failed: {type(e).__name__}"
-            sw.append({"config": repr(cfg), "graph_us": t})
-        res["sweeps"]["chunk_%dx%dx%dx%dx%d" % shape] = sw
-        print("sweep", shape, sw, flush=True)
-    sweep_args.clear()
+            sw.append({"config": repr(cfg), "graph_us": _graph_us(lambda: chunk_gated_delta_rule(**args, config=cfg))})
+        res["sweeps"]["chunk_%dx%dx%dx%dx%d" % spec[:5]] = sw
+        print("sweep", spec, sw, flush=True)
+    keep_grid.clear()
+    keep_sweep.clear()
     res["elapsed_s"] = time.time() - t_start
     return res, {"copy_GBps": ceil}
+
+
+def time_both(fn) -> dict:
+    """{"graph_us": GPU time from CUDA-graph replay, "eager_us": eager per-call time}; a call that
+    cannot be captured records why instead of a number (never silently skipped)."""
+    from .bench import graph_time_us, time_us
+
+    out = {"eager_us": time_us(fn)}
+    try:
+        out["graph_us"] = graph_time_us(fn)
+    except Exception as e:  # noqa: BLE001  (e.g. a host sync inside the call breaks capture)
+        torch.cuda.synchronize()
+        out["graph_us"] = f"capture failed: {type(e).__name__}: {e}"[:200]
+    return out
 
 
 def _crosscheck_fla(fla_chunk, fla_rec, left=lambda: 1.0):
@@ -993,6 +1196,20 @@ def benchmark_table(rec: dict) -> str:
         for who, ks in row.get("kernels_us", {}).items():
             parts = ", ".join(f"{name.split('(')[0].replace('void ', '')[:48]} {t:.1f}" for name, t in ks.items())
             lines.append(f"    {who} kernels, GPU time per call in us (torch.profiler): {parts} | sum {sum(ks.values()):.1f}")
+    for row in r.get("state_alone", []):
+        kind = f"varlen N={len(row['cu_seqlens']) - 1}" if row.get("cu_seqlens") else f"B={row['B']}"
+        line = (f"state pass alone, GPU time (graph replay), {kind} T={row['T']} H={row['H']}/{row['HV']}: "
+                f"launch rule {_short(row['rule'])} {_fmt_us(row['rule_graph_us'])}")
+        if isinstance(row.get("previous"), dict):
+            line += f" | previous default {_short(row['previous'])} {_fmt_us(row['previous_graph_us'])}"
+            if "ratio_rule_over_previous" in row:
+                line += f" | rule/previous {row['ratio_rule_over_previous']:.2f}x"
+        else:
+            line += " | previous default: the same configuration"
+        lines.append(line)
+        if row.get("grid"):
+            lines.append("    BV x num_stages (num_warps 4): " + ", ".join(
+                f"BV{c['BV']} ns{c['num_stages']} {_fmt_us(c['graph_us']).strip()}" for c in row["grid"]))
     for row in r["decode"]:
         line = (f"decode B={row['B']} H={row['H']} D={row['D']} (fp32 state): ours graph "
                 f"{_fmt_us(row.get('ours_graph_us'))}, eager {_fmt_us(row.get('ours_eager_us'))}")
