@@ -12,10 +12,9 @@ from workbook.coverage import assert_fully_written, consumer_differential
 from workbook.device import DEVICE, ON_GPU
 from workbook.kernels.nvfp4 import e2m1_pair_bits
 from workbook.nvfp4 import (
-    e2m1_thresholds,
     E2M1_VALUES, check_e2m1_round, check_quant, check_swizzle_offset, dequantize_ref, e2m1_decode,
     e2m1_encode, e2m1_round_brute, e4m3_round_brute, global_scale_of, logical_scale_coverage,
-    TABLE_TUNE_CONFIGS, TUNE_CONFIGS, USE_TABLE, nvfp4_gemm_ref, nvfp4_gemm_small_m_model, nvfp4_quant, nvfp4_quant_plain,
+    TUNE_CONFIGS, nvfp4_gemm_ref, nvfp4_gemm_small_m_model, nvfp4_quant, nvfp4_quant_plain,
     padded_scale_shape, quant_coverage, quantize_ref, swizzle_offset, swizzle_scales, unswizzle_scales,
 )
 
@@ -108,33 +107,10 @@ def test_kernel_e2m1_without_division_is_exact():
     assert_exact(idx.to(torch.uint8), e2m1_encode(y) & 7, "E2M1 index without division")
 
 
-@pytest.mark.parametrize("gs,dtype", [(4.0, torch.bfloat16), (2688.0 / 3.3, torch.float16), (1e30, torch.bfloat16),
-                                      (2.0 ** -20, torch.float16)])
-def test_threshold_table_is_exact(gs, dtype):
-    """The TABLE path's thresholds: for EVERY non-negative finite value v of x's format and every
-    E4M3 scale byte b (126 non-zero scales and sf = 0), the number of the row's 7 thresholds below v
-    equals the E2M1 index of RN(RN(v * gs) / sf) (0 for sf = 0). gs = 4 makes every decision point a
-    tie (power-of-two products); 1e30 and 2^-20 push the thresholds to the ends of the format."""
-    X = e2m1_thresholds(torch.tensor([gs], device=DEVICE), dtype).cpu().to(torch.int64)     # [128, 7]
-    top = 0x7F7F if dtype == torch.bfloat16 else 0x7BFF
-    v = torch.arange(top + 1, dtype=torch.int64)
-    vals = v.to(torch.int16).view(dtype).float()                                              # [V]
-    sf = torch.arange(0x7F, dtype=torch.uint8).view(torch.float8_e4m3fn).float()              # [127]
-    g = torch.tensor(gs, dtype=torch.float32)
-    for b0 in range(0, 127, 32):
-        s = sf[b0:b0 + 32, None]
-        y = (vals[None, :] * g) / torch.where(s > 0, s, torch.ones_like(s))
-        want = torch.where(s > 0, e2m1_encode(y) & 7, torch.zeros_like(y, dtype=torch.uint8))
-        got = (v[None, :] > X[b0:b0 + s.shape[0], :, None]).sum(1)
-        assert_exact(got.to(torch.uint8), want.to(torch.uint8), f"E2M1 index from the table, scale bytes {b0}..")
-
-
 @pytest.mark.skipif(not ON_GPU, reason="the GPU instructions (inline PTX, hardware E4M3 conversion) "
                                        "run only on a GPU; the interpreter runs the emulation")
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("cfg", [None] + TUNE_CONFIGS + [dict(c, TABLE=not USE_TABLE) for c in TUNE_CONFIGS]
-                         + TABLE_TUNE_CONFIGS,
-                         ids=lambda c: "default" if c is None else "-".join(f"{k}{v}" for k, v in c.items()))
+@pytest.mark.parametrize("cfg", [None] + TUNE_CONFIGS)
 def test_gpu_instructions_match_their_emulation(cfg, dtype):
     """On a GPU the kernel takes the block amax with packed max.xorsign.abs and converts to E4M3 in
     hardware (emulate=False); the interpreter path (emulate=True) emulates both. Same bytes, and both
@@ -161,13 +137,12 @@ if ON_GPU:
                 for dt in (torch.float16, torch.bfloat16)]
 
 
-@pytest.mark.parametrize("table", [False, True])
 @pytest.mark.parametrize("M,K,dtype", _SHAPES)
-def test_quant_matches_reference(M, K, dtype, table):
+def test_quant_matches_reference(M, K, dtype):
     x = make_x(M, K, dtype, seed=M * 7 + K)
     gs = global_scale_of(x)
     for swizzled in (True, False):
-        codes, sf = nvfp4_quant(x, gs, swizzled=swizzled, config={"TABLE": table})
+        codes, sf = nvfp4_quant(x, gs, swizzled=swizzled)
         rc, rs = quantize_ref(x.cpu(), gs.cpu(), swizzled=swizzled)
         assert codes.shape == (M, K // 2) and codes.dtype == torch.uint8
         assert sf.dtype == torch.float8_e4m3fn
@@ -245,7 +220,7 @@ def test_whole_storage_written(M, K, swizzled):
 
 
 @pytest.mark.parametrize("shape", ["straddling", "one_wrap", "exact"])
-@pytest.mark.parametrize("cfg", TUNE_CONFIGS + [dict(c, TABLE=not USE_TABLE) for c in TUNE_CONFIGS])
+@pytest.mark.parametrize("cfg", TUNE_CONFIGS)
 def test_every_tile_size_writes_everything(cfg, shape):
     """Each tile size the sweep times (every one the launch rule can pick among them) must write every
     byte and give the reference's bytes: tiles wider than a row (K/16 = 5 of 8 padded scale columns,

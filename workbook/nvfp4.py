@@ -15,21 +15,19 @@ Scales come in two layouts: linear ``[M, K/16]``, or swizzled 128x4 over the pad
 """
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 import torch
 
 import triton
 
 from .device import DEVICE, ON_GPU, check_tensor, require_launchable, resolve_config, resolve_emulate
-from .kernels.nvfp4 import nvfp4_quant_kernel, nvfp4_quant_plain_kernel, nvfp4_thresholds_kernel
+from .kernels.nvfp4 import nvfp4_quant_kernel, nvfp4_quant_plain_kernel
 
 __all__ = [
     "E2M1_VALUES", "E2M1_MAX", "E4M3_MAX", "round_up", "padded_scale_shape", "global_scale_of",
     "e2m1_encode", "e2m1_decode", "e2m1_round_brute", "e4m3_round_brute", "swizzle_offset",
     "swizzle_scales", "unswizzle_scales", "quantize_ref", "dequantize_ref", "nvfp4_quant",
-    "nvfp4_quant_plain", "e2m1_thresholds", "USE_TABLE", "USE_PDL", "TABLE_TUNE_CONFIGS", "TUNE_CONFIGS", "launch_rule", "measure_heatmap", "measure_small_m", "plot_heatmap", "plot_small_m", "e4m3_cast_errors", "QUANT_GRADER_SHAPES", "quant_with_nan_padding", "nvfp4_gemm_ref", "nvfp4_gemm_small_m_model", "quant_coverage", "logical_scale_coverage",
+    "nvfp4_quant_plain", "TUNE_CONFIGS", "launch_rule", "measure_heatmap", "measure_small_m", "plot_heatmap", "plot_small_m", "e4m3_cast_errors", "QUANT_GRADER_SHAPES", "quant_with_nan_padding", "nvfp4_gemm_ref", "nvfp4_gemm_small_m_model", "quant_coverage", "logical_scale_coverage",
     "check_e2m1_round", "check_swizzle_offset", "check_quant",
     "plot_value_grids", "plot_swizzle", "plot_benchmark", "plot_zeros_vs_empty", "benchmark",
     "measure_zeros_vs_empty", "instruction_budget", "sass_counts",
@@ -201,58 +199,17 @@ _launchable = False
 # rule can pick is among them).
 TUNE_CONFIGS = [{"BLOCK_S": bs, "num_warps": w} for bs, w in
                 [(1024, 8), (512, 4), (512, 2), (256, 4), (256, 2), (128, 2), (128, 1), (64, 1), (32, 1)]]
-# the TABLE path's candidate tiles (the GPU sweep times them, the GPU tests run them): one thread per
-# block, tiles whose per-block values Triton 3.9 keeps in registers (no shared-memory layout conversion
-# in the sm_90 SASS), each with the float and the integer count of passed thresholds
-TABLE_TUNE_CONFIGS = [{"BLOCK_S": bs, "num_warps": w, "TABLE": True, "INT_COUNT": ic}
-                      for ic in (False, True) for bs, w in [(256, 1), (256, 2), (1024, 2), (1024, 4), (2048, 8)]]
-# The E2M1 index from the threshold table (kernels/nvfp4.py, nvfp4_thresholds_kernel): packed 16-bit
-# comparisons instead of fp32 arithmetic per element; config={"TABLE": ...} overrides this default.
-USE_TABLE = False
-# TABLE on a GPU: launch the quantizing kernel as a programmatic dependent of the threshold kernel
-# (Hopper PDL): it starts while the table is computed and waits for it only where it reads it.
-USE_PDL = True
-
-
-@functools.lru_cache(maxsize=None)
-def _pdl_supported() -> bool:
-    """This Triton can launch with PDL (``launch_pdl``) and has the grid-dependency calls."""
-    from triton.backends.nvidia.compiler import CUDAOptions
-
-    from .kernels.nvfp4 import gdc_launch_dependents, gdc_wait
-
-    return (ON_GPU and gdc_wait is not None and gdc_launch_dependents is not None
-            and "launch_pdl" in getattr(CUDAOptions, "__dataclass_fields__", {})
-            and torch.cuda.get_device_capability(DEVICE)[0] >= 9)
 _WAVES = 8               # the rule's target: at least this many programs per SM ...
 _MIN_BLOCK_S, _MAX_BLOCK_S = 32, 512   # ... with tiles of 512 to 8192 elements
 
 
-def _as_config(config) -> tuple[int | None, int, bool | None, bool]:
-    """``config`` (a dict or a ``triton.Config`` with BLOCK_S, num_warps, TABLE and INT_COUNT, each
-    optional) -> (BLOCK_S, num_warps, TABLE, INT_COUNT); None where not given (the launch rule's choice)."""
-    cfg = resolve_config(config, {"BLOCK_S": None, "num_warps": None, "TABLE": None, "INT_COUNT": False},
-                         pow2=("BLOCK_S", "num_warps"))
-    if cfg["INT_COUNT"] not in (True, False):
-        raise ValueError(f"config['INT_COUNT'] must be True or False, got {cfg['INT_COUNT']!r}")
-    if cfg["BLOCK_S"] is None and cfg["num_warps"] is not None:
-        raise ValueError(f"config must name BLOCK_S (16-element blocks per program) when it names num_warps, "
-                         f"got {config!r}")
-    if cfg["num_warps"] is None:
-        cfg["num_warps"] = 4
-    if cfg["TABLE"] not in (None, True, False):
-        raise ValueError(f"config['TABLE'] must be True or False (the E2M1 index from the threshold table "
-                         f"or in fp32), got {cfg['TABLE']!r}")
-    return cfg["BLOCK_S"], cfg["num_warps"], cfg["TABLE"], cfg["INT_COUNT"]
-
-
 def _as_tile(config) -> tuple[int, int]:
     """``config`` (a dict or a ``triton.Config`` with BLOCK_S and optionally num_warps) -> the tuple."""
-    bs, warps, _, _ = _as_config(config)
-    if bs is None:
+    cfg = resolve_config(config, {"BLOCK_S": None, "num_warps": 4}, pow2=("BLOCK_S", "num_warps"))
+    if cfg["BLOCK_S"] is None:
         raise ValueError(f"config must name BLOCK_S (16-element blocks per program; optionally num_warps), "
                          f"got {config!r}")
-    return bs, warps
+    return cfg["BLOCK_S"], cfg["num_warps"]
 
 
 def _sm_count() -> int:
@@ -341,11 +298,8 @@ def nvfp4_quant(x: torch.Tensor, global_scale, *, swizzled: bool = True, write_p
 
     Lesson switches: ``write_padding=False`` reproduces the regression (padded scale entries left
     unwritten); ``alloc='zeros'`` allocates the scale buffer with ``torch.zeros`` (for the
-    benchmark); ``config={"BLOCK_S": .., "num_warps": .., "TABLE": ..}`` (or a ``triton.Config``: 16-element
-    blocks per program, a power of two; each key optional) picks the tile instead of the launch rule's
-    (``_config``), and ``TABLE`` the E2M1 path (True: packed comparisons against the threshold table
-    of ``nvfp4_thresholds_kernel``; False: fp32 per element; default ``USE_TABLE``; ``INT_COUNT``:
-    with TABLE on the GPU, count on integers, see kernels/nvfp4.py); ``emulate=True`` on a GPU runs the
+    benchmark); ``config={"BLOCK_S": .., "num_warps": ..}`` (or a ``triton.Config``: 16-element
+    blocks per program, a power of two) picks the tile instead of the launch rule's (``_config``); ``emulate=True`` on a GPU runs the
     interpreter's path (exact emulation of the packed |max| and of the E4M3 conversion) instead of
     the GPU instructions, so the tests can compare the two (default: ``not ON_GPU``).
 
@@ -384,11 +338,7 @@ def nvfp4_quant(x: torch.Tensor, global_scale, *, swizzled: bool = True, write_p
         sf = new((M, n), dtype=torch.uint8, device=x.device)
     if M == 0:
         return codes, sf.view(torch.float8_e4m3fn)
-    bs, warps, table, int_count = _as_config(config) if config is not None else (None, None, None, False)
-    if bs is None:    # config names TABLE alone (or nothing): the launch rule's tile
-        bs, warps = _config(M, K)
-    if table is None:
-        table = USE_TABLE
+    bs, warps = _as_tile(config) if config is not None else _config(M, K)
     if n + bs > 1 << 21 or M >= 1 << 22 or M * n + bs >= 1 << 31:
         raise ValueError(f"x of shape [{M}, {K}] is too large for this kernel: it needs K/16 + BLOCK_S <= 2^21, "
                          "M < 2^22 and M * K/16 + BLOCK_S < 2^31 (its row and column arithmetic is exact in "
@@ -408,39 +358,12 @@ def nvfp4_quant(x: torch.Tensor, global_scale, *, swizzled: bool = True, write_p
     grid = (n_data + n_pad,)
     # the kernel reads element pairs as int32 words (needs a 4-byte aligned start)
     xw = x.view(torch.int32) if x.storage_offset() % 2 == 0 else x.clone().view(torch.int32)
-    thresholds = None
-    pdl = {}
-    if table:
-        # the E2M1 thresholds of every scale byte in x's format (4 KiB, every word written by the one
-        # program of nvfp4_thresholds_kernel: `empty` is safe)
-        thresholds = torch.empty((128, 8), dtype=torch.int32, device=x.device)
-        use_pdl = USE_PDL and not emulate and _pdl_supported()
-        nvfp4_thresholds_kernel[(1,)](global_scale, thresholds, IS_BF16=x.dtype == torch.bfloat16, PDL=use_pdl,
-                                      num_warps=4)
-        if use_pdl:
-            pdl = {"PDL": True, "launch_pdl": True}
     nvfp4_quant_kernel[grid](
-        xw, global_scale, thresholds, codes, sf, M, K, sf_rows, sf_cols, n_data, float(np.float32(1.0 / n)),
-        n_rowpad_tiles, **pdl,
+        xw, global_scale, codes, sf, M, K, sf_rows, sf_cols, n_data, float(np.float32(1.0 / n)), n_rowpad_tiles,
         IS_BF16=x.dtype == torch.bfloat16, BLOCK_S=bs, SWIZZLED=swizzled,
-        EMULATE=emulate, LAST_PARTIAL=(M * n) % bs != 0, ONE_WRAP=bs <= n, INT_COUNT=int_count and table,
-        num_warps=warps,
+        EMULATE=emulate, LAST_PARTIAL=(M * n) % bs != 0, ONE_WRAP=bs <= n, num_warps=warps,
     )
     return codes, sf.view(torch.float8_e4m3fn)
-
-
-def e2m1_thresholds(global_scale, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
-    """The table the fast kernel's ``TABLE`` path reads: int32 [128, 7], entry (b, j) = the largest
-    non-negative value of ``dtype`` (bf16 or fp16, as its 16-bit pattern) whose E2M1 index in a block
-    of scale byte b stays below j + 1; every |x| above it passes decision point j (0x7FFF for sf = 0:
-    nothing passes). Computed by ``nvfp4_thresholds_kernel`` for this global scale."""
-    if dtype not in _DTYPES:
-        raise TypeError(f"dtype must be torch.bfloat16 or torch.float16, got {dtype}")
-    x = torch.empty((1, 16), dtype=dtype, device=DEVICE)
-    gs = _check_global_scale(global_scale, x, check_finite=False)
-    t = torch.empty((128, 8), dtype=torch.int32, device=DEVICE)
-    nvfp4_thresholds_kernel[(1,)](gs, t, IS_BF16=dtype == torch.bfloat16, num_warps=4)
-    return t[:, :7] & 0xFFFF
 
 
 def nvfp4_quant_plain(x: torch.Tensor, global_scale, *, block_m: int = 128, check_finite: bool = False):
@@ -1197,7 +1120,7 @@ def sass_counts(config=None) -> dict | None:
     sf = torch.empty((M, K // 16), dtype=torch.uint8, device=DEVICE)
     try:
         compiled = nvfp4_quant_kernel[(M,)](
-            x.view(torch.int32), gs, None, codes, sf, M, K, M, K // 16, M, float(np.float32(1.0 / bs)), 0,
+            x.view(torch.int32), gs, codes, sf, M, K, M, K // 16, M, float(np.float32(1.0 / bs)), 0,
             IS_BF16=True, BLOCK_S=bs, SWIZZLED=True, EMULATE=False, LAST_PARTIAL=False,
             ONE_WRAP=True, num_warps=warps)
         sass = compiled.asm["sass"]
