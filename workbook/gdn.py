@@ -31,7 +31,8 @@ __all__ = [
     "fused_recurrent_gated_delta_rule", "chunk_gated_delta_rule", "gated_rmsnorm", "gated_rmsnorm_ref",
     "GDNBlockParams", "make_block_params", "qwen3_next_linear_attention", "z_handoff_zero_then_copy",
     "make_inputs", "benchmark", "benchmark_table", "has_timing_methods", "plot_state", "plot_benchmark",
-    "CHUNK", "CONFIG", "TIMERS", "time_both", "state_launch", "STATE_FILL", "state_pass_alone",
+    "CHUNK", "CONFIG", "TIMERS", "time_both", "state_launch", "STATE_FILL", "state_pass_alone", "STATE_RULE",
+    "STATE_PREVIOUS",
     "check_decode_step", "check_ut_transform", "check_chunk_spans", "check_state_pass",
     "solution_decode_step", "solution_ut_transform", "solution_chunk_spans", "solution_state_pass",
 ]
