@@ -843,6 +843,9 @@ def test_state_launch_rule():
     cs = {**gdn.CONFIG["chunk"]["state"], "BV": None, "num_warps": None, "num_stages": None}
     assert gdn._state_cfg({**cs, "num_stages": 2}, 1, 16, 128, 128, 2)["num_stages"] == 2
     assert gdn._state_cfg({**cs, "BV": 256}, 1, 16, 128, 64, 2)["BV"] == 64
+    # the default is the measured configuration; RULE opts in to the rule's pick
+    assert gdn._state_cfg(cs, 1, 16, 128, 128, 2) == gdn._previous_state_cfg(1, 16, 128)
+    assert gdn._state_cfg({**cs, "RULE": True}, 1, 16, 128, 128, 2) == gdn.state_launch(1, 16, 128, 128, 2)
 
 
 def test_state_pass_alone_rewrites_the_call_state_and_previous_default():
@@ -893,7 +896,7 @@ def test_chunk_state_launch_rule_on_gpu(B, T, H, HV, dtype):
     """Every configuration the rule picks at these head counts (BV 16/32/64, two or three stages) runs,
     agrees with a fixed configuration and with the fp32 recurrence, and writes every row of o."""
     x = gdn.make_inputs(B, T, H, 128, HV=HV, dtype=dtype, gate="mixed", initial_state=True, seed=24)
-    o, h = gdn.chunk_gated_delta_rule(**x, output_final_state=True)
+    o, h = gdn.chunk_gated_delta_rule(**x, output_final_state=True, config={"state": {"RULE": True}})
     fixed = {"state": {"BV": 32, "num_warps": 4, "num_stages": 2}}   # differs from every pick here
     o2, h2 = gdn.chunk_gated_delta_rule(**x, output_final_state=True, config=fixed)
     bound = 1e-5 if dtype == torch.float32 else 1e-2
