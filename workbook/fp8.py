@@ -134,18 +134,13 @@ def _check_group_size(group_size) -> None:
 
 
 def _block_m(m: int) -> int:
-    # GPU: 2 rows x 512 columns per program. Interpreter: fewer, larger programs (numpy per block).
+    # GPU: 2 rows x 512 columns per program (4 warps: 8 elements of gate and of up per thread) was the
+    # fastest at each M of a first H200 sweep (M = 2048, 4096, 16384; BLOCK_M 2..16 x 4 or 8 warps,
+    # graph replay). The recorded sweep (workbook/data/fp8.json, "config_sweep") repeats it; there
+    # configurations within the run-to-run spread of a few percent trade places at M = 16384.
+    # Interpreter: fewer, larger programs (numpy per block).
     cap = 64 if INTERPRETED else 2
     return min(cap, triton.next_power_of_2(max(m, 1)))
-
-
-def _num_warps(block_m: int) -> int:
-    # GPU: 16 elements of gate and of up per thread (BLOCK_M x 512 / (16 x 32) warps). With the packed
-    # bf16x2 roundings the tiles of 16 per thread (BLOCK_M 1, 2, 4, 8 at 1, 2, 4, 8 warps) were the
-    # fastest at M = 4096 on the H200 (graph replay, 2026-11-30: 91-93% of the copy ceiling against
-    # 85-88% at 8 per thread, the previous 2 x 4 default); the recorded sweep (workbook/data/fp8.json,
-    # "config_sweep") repeats BLOCK_M x {2, 4, 8} warps at three M. Interpreter: any (ignored).
-    return 4 if INTERPRETED else max(1, min(8, block_m))
 
 
 def _quiet():
@@ -167,10 +162,8 @@ def _launch_config(m: int, config) -> dict:
     """Defaults for M rows, overridden by ``config``: a dict or a ``triton.Config`` with the names in
     ``CONFIG_KEYS`` (BLOCK_M: rows per program, a power of two; num_warps; SILU_IMPL: the silu
     variant, by default the cheapest one proven exact here, :func:`silu_impl`)."""
-    cfg = resolve_config(config, {"BLOCK_M": _block_m(m), "num_warps": None, "SILU_IMPL": None},
+    cfg = resolve_config(config, {"BLOCK_M": _block_m(m), "num_warps": 4, "SILU_IMPL": None},
                          pow2=("BLOCK_M", "num_warps"))
-    if cfg["num_warps"] is None:
-        cfg["num_warps"] = _num_warps(cfg["BLOCK_M"])
     if cfg["SILU_IMPL"] is None:
         cfg["SILU_IMPL"] = silu_impl()
     elif cfg["SILU_IMPL"] not in SILU_CANDIDATES:
@@ -402,7 +395,7 @@ BENCH_N = 7168
 BENCH_M = (1, 4, 16, 64, 256, 1024, 2048, 4096, 8192, 16384)
 SWEEP_M = (2048, 4096, 16384)      # the launch-configuration sweep (GPU time, graph replay)
 SWEEP_BLOCK_M = (2, 4, 8, 16)
-SWEEP_WARPS = (2, 4, 8)
+SWEEP_WARPS = (4, 8)
 
 
 def _bytes_moved(m: int, n: int) -> int:
