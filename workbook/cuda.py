@@ -17,9 +17,11 @@ Triton ones (issue: "in Triton/CUDA"; engines ship these in CUDA C++).
   ``workbook.fp8.silu_mul_quant_fp8_packed / quant_fp8_packed(..., backend="cuda")`` allocate
   exactly as the Triton backend does (the functions here, ``_cuda_nvfp4_quant`` and
   ``_cuda_fp8_quant``, say why ``empty`` is right) and give the same bytes.
-  ``workbook.turboquant.decode_attention(..., backend="cuda")`` calls ``_cuda_tq_decode`` for the
-  split partials (same buffers, same merge as the Triton path; the launcher there says why ``empty``
-  is right); ``tq_decode_resident_warps`` sizes its splits from the runtime's occupancy.
+  ``workbook.turboquant.decode_attention(..., backend="cuda")`` calls ``_cuda_tq_decode``: the decode
+  kernel rotates the raw queries itself and writes the split partials (the same ``empty`` buffers as the
+  Triton path; the launcher there says why ``empty`` is right), then its merge kernel, launched as a
+  programmatic dependent, writes the output rows; ``tq_decode_resident_warps`` sizes the splits from
+  the runtime's occupancy.
 * Importing this module needs no GPU and no CUDA toolkit; ``backend="cuda"`` without a GPU raises a
   ValueError that says so. ``compile_check`` (tests/test_cuda.py) compiles each source for sm_90 on a
   CPU-only machine where an ``nvcc`` is found.
