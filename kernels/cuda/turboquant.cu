@@ -10,7 +10,10 @@
 //
 // One warp = one (decode request b, KV head h, split s): it attends the G = HQ / HKV query heads of
 // head h (G <= 8) over tokens [s * split_len, min((s + 1) * split_len, seq_len)), 32 tokens (two MMA
-// tiles of 16, one softmax step) at a time, and writes that split's normalised output and log2-sum-exp2 for the merge kernel.
+// tiles of 16, one softmax step) at a time, and writes that split's normalised output and log2-sum-exp2 for the merge
+// kernel. It reads the raw queries and rotates them itself (Walsh-Hadamard butterflies in registers, the
+// last two levels through shuffles), scaled by sm_scale * log2(e) / sqrt(D). The merge kernel (one block
+// per (request, head)) is launched as the decode grid's programmatic dependent (PDL).
 //
 // Both products use mma.sync.m16n8k16 (fp16 in, fp32 accumulate), the G heads as the n = 8 side:
 //   scores^T [16 tokens, 8 heads] = K [16, 128] . Q^T [128, 8]        (A = K, 8 k-steps over D)
@@ -41,7 +44,7 @@
 // Loads: each warp streams its steps through a ring of STAGES shared-memory slots of one 32-token step
 // each, filled with cp.async (the next STAGES - 1 steps are in flight while one is computed); the page
 // of each 16-token tile comes from the block table, read 32 tiles at a time (lane i holds the page of
-// tile base + i).
+// tile base + i), the next 32 read one window ahead. The split's last step alone is masked.
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
