@@ -584,6 +584,17 @@ def test_cuda_decode_requirements_checked_on_any_device():
         tq._check_cuda_decode(q_rot, dataclasses.replace(cache, v_scale=strided), 8, 128)
 
 
+def test_decode_queries_must_match_out():
+    """decode_attention's q (and q_rot) must have out's heads and head dim and a row per decode token."""
+    q, k, v, cache, batch = tq.make_example([1, 1, 5], [20, 33, 40], 2, hq=4, hkv=1)
+    out = torch.empty_like(q)
+    for bad in (q[:1], q[:, :2], q[..., :16]):
+        with pytest.raises(ValueError, match=r"q must be \[>= num_decode_tokens \(2\), Hq, D\]"):
+            tq.decode_attention(bad, cache, batch, out)
+    with pytest.raises(ValueError, match="q_rot must be"):
+        tq.decode_attention(q, cache, batch, out, q_rot=tq.rotate_queries(q[:, :2], cache))
+
+
 needs_cuda_backend = pytest.mark.skipif(not ON_GPU, reason="the CUDA C++ decode kernel needs a GPU")
 
 

@@ -719,7 +719,7 @@ def decode_attention(q: torch.Tensor, cache: TurboQuantCache, batch: MixedBatch,
     ``kernels/cuda/turboquant.cu``, GPU only: head_dim 128, at most 8 query heads per KV head, pages of a
     power of two >= 16 tokens) rotates ``q`` itself, in registers (``q_rot`` is not used). With "cuda",
     ``config`` takes the keys of ``CUDA_DECODE_CONFIG`` and ``emulate`` is refused. Both write the same
-    rows and use the same merge."""
+    rows from the same partial buffers; each merges them with its own kernel."""
     from .cuda import check_backend
 
     use_cuda = check_backend(backend, emulate)
@@ -727,6 +727,10 @@ def decode_attention(q: torch.Tensor, cache: TurboQuantCache, batch: MixedBatch,
     em = False if use_cuda else resolve_emulate(emulate)
     check_tensor("out", out, dtypes=(torch.float32, torch.float16, torch.bfloat16), ndim=3, device=DEVICE)
     B = batch.num_decode_reqs
+    for name, t in (("q", q), ("q_rot", q_rot)):
+        if t is not None and (t.dim() != 3 or t.shape[1:] != out.shape[1:] or t.shape[0] < B):
+            raise ValueError(f"{name} must be [>= num_decode_tokens ({B}), Hq, D] with out's Hq, D "
+                             f"{tuple(out.shape[1:])}, got {tuple(t.shape)}")
     if B == 0:
         return out
     hq, d = out.shape[1], out.shape[2]
@@ -844,7 +848,8 @@ def write_attention(q, k, v, cache: TurboQuantCache, batch: MixedBatch, attn_out
                          f"{tuple(attn_out.shape)}")
     cfg = dict(config or {})
     store_kv(k[: batch.num_actual_tokens], v[: batch.num_actual_tokens], cache, batch.slot_mapping)
-    q_rot = rotate_queries(q, cache, sm_scale)   # the CUDA decode kernel rotates its queries itself
+    # the Triton kernels read the rotated queries; the CUDA decode kernel rotates its own
+    q_rot = rotate_queries(q, cache, sm_scale) if backend != "cuda" or batch.num_reqs > batch.num_decode_reqs else None
     decode_attention(q, cache, batch, attn_out, sm_scale=sm_scale, q_rot=q_rot, config=cfg.get("decode"),
                      emulate=emulate, backend=backend)
     # the prefill path is Triton's with either backend (backend= picks the decode kernel)
