@@ -73,8 +73,8 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(smem_addr(dst)), "l"(src));
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {   // dst: a shared-space address
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(dst), "l"(src));
 }
 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
@@ -300,12 +300,11 @@ __global__ void __launch_bounds__(WARPS * 32) tq_decode_cuda_kernel(const Args a
       const uint8_t* kp = kg + (uint64_t)u * ROW_BYTES;
       const uint8_t* vp = vg + (uint64_t)u * ROW_BYTES;
       const uint32_t d = dst + c * (TILE * ROW_BYTES);
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(d + dk0), "l"(kp));
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(d + dk1), "l"(kp + 512));
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(d + dv0), "l"(vp));
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(d + dv1), "l"(vp + 512));
-      if (lane < 6)   // 3 x 32 bytes of fp16 scalars, 16 at a time
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(dst + ds + 32 * c), "l"(sg + u));
+      cp_async16(d + dk0, kp);
+      cp_async16(d + dk1, kp + 512);
+      cp_async16(d + dv0, vp);
+      cp_async16(d + dv1, vp + 512);
+      if (lane < 6) cp_async16(dst + ds + 32 * c, sg + u);   // 3 x 32 bytes of fp16 scalars, 16 at a time
     }
   };
 
