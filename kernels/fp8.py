@@ -22,8 +22,7 @@ section 10, prints the recorded fractions of the copy ceiling).
 SiLU is computed as torch computes it, gate / (1 + exp(-gate)) in fp32, then rounded to bf16.
 ``SILU_IMPL`` picks the exp and the division: bit 1 set = ``tl.exp`` (ex2.approx on the GPU) instead
 of libdevice's expf (CUDA's accurate expf, the one torch calls); bit 0 set = Triton's default
-division instead of the IEEE ``div_rn``; 4 = the GPU's bare approximate exp2 and reciprocal (inline
-PTX, ``_silu_fast``). Only the bf16 rounding of silu matters and a bf16 gate has
+division instead of the IEEE ``div_rn``. Only the bf16 rounding of silu matters and a bf16 gate has
 65536 values, so the launcher proves a cheaper variant exact by trying every gate (see
 ``workbook.fp8.silu_impl``).
 """
@@ -54,38 +53,17 @@ def _round_pairs_to_bf16(x):
 
 
 @triton.jit
-def _silu_fast(b_gate):
-    """GPU only (SILU_IMPL 4): gate * rcp(1 + 2^(-gate * log2(e))) with the flush-to-zero approximate
-    exp2 and reciprocal: one MUFU instruction each, without the range fix-ups that tl.exp and the
-    default division carry (a flushed exp2 or reciprocal only meets 1 + tiny or inf, where it changes
-    nothing); the two multiplications keep subnormals (silu of a subnormal gate is gate / 2)."""
-    return tl.inline_asm_elementwise(
-        """{
-        .reg .f32 t;
-        mul.rn.f32 t, $1, 0fBFB8AA3B;
-        ex2.approx.ftz.f32 t, t;
-        add.ftz.f32 t, t, 0f3F800000;
-        rcp.approx.ftz.f32 t, t;
-        mul.rn.f32 $0, $1, t;
-        }""",
-        "=f,f", [b_gate], dtype=tl.float32, is_pure=True, pack=1)
-
-
-@triton.jit
 def _silu_mul_bf16(b_gate, b_up, SILU_IMPL: tl.constexpr, EMULATE: tl.constexpr):
     """y = bf16(bf16(silu(gate)) * up) for fp32 blocks holding bf16 values, rounded like the
     unfused torch path: silu in fp32 as gate / (1 + exp(-gate)), back to bf16, multiply, to bf16."""
-    if SILU_IMPL & 4:
-        b_silu = _silu_fast(b_gate)  # GPU only (inline PTX): see _silu_fast
+    if SILU_IMPL & 2:
+        b_exp = tl.exp(-b_gate)  # ex2.approx on the GPU; numpy's exp in the interpreter
     else:
-        if SILU_IMPL & 2:
-            b_exp = tl.exp(-b_gate)  # ex2.approx on the GPU; numpy's exp in the interpreter
-        else:
-            b_exp = libdevice.exp(-b_gate)  # CUDA's accurate expf, the one torch's silu kernel calls
-        if SILU_IMPL & 1:
-            b_silu = b_gate / (1.0 + b_exp)  # Triton's default (approximate on the GPU)
-        else:
-            b_silu = tl.math.div_rn(b_gate, 1.0 + b_exp)  # IEEE division, as torch's kernel divides
+        b_exp = libdevice.exp(-b_gate)  # CUDA's accurate expf, the one torch's silu kernel calls
+    if SILU_IMPL & 1:
+        b_silu = b_gate / (1.0 + b_exp)  # Triton's default (approximate on the GPU)
+    else:
+        b_silu = tl.math.div_rn(b_gate, 1.0 + b_exp)  # IEEE division, as torch's kernel divides
     if EMULATE:
         b_silu = round_to_bf16(b_silu, EMULATE)
         # bf16 * bf16 has at most 16 significant bits: exact in fp32, then one rounding to bf16

@@ -345,16 +345,16 @@ def silu_mul_bf16(gate: torch.Tensor, up: torch.Tensor, impl: int | None = None,
 
 
 # SILU_IMPL: bit 1 = fast exp (tl.exp) instead of libdevice's expf, bit 0 = Triton's default division
-# instead of IEEE div_rn; 4 = bare MUFU exp2 and reciprocal (inline PTX). Cheapest first. Neither
-# libdevice nor inline PTX runs in the interpreter.
+# instead of IEEE div_rn. Cheapest first. libdevice does not exist in the interpreter. (A bare
+# ex2.approx.ftz + rcp.approx.ftz variant was tried on the H200, 2026-11-30: 3 of the 65280 gates round
+# differently, so the proof would never pick it; it was taken out.)
 SILU_IMPL_NAMES = {
-    4: "ex2.approx.ftz + rcp.approx.ftz (inline PTX)",
     3: "tl.exp + default division",
     2: "tl.exp + IEEE division (div_rn)",
     1: "libdevice expf + default division",
     0: "libdevice expf + IEEE division (torch's own sequence)",
 }
-SILU_CANDIDATES = (3, 2) if INTERPRETED else (4, 3, 2, 1, 0)
+SILU_CANDIDATES = (3, 2) if INTERPRETED else (3, 2, 1, 0)
 SILU_IMPL_TORCH = 2 if INTERPRETED else 0  # torch's own sequence (numpy's exp is what the interpreter has)
 
 
