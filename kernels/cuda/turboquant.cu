@@ -83,7 +83,9 @@ template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" :: "n"(N)); }
 
 // Four fp16 pairs (nibbles 2j, 2j+1 -> pair j) from one word of 8 key codes; tab = prmt table
-// (low bytes of magnitudes 0-3, 4-7, high bytes of 0-3, 4-7).
+// (low bytes of magnitudes 0-3, 4-7, high bytes of 0-3, 4-7). Here and in unpack_value_pairs the right
+// shifts are written as mul.hi: ptxas makes them IMADs, which issue to the FMA pipe, instead of SHFs on
+// the ALU pipe that the byte permutes and logic ops already keep busy (ncu, turboquant.json "profile").
 __device__ __forceinline__ void unpack_keys(uint32_t w, const uint32_t tab[4], uint32_t out[4]) {
   asm("{\n"
       ".reg .b32 s, t, l0, h0, l1, h1, v, g;\n"
