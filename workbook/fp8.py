@@ -395,7 +395,7 @@ BENCH_N = 7168
 BENCH_M = (1, 4, 16, 64, 256, 1024, 2048, 4096, 8192, 16384)
 SWEEP_M = (2048, 4096, 16384)      # the launch-configuration sweep (GPU time, graph replay)
 SWEEP_BLOCK_M = (2, 4, 8, 16)
-SWEEP_WARPS = (2, 4, 8)   # 2 warps: 16 elements per thread at BLOCK_M 2 (fastest at M=4096 in a sweep after the packed roundings)
+SWEEP_WARPS = (2, 4, 8)   # 2 warps: 16 elements per thread at BLOCK_M 2 (a candidate default, not yet in the record)
 
 
 def _bytes_moved(m: int, n: int) -> int:

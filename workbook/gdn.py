@@ -717,8 +717,9 @@ def _fla():
 
 
 def _previous_state_cfg(N: int, HV: int, V: int) -> dict:
-    """The state pass's launch configuration before :func:`state_launch` (kept for the benchmark's side
-    by side): BV 64, else 32, once the grid reaches 256 programs, else 16; num_stages 2; num_warps 4."""
+    """The state pass's default launch configuration, the one measured in workbook/data/gdn.json
+    (``STATE_PREVIOUS``; :func:`state_launch` is the opt-in candidate the benchmark compares with it):
+    BV 64, else 32, once the grid reaches 256 programs, else 16; num_stages 2; num_warps 4."""
     bv = next((b for b in (64, 32) if N * HV * triton.cdiv(V, b) >= 256), 16)
     return {"BV": min(bv, _pow2(V)), "num_warps": 4, "num_stages": 2}
 
