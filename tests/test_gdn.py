@@ -843,9 +843,11 @@ def test_state_launch_rule():
     cs = {**gdn.CONFIG["chunk"]["state"], "BV": None, "num_warps": None, "num_stages": None}
     assert gdn._state_cfg({**cs, "num_stages": 2}, 1, 16, 128, 128, 2)["num_stages"] == 2
     assert gdn._state_cfg({**cs, "BV": 256}, 1, 16, 128, 64, 2)["BV"] == 64
-    # the default is the measured configuration; RULE opts in to the rule's pick
-    assert gdn._state_cfg(cs, 1, 16, 128, 128, 2) == gdn._previous_state_cfg(1, 16, 128)
-    assert gdn._state_cfg({**cs, "RULE": True}, 1, 16, 128, 128, 2) == gdn.state_launch(1, 16, 128, 128, 2)
+    # the default is the rule's pick; RULE False keeps the previous default
+    assert cs["RULE"] is True
+    assert gdn._state_cfg(cs, 1, 16, 128, 128, 2) == gdn.state_launch(1, 16, 128, 128, 2)
+    assert gdn._state_cfg({**cs, "RULE": False}, 1, 16, 128, 128, 2) == gdn._previous_state_cfg(1, 16, 128)
+    assert gdn._state_cfg(cs, 1, 16, 128, 128, 2) != gdn._previous_state_cfg(1, 16, 128)
 
 
 def test_state_pass_alone_rewrites_the_call_state_and_previous_default():

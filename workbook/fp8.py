@@ -134,10 +134,11 @@ def _check_group_size(group_size) -> None:
 
 
 def _block_m(m: int) -> int:
-    # GPU: 2 rows x 512 columns per program (4 warps: 8 elements of gate and of up per thread) was the
-    # fastest at each M of a first H200 sweep (M = 2048, 4096, 16384; BLOCK_M 2..16 x 4 or 8 warps,
-    # graph replay). The recorded sweep (workbook/data/fp8.json, "config_sweep") repeats it; there
-    # configurations within the run-to-run spread of a few percent trade places at M = 16384.
+    # GPU: 2 rows x 512 columns per program with 2 warps (16 elements of gate and of up per thread:
+    # each thread's loads are 2 x 16 bytes per input in flight). A sweep at M = 4096 (graph replay)
+    # put the 16-elements-per-thread tiles (BLOCK_M = num_warps = 1, 2, 4, 8) ahead of 2 x 4 warps; the
+    # recorded sweep (workbook/data/fp8.json, "config_sweep": BLOCK_M 2..16 x 2, 4, 8 warps at
+    # M = 2048, 4096, 16384) is the evidence for this default.
     # Interpreter: fewer, larger programs (numpy per block).
     cap = 64 if INTERPRETED else 2
     return min(cap, triton.next_power_of_2(max(m, 1)))
@@ -162,7 +163,7 @@ def _launch_config(m: int, config) -> dict:
     """Defaults for M rows, overridden by ``config``: a dict or a ``triton.Config`` with the names in
     ``CONFIG_KEYS`` (BLOCK_M: rows per program, a power of two; num_warps; SILU_IMPL: the silu
     variant, by default the cheapest one proven exact here, :func:`silu_impl`)."""
-    cfg = resolve_config(config, {"BLOCK_M": _block_m(m), "num_warps": 4, "SILU_IMPL": None},
+    cfg = resolve_config(config, {"BLOCK_M": _block_m(m), "num_warps": 2, "SILU_IMPL": None},
                          pow2=("BLOCK_M", "num_warps"))
     if cfg["SILU_IMPL"] is None:
         cfg["SILU_IMPL"] = silu_impl()
@@ -395,7 +396,7 @@ BENCH_N = 7168
 BENCH_M = (1, 4, 16, 64, 256, 1024, 2048, 4096, 8192, 16384)
 SWEEP_M = (2048, 4096, 16384)      # the launch-configuration sweep (GPU time, graph replay)
 SWEEP_BLOCK_M = (2, 4, 8, 16)
-SWEEP_WARPS = (2, 4, 8)   # 2 warps: 16 elements per thread at BLOCK_M 2 (a candidate default, not yet in the record)
+SWEEP_WARPS = (2, 4, 8)   # 2 warps at BLOCK_M 2 (16 elements per thread): the default
 
 
 def _bytes_moved(m: int, n: int) -> int:

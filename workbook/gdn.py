@@ -51,10 +51,9 @@ CONFIG = {
     "chunk": {"solve": {"BC": 16, "GV": 1, "PREC": "tf32", "num_warps": 4, "num_stages": 2},
               "wu": {"num_warps": 4, "num_stages": 2},
               # state: FUSE_O folds kernel 4 (outputs) into the state pass (h and v' never stored);
-              # BV / num_warps / num_stages None: the measured default (STATE_PREVIOUS); with RULE True,
-              # state_launch()'s pick from the grid (not the default until the benchmark's side by side
-              # has been recorded on the GPU: its picks so far come from a contaminated sweep)
-              "state": {"BV": None, "num_warps": None, "num_stages": None, "FUSE_O": False, "RULE": False},
+              # BV / num_warps / num_stages None: state_launch()'s pick from the grid (RULE True; the
+              # benchmark records it beside the previous default, STATE_PREVIOUS, which RULE False keeps)
+              "state": {"BV": None, "num_warps": None, "num_stages": None, "FUSE_O": False, "RULE": True},
               "output": {"BV": 64, "num_warps": 4, "num_stages": 2}},
     "rmsnorm": {"BM": None, "num_warps": 4},
 }
@@ -403,8 +402,8 @@ def state_launch(N: int, HV: int, K: int, V: int, itemsize: int = 2, n_sm: int |
 
 
 def _state_cfg(cs: dict, N: int, HV: int, K: int, V: int, itemsize: int) -> dict:
-    """config['state'] with each name left None filled in: by state_launch with RULE, else by the
-    measured default (:func:`_previous_state_cfg`). A given BV is capped at V."""
+    """config['state'] with each name left None filled in: by state_launch with RULE (the default),
+    else by the previous default (:func:`_previous_state_cfg`). A given BV is capped at V."""
     rule = state_launch(N, HV, K, V, itemsize) if cs.get("RULE") else _previous_state_cfg(N, HV, V)
     out = {k: (rule[k] if cs[k] is None else cs[k]) for k in ("BV", "num_warps", "num_stages")}
     out["BV"] = min(out["BV"], _pow2(V))
@@ -443,8 +442,8 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
 
     ``config``: launch configuration, one dict per kernel, names as in ``CONFIG["chunk"]`` (e.g.
     ``{"state": {"BV": 32, "num_warps": 8}}``); the state pass's BV, num_warps and num_stages left None
-    take the measured default (``STATE_PREVIOUS``), or with ``{"state": {"RULE": True}}`` the pick of
-    :func:`state_launch`. ``return_intermediates=True`` also returns the dict
+    take the pick of :func:`state_launch`, or with ``{"state": {"RULE": False}}`` the previous default
+    (``STATE_PREVIOUS``). ``return_intermediates=True`` also returns the dict
     of intermediate buffers (G, A, w, u, v_new, h, and kn with the in-kernel L2 norm) so that their
     coverage can be checked.
     ``emulate`` (default: True without a GPU) runs ``tl.dot`` on fp32 copies, the interpreter's
@@ -717,8 +716,8 @@ def _fla():
 
 
 def _previous_state_cfg(N: int, HV: int, V: int) -> dict:
-    """The state pass's default launch configuration, the one measured in workbook/data/gdn.json
-    (``STATE_PREVIOUS``; :func:`state_launch` is the opt-in candidate the benchmark compares with it):
+    """The state pass's previous default launch configuration (``STATE_PREVIOUS``, kept with
+    ``{"state": {"RULE": False}}``; the benchmark records it beside :func:`state_launch`'s pick):
     BV 64, else 32, once the grid reaches 256 programs, else 16; num_stages 2; num_warps 4."""
     bv = next((b for b in (64, 32) if N * HV * triton.cdiv(V, b) >= 256), 16)
     return {"BV": min(bv, _pow2(V)), "num_warps": 4, "num_stages": 2}
