@@ -839,6 +839,11 @@ def test_state_launch_rule():
     h200 = {(N, HV): (picks[(132, N, HV, 128, 128, 2)]["BV"], picks[(132, N, HV, 128, 128, 2)]["num_stages"])
             for N, HV in ((1, 16), (1, 32), (2, 32), (4, 32))}
     assert h200 == {(1, 16): (16, 3), (1, 32): (32, 3), (2, 32): (64, 3), (4, 32): (64, 2)}
+    # varlen: the same BV, and three stages whenever one program's fit (the long sequences set the time)
+    for N, HV in ((1, 16), (2, 32), (4, 32), (8, 32), (64, 64)):
+        u, vl = gdn.state_launch(N, HV, 128, 128, 2, n_sm=132), gdn.state_launch(N, HV, 128, 128, 2, n_sm=132, varlen=True)
+        assert vl["BV"] == u["BV"] and vl["num_stages"] == 3, (N, HV, u, vl)
+    assert gdn.state_launch(4, 32, 256, 256, 4, n_sm=132, varlen=True)["num_stages"] == 2   # 3 x 192 KB tiles do not fit
     # the rule fills only what config['state'] leaves None
     cs = {**gdn.CONFIG["chunk"]["state"], "BV": None, "num_warps": None, "num_stages": None}
     assert gdn._state_cfg({**cs, "num_stages": 2}, 1, 16, 128, 128, 2)["num_stages"] == 2
@@ -848,6 +853,8 @@ def test_state_launch_rule():
     assert gdn._state_cfg(cs, 1, 16, 128, 128, 2) == gdn.state_launch(1, 16, 128, 128, 2)
     assert gdn._state_cfg({**cs, "RULE": False}, 1, 16, 128, 128, 2) == gdn._previous_state_cfg(1, 16, 128)
     assert gdn._state_cfg(cs, 1, 16, 128, 128, 2) != gdn._previous_state_cfg(1, 16, 128)
+    assert gdn._state_cfg(cs, 4, 32, 128, 128, 2, True)["num_stages"] == 3
+    assert gdn._state_cfg(cs, 4, 32, 128, 128, 2)["num_stages"] == 2
 
 
 def test_state_pass_alone_rewrites_the_call_state_and_previous_default():

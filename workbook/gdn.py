@@ -371,6 +371,10 @@ def _chunk_table(cu_seqlens, N: int, T: int):
 #   num_stages: 3 (the next chunks' w, u and k tiles, which do not depend on the state, load while
 #   this chunk's products run) when the programs each SM must hold still fit its shared memory with
 #   three tiles in flight, else 2; num_warps: 4 (one warpgroup: sm_90's wgmma; 2 warps spill).
+#   Varlen batches (cu_seqlens): the sequences differ in length, the pass lasts as long as the longest
+#   one, and the programs of the shorter ones finish early and free their SM; so the stages are chosen
+#   for one program per SM (the long sequences' chunk latency is what counts). The lengths themselves
+#   are never read: they live on the device, and reading them would sync the host.
 STATE_FILL = 7 / 8
 _SMEM_PER_PROGRAM = 8 << 10     # shared memory a state program uses besides its pipelined tiles (about)
 
@@ -386,25 +390,26 @@ def _sm_count() -> tuple:
 
 
 def state_launch(N: int, HV: int, K: int, V: int, itemsize: int = 2, n_sm: int | None = None,
-                 smem_per_sm: int | None = None) -> dict:
+                 smem_per_sm: int | None = None, varlen: bool = False) -> dict:
     """The state pass's launch configuration, {"BV", "num_warps", "num_stages"}, for N sequences of HV
     value heads with K x V states stored ``itemsize`` bytes per element (w, k, u, h), by the rule
-    above. ``n_sm``, ``smem_per_sm``: the GPU's (default: the GPU in use)."""
+    above. ``n_sm``, ``smem_per_sm``: the GPU's (default: the GPU in use). ``varlen``: the N sequences
+    come from cu_seqlens (lengths unknown on the host): stages for one program per SM."""
     sm, smem = _sm_count()
     n_sm, smem_per_sm = n_sm or sm, smem_per_sm or smem
     bv = min(64, _pow2(V))
     while bv > 16 and N * HV * triton.cdiv(V, bv) < STATE_FILL * n_sm:
         bv //= 2
-    per_sm = triton.cdiv(N * HV * triton.cdiv(V, bv), n_sm)      # programs each SM must hold
+    per_sm = 1 if varlen else triton.cdiv(N * HV * triton.cdiv(V, bv), n_sm)   # programs each SM must hold
     stage = CHUNK * (2 * _pow2(K) + bv) * itemsize                # one chunk's w, k and u tiles
     ns = 3 if per_sm * (3 * stage + _SMEM_PER_PROGRAM) <= smem_per_sm else 2
     return {"BV": bv, "num_warps": 4, "num_stages": ns}
 
 
-def _state_cfg(cs: dict, N: int, HV: int, K: int, V: int, itemsize: int) -> dict:
+def _state_cfg(cs: dict, N: int, HV: int, K: int, V: int, itemsize: int, varlen: bool = False) -> dict:
     """config['state'] with each name left None filled in: by state_launch with RULE (the default),
     else by the previous default (:func:`_previous_state_cfg`). A given BV is capped at V."""
-    rule = state_launch(N, HV, K, V, itemsize) if cs.get("RULE") else _previous_state_cfg(N, HV, V)
+    rule = state_launch(N, HV, K, V, itemsize, varlen=varlen) if cs.get("RULE") else _previous_state_cfg(N, HV, V)
     out = {k: (rule[k] if cs[k] is None else cs[k]) for k in ("BV", "num_warps", "num_stages")}
     out["BV"] = min(out["BV"], _pow2(V))
     return out
@@ -514,9 +519,9 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
             kc, v, beta, G, A, w, u, cu_seqlens, chunk_indices, T,
             H=H, HV=HV, K=K, V=V, BT=CHUNK, BK=BK, BV=BVf, EMULATE=emulate,
             num_warps=c2["num_warps"], num_stages=c2["num_stages"])
-    _launch_state(_state_cfg(cs, N, HV, K, V, q.element_size()), kc, w, u, G, h, v_new, q if fuse else None,
-                  o if fuse else None, initial_state, ht, cu_seqlens, chunk_offsets, scale, T, NT, N=N, l2=l2,
-                  emulate=emulate)
+    _launch_state(_state_cfg(cs, N, HV, K, V, q.element_size(), cu_seqlens is not None), kc, w, u, G, h, v_new,
+                  q if fuse else None, o if fuse else None, initial_state, ht, cu_seqlens, chunk_offsets, scale, T,
+                  NT, N=N, l2=l2, emulate=emulate)
     BV3 = min(co["BV"], BVf)
     if NT and not fuse:
         kern.chunk_gdn_output_kernel[(triton.cdiv(V, BV3), NT, HV)](
@@ -740,8 +745,8 @@ def state_pass_alone(args: dict, config: dict | None = None):
         _, chunk_offsets, NT = _chunk_table(cu, N, B * T)
     else:
         chunk_offsets, NT = None, B * triton.cdiv(T, CHUNK)
-    cs = {"BV": None, "num_warps": None, "num_stages": None, **(config or {})}
-    c3 = _state_cfg(cs, N, HV, K, V, q.element_size())
+    cs = {"BV": None, "num_warps": None, "num_stages": None, "RULE": True, **(config or {})}
+    c3 = _state_cfg(cs, N, HV, K, V, q.element_size(), cu is not None)
     h0 = args.get("initial_state")
     # the final state as the launcher allocates it (empty: the programs tile it; see _final_state_buffer)
     ht = _final_state_buffer(h0, False, N, HV, K, V, q.device) if args.get("output_final_state") else None
@@ -904,8 +909,8 @@ def _compare(row: dict, ours, peer) -> None:
 
 
 STATE_RULE = ("BV: the widest of 64/32/16 whose grid gives at least 7/8 program per SM; num_stages 3 while the "
-              "programs each SM must hold fit its shared memory with three tiles in flight, else 2; num_warps 4 "
-              "(workbook.gdn.state_launch)")
+              "programs each SM must hold (varlen: one) fit its shared memory with three tiles in flight, else 2; "
+              "num_warps 4 (workbook.gdn.state_launch)")
 STATE_PREVIOUS = "BV 64, else 32, once the grid reaches 256 programs, else 16; num_stages 2; num_warps 4"
 
 
@@ -937,7 +942,7 @@ def _n_seq(spec) -> int:
 def _state_cfgs(spec) -> tuple:
     """(the rule's pick, the previous default) for a prefill spec, bf16 storage."""
     N, HV, D = _n_seq(spec), spec[3], spec[4]
-    return state_launch(N, HV, D, D, 2), _previous_state_cfg(N, HV, D)
+    return state_launch(N, HV, D, D, 2, varlen=spec[6] is not None), _previous_state_cfg(N, HV, D)
 
 
 def _short(c: dict) -> str:
