@@ -158,7 +158,7 @@ def build(verbose: bool = False):
                 os.replace(part, so)
         lib = ctypes.CDLL(str(so))
         vp, i32, i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
-        lib.nvfp4_quant_cuda.argtypes = [vp, vp, vp, vp, i32, i32, i32, i32, i32, i32, i32, i32, vp]
+        lib.nvfp4_quant_cuda.argtypes = [vp, vp, vp, vp, vp, i32, i32, i32, i32, i32, i32, i32, i32, vp]
         lib.nvfp4_quant_cuda.restype = i32
         lib.silu_mul_quant_fp8_cuda.argtypes = [vp, vp, vp, i32, i32, i64, i64, i32, i32, i32, i32, vp]
         lib.silu_mul_quant_fp8_cuda.restype = i32
@@ -223,31 +223,35 @@ def _cuda_nvfp4_quant(x: torch.Tensor, global_scale, *, swizzled: bool = True, w
     if alloc not in ("empty", "zeros"):
         raise ValueError(f"alloc must be 'empty' or 'zeros', got {alloc!r}")
     n = K // 16
-    # codes: one thread per (row, 16-element block) of the real rows writes that block's 8 bytes;
-    # the threads cover all M x K/16 blocks, so every byte is written: `empty` is safe.
+    # codes: the tiles of 128 rows x 32 blocks cover all M x K/16 blocks, and the thread that owns a
+    # real block stores its 8 code bytes: every byte is written, so `empty` is safe.
     codes = torch.empty((M, K // 2), dtype=torch.uint8, device=x.device)
     new = torch.empty if alloc == "empty" else torch.zeros
     if swizzled:
         sf_rows, sf_cols = round_up(M, 128), round_up(n, 4)
-        # scales, swizzled: one thread per entry of the whole padded grid [Mp, Kp] (not just
-        # [M, K/16]); each stores its byte at its swizzled address: the E4M3 scale where r < M and
-        # c < K/16, zero elsewhere. Every byte of the [Mp, Kp] storage, padding included, is
-        # written, so `empty` is safe (write_padding=False skips the padding: the regression).
+        # scales, swizzled: the CTA of each 128 x 32-block tile gathers its scale bytes (0 for padded
+        # entries: rows >= M, columns >= K/16) and stores its whole 512-byte swizzled tiles; the tiles
+        # cover the padded grid [Mp, Kp], so every byte of the storage, padding included, is written:
+        # `empty` is safe (write_padding=False stores only the real entries: the regression).
         sf = new((sf_rows, sf_cols), dtype=torch.uint8, device=x.device)
     else:
         sf_rows, sf_cols = M, n
-        # scales, linear: one thread per entry of [M, K/16], the whole storage: `empty` is safe.
+        # scales, linear: the thread of each real block stores its byte; [M, K/16] is the whole
+        # storage: `empty` is safe.
         sf = new((M, n), dtype=torch.uint8, device=x.device)
     if M == 0:
         return codes, sf.view(torch.float8_e4m3fn)
-    if sf_rows * sf_cols >= 1 << 31:
-        raise ValueError(f"x of shape {(M, K)} is too large for the CUDA kernel: it has one thread per "
-                         "scale entry, numbered below 2^31")
+    if M * n >= 1 << 31:
+        raise ValueError(f"x of shape {(M, K)} is too large for the CUDA kernel: it numbers the "
+                         "16-element blocks below 2^31")
     lib = build()
     xa = _aligned16(x)
     gs = global_scale.reshape(1).contiguous()
-    err = lib.nvfp4_quant_cuda(xa.data_ptr(), gs.data_ptr(), codes.data_ptr(), sf.data_ptr(), M, K,
-                               sf_rows, sf_cols, int(x.dtype == torch.bfloat16), int(swizzled),
+    # the threshold table (128 scale bytes x 8 words): scratch that the table kernel writes whole before
+    # the quantizer reads it, so `empty` is safe
+    table = torch.empty(1024, dtype=torch.int32, device=x.device)
+    err = lib.nvfp4_quant_cuda(xa.data_ptr(), gs.data_ptr(), codes.data_ptr(), sf.data_ptr(), table.data_ptr(),
+                               M, K, sf_rows, sf_cols, int(x.dtype == torch.bfloat16), int(swizzled),
                                int(write_padding), *_device_stream(x))
     _check(lib, err, "nvfp4_quant_cuda")
     return codes, sf.view(torch.float8_e4m3fn)
@@ -405,27 +409,59 @@ def sass_counts(out_dir=None) -> dict:
             sass = subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
             name = None
             body: dict[str, list[str]] = {}
+            addrs: dict[str, list[int]] = {}
             for line in sass.splitlines():
                 if "Function :" in line:
                     name = line.split("Function :")[1].strip()
-                    body[name] = []
+                    body[name], addrs[name] = [], []
                 elif name and (mt := _INSTR.match(line)):
                     body[name].append(mt.group(1))
+                    addrs[name].append(int(line.split("/*")[1].split("*/")[0], 16))
             for fn, ins in body.items():
-                # main path: up to the last EXIT before the first CALL target / BRA-to-self tail
-                last_exit = max((i for i, s in enumerate(ins) if s.split()[-1] == "EXIT" or s.endswith("EXIT")), default=len(ins) - 1)
-                main = ins[:last_exit + 1]
-                out[f"{topic}:{_short(fn)}"] = {
+                short = _short(fn)
+                if short.startswith("nvfp4_threshold_table_kernel"):
+                    continue   # the table kernel: 1024 threads once per call, not per element
+                per_thread = _ELEMENTS_PER_THREAD[short.split("<")[0]]
+                loop = _block_loop(ins, addrs[fn]) if short.startswith("nvfp4_quant_kernel") else None
+                if loop is not None:
+                    # a loop over the blocks: its body is what a thread runs per 16-element block
+                    main = loop
+                else:
+                    # main path: up to the last EXIT before the first CALL target / BRA-to-self tail
+                    last_exit = max((i for i, s in enumerate(ins) if s.split()[-1] == "EXIT" or s.endswith("EXIT")), default=len(ins) - 1)
+                    main = ins[:last_exit + 1]
+                out[f"{topic}:{short}"] = {
                     "total": len(ins), "main": len(main),
-                    "main_per_element": round(len(main) / _ELEMENTS_PER_THREAD[_short(fn).split("<")[0]], 2),
+                    "main_per_element": round(len(main) / per_thread, 2),
                     "ops": _op_histogram(main),
                 }
     return out
 
 
+def _block_loop(ins: list[str], addrs: list[int]) -> list[str] | None:
+    """The instructions of the smallest loop (a backward BRA and its target) that holds the block's
+    scale conversion (F2FP): the NVFP4 quantizer's per-block body. None without one."""
+    f2fp = next((i for i, s in enumerate(ins) if "F2FP" in s), None)
+    if f2fp is None:
+        return None
+    best = None
+    for i, s in enumerate(ins):
+        op = s.split()
+        op = op[1] if op[0].startswith("@") and len(op) > 1 else op[0]
+        if not op.startswith("BRA") or "0x" not in s:
+            continue
+        target = int(s.split("0x")[-1].split()[0].rstrip(";"), 16)
+        if target > addrs[i] or target not in addrs:
+            continue
+        j = addrs.index(target)
+        if j <= f2fp <= i and (best is None or i - j < best[1] - best[0]):
+            best = (j, i)
+    return None if best is None else ins[best[0]:best[1] + 1]
+
+
 def _short(mangled: str) -> str:
     """'nvfp4_quant_kernel<bf16=1,swizzled=1,write_padding=1>' from a mangled kernel name."""
-    known = {"nvfp4_quant_kernel": ("bf16", "swizzled", "write_padding"),
+    known = {"nvfp4_quant_kernel": ("bf16", "swizzled", "write_padding"), "nvfp4_threshold_table_kernel": ("bf16",),
              "silu_mul_quant_fp8_kernel": ("silu_mul", "fast_silu"),
              "silu_mul_bf16_kernel": ("fast_silu",)}
     name = next((k for k in known if k in mangled), mangled)
@@ -660,36 +696,40 @@ def benchmark_table(rec: dict, topic: str) -> str:
 # (CUDA C++ in kernels/cuda/<topic>.cu, its Triton counterpart in kernels/<topic>.py, note)
 MAPPING = {
     "nvfp4": [
-        ("t = blockIdx.x*blockDim.x + threadIdx.x; r = t / sf_cols; c = t - r*sf_cols",
-         "pid = tl.program_id(0); start = pid * BLOCK_S; r0 + q, a - q * n_blocks",
-         "one thread per scale entry of the grid the scales span, where Triton has one program per "
-         "BLOCK_S consecutive blocks of x read as one flat sequence (rows end to end), then one padding "
-         "program per padded 128x4 tile"),
-        ("real = r < M && c < n_blocks", "m_b = o_i < M * n_blocks - start",
-         "real block vs padded scale entry"),
-        ("uint4 a = xw[2*blk], b = xw[2*blk+1]", "b_w = tl.load(xw + base + o_x)",
-         "16 elements as 8 int32 words (two 16-byte loads)"),
+        ("tile += gridDim.x; r = rg * kRows + warp + j * kWarps; c = ct * kCols + lane",
+         "pid = tl.program_id(0); start = pid * BLOCK_S",
+         "a CTA per tile of 128 rows x 32 blocks (a persistent grid: the resident CTAs take the tiles in "
+         "turn), a thread per block, a warp per row of the tile; Triton has one program per BLOCK_S "
+         "consecutive blocks of x read as one flat sequence (rows end to end)"),
+        ("nxt0 = __ldcs(xw + 2 * b); nxt1 = __ldcs(xw + 2 * b + 1)", "b_w = tl.load(xw + base + o_x)",
+         "16 elements as 8 int32 words (two 16-byte loads); in CUDA the next row's loads go out before "
+         "this row's arithmetic"),
         ("absmax_x2 (max.xorsign.abs.bf16x2) x 7, unpack_pair, fmaxf(fabsf)",
          "tl.reduce(b_w, 1, _absmax_bf16x2); unpack_pairs; tl.maximum(tl.abs(..))",
          "block amax on packed pairs, the same PTX instruction"),
-        ("sf_want = fminf(div6_rn(__fmul_rn(gs, amax)), 448.f)", "b_sf_want = tl.minimum(div6_rn(b_gs * b_amax), 448.0)",
+        ("fminf(div6_rn(__fmul_rn(gs, amax)), 448.f)", "b_sf_want = tl.minimum(div6_rn(b_gs * b_amax), 448.0)",
          "correctly rounded division by 6 in three FP32 operations"),
-        ("e4m3_byte (cvt.rn.satfinite.e4m3x2.f32), e4m3_value (cvt.rn.f16x2.e4m3x2)",
-         "b_sf_want.to(tl.float8e4nv); b_f8.to(tl.float32)", "the scale byte and its value"),
-        ("u = (sfv > 0 ? sfv : 2^60) * 2^40; Thresholds k = {1.75u, 2.75u, ...}",
+        ("sf_byte = e4m3_byte(...) (cvt.rn.satfinite.e4m3x2.f32)", "b_sf_want.to(tl.float8e4nv)", "the scale byte"),
+        ("nvfp4_threshold_table_kernel: X_j(b) by binary search; s_table[2 * sf_byte]",
          "b_u = tl.where(b_sf > 0.0, b_sf, 2^60) * 2^40; k175, k275, ...",
-         "E2M1 decision points times the scale (exact)"),
-        ("e2m1_pair_bits(fabsf(lo*gs), fabsf(hi*gs), k): lt01 = __saturatef(__fmaf_rn(a, -2^40, t))",
+         "the E2M1 decision points: CUDA turns them into thresholds in x's own format once per call "
+         "(128 scale bytes x 7, a second small kernel, programmatic dependent launch); Triton multiplies "
+         "them by each block's scale"),
+        ("index_pair: abs.bf16x2, then 7 x (set.gt.bf16x2.bf16x2, add.rn.bf16x2) on 128.0",
          "e2m1_pair_bits(tl.abs(b_lo*b_gs), tl.abs(b_hi*b_gs), ...): lt01 = tl.clamp(fma(a, -2^40, t), 0, 1)",
-         "the E2M1 rounding without a division, FMA for FMA (sm_90). On sm_100a+ the source uses "
+         "the E2M1 index, exact either way: CUDA counts the thresholds below |x|, two elements per "
+         "instruction, without converting x; Triton compares RN(|x| gs) with the scaled decision points "
+         "(a binary search of saturating FMAs). On sm_100a+ the CUDA source converts with "
          "cvt.rn.satfinite.e2m1x2.f32 instead, under an arch guard: sm_90 has no such instruction"),
-        ("nib = pair | ((w >> 12) & 0x80008); nib + (nib >> 12); __byte_perm; codes[blk] = uint2",
-         "b_nib = b_pair | ((b_w >> 12) & 0x80008); (b_nib + (b_nib >> 12)).to(tl.uint8); tl.store(codes + base + o_x, ..)",
+        ("pack4(a, w): __byte_perm, sign bits 15 and 31 to bit 3; codes[blk] = quant_block(...)",
+         "b_nib = b_pair | ((b_w >> 12) & 0x80008); tl.store(codes + base + o_x, ..)",
          "sign bits next to the indices, two codes per byte, 8 bytes stored at once"),
-        ("if (SWIZZLED) { if (WRITE_PADDING || real) sf[o] = sf_byte; } else sf[r*n_blocks + c] = sf_byte",
-         "o_sf = ...; tl.store(sf + o_sf, b_sf_byte, mask=m_b); padding programs: m_pad = (r >= M) | (c >= n_blocks)",
-         "every padded entry written with 0, in Triton by the padding programs (write_padding=False launches "
-         "none: the regression)"),
+        ("s_sf[(lane >> 2) * 512 + ...] = sf_byte; then each thread stores 16 bytes of whole 512-byte tiles",
+         "tl.store(sf + o_sf.to(tl.int64), b_sf_byte.to(tl.uint8), mask=m_b); padding programs",
+         "the scale bytes. CUDA gathers a tile's bytes (0 for padding) in shared memory and stores whole "
+         "512-byte swizzled tiles, so no 32-byte L2 sector is written 4 bytes at a time; write_padding=False "
+         "stores the real entries only (the regression). Triton stores each byte at its swizzled address "
+         "and writes the padding from separate padding programs"),
     ],
     "fp8": [
         ("warp = global thread / 32; m = warp / P; p = warp - m*P",
@@ -743,7 +783,8 @@ def show(topic: str):
         sass = {k.split(":", 1)[1]: v for k, v in rec["results"].get("sass_sm90", {}).items()
                 if k.startswith(f"{topic}:") and "quant" in k}
         if sass:
-            text += "\nSASS for sm_90 (static count of the main path / 16 elements per thread): " + ", ".join(
+            text += ("\nSASS for sm_90 (static count per element: the main path / 16 elements per thread; "
+                     "NVFP4: the loop body that quantizes one block / 16): ") + ", ".join(
                 f"{k} {v['main_per_element']}" for k, v in sass.items())
     except (FileNotFoundError, KeyError, ValueError):
         text = "CUDA vs Triton on the H200: not recorded yet (run `python -m workbook bench cuda` on a GPU)"
@@ -753,11 +794,14 @@ def show(topic: str):
 
 
 _NOTES = {
-    "nvfp4": ("Blackwell has an instruction for the E2M1 rounding, `cvt.rn.satfinite.e2m1x2.f32`, but only on its "
-              "arch-specific targets (sm_100a and later); the H200 is sm_90, which has none. The source uses it "
-              "under an arch guard and, on sm_90, emulates it exactly the way the Triton kernel does: no "
-              "division, one saturating FMA per comparison against the decision points times the scale. The "
-              "E4M3 scale uses the hardware conversion `cvt.rn.satfinite.e4m3x2.f32` on both."),
+    "nvfp4": ("The same bytes as the Triton kernel, by another route (the header comment of the source says why "
+              "each step is exact): the E2M1 index is a count of thresholds below |x|, compared in x's own "
+              "format two elements at a time against a table that a second small kernel builds once per call "
+              "(128 scale bytes x 7 decision points); and each CTA quantizes a tile of 128 rows x 32 blocks and "
+              "stores its scale bytes as whole 512-byte swizzled tiles. Blackwell has an instruction for the "
+              "E2M1 rounding, `cvt.rn.satfinite.e2m1x2.f32`, but only on its arch-specific targets (sm_100a and "
+              "later); the source uses it there, under an arch guard. The E4M3 scale uses the hardware "
+              "conversion `cvt.rn.satfinite.e4m3x2.f32`."),
     "fp8": ("The conversions are the hardware ones (`cvt.rn.bf16x2.f32`, `cvt.rn.satfinite.e4m3x2.f32`). SiLU "
             "runs torch's sequence (accurate `expf`, IEEE division) unless a cheaper one (`ex2.approx`, "
             "`div.full`) has been proven to give the same bf16 on every one of the 65280 finite bf16 gates on "

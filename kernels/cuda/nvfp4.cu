@@ -1,27 +1,59 @@
 // NVFP4 quantization in CUDA C++: the same bytes as the Triton kernel `nvfp4_quant_kernel`
-// (kernels/nvfp4.py), written to be read side by side with it. Device code and a C launcher only:
-// no torch header, so `nvcc -arch=sm_90 -c nvfp4.cu` compiles it on its own (tests/test_cuda.py).
-// The Python side (workbook/cuda.py) allocates, checks and passes raw pointers and a stream.
+// (kernels/nvfp4.py), by another route. Device code and a C launcher only: no torch header, so
+// `nvcc -arch=sm_90 -c nvfp4.cu` compiles it on its own (tests/test_cuda.py). The Python side
+// (workbook/cuda.py) allocates, checks and passes raw pointers and a stream.
 //
 // Format: per 16-element block of a row, amax = max |x| (fp16/bf16 -> fp32), the scale
 //   sf = e4m3_rne_satfinite(min(RN(gs * amax) / 6 (correctly rounded), 448)),
 // and per element the E2M1 code of RN(RN(x * gs) / sf), ties to the even index, saturated at 6;
 // sf = 0 gives index 0. Bit 3 of a code is the sign bit of x. Element 2i is the low nibble.
 //
-// One thread per scale entry (row r, 16-element block c) of the grid the scales span: the padded
-// grid [round_up(M,128), round_up(K/16,4)] for the 128x4 swizzled layout, [M, K/16] for the linear
-// one. A thread of a real block (r < M, c < K/16) loads its 32 bytes (two 16-byte loads), writes its
-// 8 code bytes (one 8-byte store) and its scale byte; a thread of a padded entry writes a 0 scale
-// byte. So EVERY byte of the swizzled storage is written, padding included (`empty` is safe);
-// WRITE_PADDING=false skips the padded entries and reproduces the regression the workbook teaches.
+// Two kernels per call:
 //
-// The E2M1 rounding. `cvt.rn.satfinite.e2m1x2.f32` (two fp32 -> two E2M1 codes, round to nearest
-// even, saturating) exists only on Blackwell's arch-specific targets (sm_100a, sm_103a, sm_110a,
-// sm_120a, sm_121a), not on the H200's sm_90. Under that arch guard the kernel uses it on the
-// correctly rounded quotient RN(RN(x*gs)/sf); on sm_90 (the H200) it emulates it exactly, as the
-// Triton kernel does: without a division, by comparing |RN(x*gs)| against the E2M1 decision points
-// times sf (exact products), one saturating FMA per comparison (see e2m1_pair_bits). Both give the
-// same codes; the H200 runs the emulation.
+// 1. nvfp4_threshold_table_kernel (one block of 1024 threads): for each of the 128 scale bytes b and
+//    each E2M1 decision point t_j (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5), the threshold X_j(b): the
+//    largest pattern of x's own format (bf16 or fp16, >= 0) whose |x| does NOT pass t_j, where passing
+//    means RN(|x| gs) > t_j sf (a tie goes down to the even index: t = 0.25, 1.25, 2.5, 5) or
+//    RN(|x| gs) >= t_j sf (a tie goes up: 0.75, 1.75, 3.5). The Triton kernel's docstring proves that
+//    this is the rounding of RN(RN(|x| gs) / sf) (t_j sf is exact); RN(|x| gs) never decreases as |x|
+//    grows, so |x| passes exactly when |x| > X_j, and a binary search over the format's patterns
+//    finds X_j. So the index of an element is the number of thresholds below |x|, compared in x's own
+//    format, two elements per instruction (set.gt.bf16x2 / set.gt.f16x2): no conversion to fp32, no
+//    multiply, no division per element.
+// 2. nvfp4_quant_kernel: one CTA per tile of 128 rows x 32 blocks (a persistent grid: as many CTAs as
+//    stay resident, each taking tiles in turn). A warp handles one row's 32 consecutive blocks per step
+//    (thread = block: two 16-byte loads, the next row's loads in flight during this one's arithmetic),
+//    eight warps and 16 steps cover the 128 rows. The block amax (packed max.xorsign.abs), the scale
+//    byte (cvt.rn.satfinite.e4m3x2.f32), its 7 thresholds from shared memory, and per word of two
+//    elements 7 packed comparisons whose 1.0/0.0 results are added to a magic number (bf16 128.0,
+//    fp16 1024.0: one unit in the last place is 1, so the count lands in the low bits).
+//
+// Why tiles of 128 rows (the lesson of this kernel). The swizzled scale layout puts the 128 x 4 scale
+// bytes of a tile in one 512-byte block; a 32-byte sector of it holds 8 rows x 4 columns. A kernel that
+// stores each block's scale byte as it goes writes every sector 4 bytes at a time: 8 sector writes
+// per warp store, as many L2 write transactions for the 1-byte scales as for all the codes. On the H200
+// that made L2 the bottleneck (Nsight Compute: L2 throughput about 87% of peak at about 74% of the DRAM
+// copy ceiling, even with the arithmetic removed). Here the CTA gathers its 128 x 32 scale bytes in
+// shared memory and stores them as eight whole 512-byte tiles, 16 bytes per thread.
+//
+// Coverage (why `empty` is right for both outputs):
+// * codes: every real block (r < M, c < K/16) belongs to exactly one tile step of one thread, which
+//   stores its 8 code bytes; the tiles cover all M x K/16 blocks.
+// * scales, swizzled: the CTA of a tile writes its whole 512-byte tiles, padded entries included (rows
+//   >= M and columns >= K/16 hold 0 in shared memory); the tiles of 32 block columns cover the padded
+//   grid round_up(M,128) x round_up(K/16,4) (the last column tile stores only the 512-byte tiles that
+//   exist). WRITE_PADDING=false stores only the real entries' bytes: the regression the workbook teaches.
+// * scales, linear [M, K/16]: each real block's thread stores its byte.
+// * table: the table kernel writes all 1024 words.
+//
+// The table kernel starts the quantizer early (programmatic dependent launch: griddepcontrol): the
+// quantizer's first loads of x go out while the table is built, and it waits for the table
+// (griddepcontrol.wait) before it reads it.
+//
+// Blackwell has an E2M1 conversion instruction (`cvt.rn.satfinite.e2m1x2.f32`), but only on its
+// arch-specific targets (sm_100a, sm_103a, sm_110a, sm_120a, sm_121a), not on the H200's sm_90. Under
+// that arch guard the quantizer converts the correctly rounded quotient RN(RN(x*gs)/sf) with it; on
+// sm_90 (the H200) it uses the thresholds. Both give the same codes; the H200 runs the thresholds.
 #include <cuda_runtime.h>
 #include <stdint.h>
 
@@ -30,13 +62,12 @@
     defined(__CUDA_ARCH_FEAT_SM121_ALL)
 #define NVFP4_HW_E2M1 1   // cvt.rn.satfinite.e2m1x2.f32 exists on this target
 #else
-#define NVFP4_HW_E2M1 0   // sm_90 and others: exact emulation
+#define NVFP4_HW_E2M1 0   // sm_90 and others: the thresholds
 #endif
 
 namespace nvfp4 {
 
-constexpr float kTwo40 = 1099511627776.0f;          // 2^40
-constexpr float kTwo60 = 1.152921504606846976e18f;  // 2^60: the stand-in scale of an sf = 0 block
+constexpr int kRows = 128, kCols = 32, kThreads = 256, kWarps = 8, kSteps = kRows / kWarps;   // 16 rows per warp
 
 // Per 16-bit half, the larger magnitude of two words of fp16|bf16 pairs (sign bits are junk).
 // Triton: _absmax_bf16x2 / _absmax_f16x2 (the same PTX).
@@ -63,6 +94,14 @@ __device__ __forceinline__ void unpack_pair(uint32_t w, float& lo, float& hi) {
     asm("cvt.f32.f16 %0, %1;" : "=f"(lo) : "h"(l));
     asm("cvt.f32.f16 %0, %1;" : "=f"(hi) : "h"(h));
   }
+}
+
+// One pattern of x's format (bf16 or fp16, low 16 bits) as fp32. Exact.
+template <bool IS_BF16>
+__device__ __forceinline__ float format_value(uint32_t v) {
+  float lo, hi;
+  unpack_pair<IS_BF16>(v, lo, hi);
+  return lo;
 }
 
 // y / 6 correctly rounded for y >= 0 (normal quotient) in three FP32 operations. Triton: div6_rn.
@@ -92,42 +131,93 @@ __device__ __forceinline__ float e4m3_value(uint32_t byte) {
   return f;
 }
 
-// 1.0 where a < t, else 0.0, for a >= 0 and t_big = t * 2^40: one saturating FMA (FFMA.SAT).
-// Triton: lt01. Exact: see its docstring.
-__device__ __forceinline__ float lt01(float a, float t_big) {
-  return __saturatef(__fmaf_rn(a, -kTwo40, t_big));
-}
+template <bool IS_BF16> __device__ __forceinline__ uint32_t max_finite() { return IS_BF16 ? 0x7F7Fu : 0x7BFFu; }
 
-// E2M1 magnitude indices of RN(a/s) for two values a_lo, a_hi >= 0, packed as the bits of
-// 2^23 + i_lo + 65536 * i_hi (i_lo in bits 0-2, i_hi in bits 16-18). k* = decision points * s * 2^40.
-// Triton: e2m1_pair_bits, operation for operation.
-struct Thresholds { float k175, k275, k35, k15, k375, k25, k5; };
-
-__device__ __forceinline__ uint32_t e2m1_pair_bits(float a_lo, float a_hi, const Thresholds& k) {
-  const float n2_lo = lt01(a_lo, k.k175);
-  const float n2_hi = lt01(a_hi, k.k175);
-  const float n1_lo = lt01(a_lo, __fmaf_rn(n2_lo, -k.k275, k.k35));
-  const float n1_hi = lt01(a_hi, __fmaf_rn(n2_hi, -k.k275, k.k35));
-  const float nt0_lo = __fmaf_rn(n2_lo, __fmaf_rn(n1_lo, -k.k15, k.k375), __fmaf_rn(n1_lo, k.k25, -k.k5));
-  const float nt0_hi = __fmaf_rn(n2_hi, __fmaf_rn(n1_hi, -k.k15, k.k375), __fmaf_rn(n1_hi, k.k25, -k.k5));
-  const float c0_lo = __saturatef(__fmaf_rn(a_lo, kTwo40, nt0_lo));
-  const float c0_hi = __saturatef(__fmaf_rn(a_hi, kTwo40, nt0_hi));
-  float acc = __fmaf_rn(n2_hi, -262144.0f, 8388608.0f + 6.0f + 6.0f * 65536.0f);
-  acc = __fmaf_rn(n1_hi, -131072.0f, acc);
-  acc = __fmaf_rn(c0_hi, 65536.0f, acc);
-  acc = __fmaf_rn(n2_lo, -4.0f, acc);
-  acc = __fmaf_rn(n1_lo, -2.0f, acc);
-  return __float_as_uint(__fadd_rn(acc, c0_lo));
-}
-
-// The code byte of one word (elements 2i, 2i+1) in its low 8 bits; the bits above are junk.
+// table[8 b + j] = X_j(b) | X_j(b) << 16 (j < 7; word 7 of each row is 0). Byte 0 (sf = 0) and the NaN
+// byte 0x7F (never produced: the conversion saturates): nothing finite passes, X = the largest finite
+// pattern (an infinite |x| still passes, as RN(inf gs) does).
 template <bool IS_BF16>
-__device__ __forceinline__ uint32_t code_byte(uint32_t w, float gs, float sf, const Thresholds& k) {
+__global__ void __launch_bounds__(1024) nvfp4_threshold_table_kernel(const float* __restrict__ global_scale,
+                                                                     uint32_t* __restrict__ table) {
+  asm volatile("griddepcontrol.launch_dependents;");   // the quantizer may start (its loads of x)
+  const int e = threadIdx.x, b = e >> 3, j = e & 7;
+  const float gs = *global_scale;
+  uint32_t X = max_finite<IS_BF16>();
+  if (j < 7 && b != 0 && b != 0x7F) {
+    const float t = j == 0 ? 0.25f : j == 1 ? 0.75f : j == 2 ? 1.25f : j == 3 ? 1.75f : j == 4 ? 2.5f : j == 5 ? 3.5f : 5.0f;
+    const float T = __fmul_rn(t, e4m3_value((uint32_t)b));   // exact: 3 x 4 significant bits
+    const bool up = (j & 1) != 0;                             // 0.75, 1.75, 3.5: a tie goes up
+    // invariant: pattern lo does not pass (0 never does, T > 0); pattern hi passes (max + 1: virtual)
+    uint32_t lo = 0, hi = max_finite<IS_BF16>() + 1;
+    while (hi - lo > 1) {
+      const uint32_t mid = (lo + hi) >> 1;
+      const float p = __fmul_rn(format_value<IS_BF16>(mid), gs);
+      if (up ? p >= T : p > T) hi = mid; else lo = mid;
+    }
+    X = lo;
+  }
+  table[e] = j < 7 ? (X | (X << 16)) : 0u;
+}
+
+// The table, read after griddepcontrol.wait: an asm volatile load is never moved above the wait (a
+// plain const __restrict__ load was: ptxas issued it as a non-coherent load before the wait).
+__device__ __forceinline__ uint4 load_after_wait(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p) : "memory");
+  return v;
+}
+
+// The E2M1 magnitude indices of one word (elements 2i, 2i+1) in bits 0-2 and 16-18: per half, the
+// number of thresholds below |x| (set.gt gives 1.0 or 0.0) added to a magic number whose unit in the
+// last place is 1 (bf16 128.0 = 0x4300, fp16 1024.0 = 0x6400), so bits 0-3 of each half hold the
+// count (<= 7) and bits 4-7 are 0.
+template <bool IS_BF16>
+__device__ __forceinline__ uint32_t index_pair(uint32_t w, const uint32_t* X) {
+  uint32_t acc;
+  if (IS_BF16) {
+    asm("{\n\t.reg .b32 a, s;\n\t"
+        "abs.bf16x2 a, %1;\n\tmov.b32 %0, 0x43004300;\n\t"
+        "set.gt.bf16x2.bf16x2 s, a, %2;\n\tadd.rn.bf16x2 %0, %0, s;\n\t"
+        "set.gt.bf16x2.bf16x2 s, a, %3;\n\tadd.rn.bf16x2 %0, %0, s;\n\t"
+        "set.gt.bf16x2.bf16x2 s, a, %4;\n\tadd.rn.bf16x2 %0, %0, s;\n\t"
+        "set.gt.bf16x2.bf16x2 s, a, %5;\n\tadd.rn.bf16x2 %0, %0, s;\n\t"
+        "set.gt.bf16x2.bf16x2 s, a, %6;\n\tadd.rn.bf16x2 %0, %0, s;\n\t"
+        "set.gt.bf16x2.bf16x2 s, a, %7;\n\tadd.rn.bf16x2 %0, %0, s;\n\t"
+        "set.gt.bf16x2.bf16x2 s, a, %8;\n\tadd.rn.bf16x2 %0, %0, s;\n\t}"
+        : "=&r"(acc) : "r"(w), "r"(X[0]), "r"(X[1]), "r"(X[2]), "r"(X[3]), "r"(X[4]), "r"(X[5]), "r"(X[6]));
+  } else {
+    asm("{\n\t.reg .b32 a, s;\n\t"
+        "abs.f16x2 a, %1;\n\tmov.b32 %0, 0x64006400;\n\t"
+        "set.gt.f16x2.f16x2 s, a, %2;\n\tadd.rn.f16x2 %0, %0, s;\n\t"
+        "set.gt.f16x2.f16x2 s, a, %3;\n\tadd.rn.f16x2 %0, %0, s;\n\t"
+        "set.gt.f16x2.f16x2 s, a, %4;\n\tadd.rn.f16x2 %0, %0, s;\n\t"
+        "set.gt.f16x2.f16x2 s, a, %5;\n\tadd.rn.f16x2 %0, %0, s;\n\t"
+        "set.gt.f16x2.f16x2 s, a, %6;\n\tadd.rn.f16x2 %0, %0, s;\n\t"
+        "set.gt.f16x2.f16x2 s, a, %7;\n\tadd.rn.f16x2 %0, %0, s;\n\t"
+        "set.gt.f16x2.f16x2 s, a, %8;\n\tadd.rn.f16x2 %0, %0, s;\n\t}"
+        : "=&r"(acc) : "r"(w), "r"(X[0]), "r"(X[1]), "r"(X[2]), "r"(X[3]), "r"(X[4]), "r"(X[5]), "r"(X[6]));
+  }
+  return acc;
+}
+
+// Four words' indices -> one word of 8 codes (element order, element 2i in the low nibble of byte i):
+// bytes 0 and 2 of each index word hold the two indices; the sign bits come from bit 7 of bytes 1
+// and 3 of the input words (bits 15 and 31) and go to bit 3 of each nibble.
+__device__ __forceinline__ uint32_t pack4(const uint32_t* a, const uint32_t* w) {
+  const uint32_t p01 = __byte_perm(a[0], a[1], 0x6420), p23 = __byte_perm(a[2], a[3], 0x6420);
+  const uint32_t lo = __byte_perm(p01, p23, 0x6420), hi = __byte_perm(p01, p23, 0x7531);  // elements 2i, 2i+1
+  const uint32_t s01 = __byte_perm(w[0], w[1], 0x7531), s23 = __byte_perm(w[2], w[3], 0x7531);
+  const uint32_t slo = __byte_perm(s01, s23, 0x6420), shi = __byte_perm(s01, s23, 0x7531);
+  return (hi * 16u + lo) | (shi & 0x80808080u) | ((slo >> 4) & 0x08080808u);
+}
+
+#if NVFP4_HW_E2M1
+// Blackwell: the hardware conversion on y = RN(RN(x*gs)/sf) (signed; sf = 0: a zero with x's sign);
+// the code byte of one word in the low 8 bits.
+template <bool IS_BF16>
+__device__ __forceinline__ uint32_t hw_code_byte(uint32_t w, float gs, float sf) {
   float lo, hi;
   unpack_pair<IS_BF16>(w, lo, hi);
-#if NVFP4_HW_E2M1
-  // Blackwell: the hardware conversion on y = RN(RN(x*gs)/sf) (signed; sf = 0: a zero with x's sign)
-  (void)k;
   const float y_lo = sf > 0.0f ? __fdiv_rn(__fmul_rn(lo, gs), sf) : copysignf(0.0f, lo);
   const float y_hi = sf > 0.0f ? __fdiv_rn(__fmul_rn(hi, gs), sf) : copysignf(0.0f, hi);
   uint32_t out;
@@ -136,111 +226,171 @@ __device__ __forceinline__ uint32_t code_byte(uint32_t w, float gs, float sf, co
       "cvt.u32.u8 %0, q;\n\t}"
       : "=r"(out) : "f"(y_lo), "f"(y_hi));
   return out;
+}
+#endif
+
+// The 8 code bytes of one block (words w[0..7]) and its scale byte.
+template <bool IS_BF16>
+__device__ __forceinline__ uint2 quant_block(const uint32_t* w, float gs, const uint4* s_table, uint32_t& sf_byte) {
+  const uint32_t m01 = absmax_x2<IS_BF16>(w[0], w[1]), m23 = absmax_x2<IS_BF16>(w[2], w[3]);
+  const uint32_t m45 = absmax_x2<IS_BF16>(w[4], w[5]), m67 = absmax_x2<IS_BF16>(w[6], w[7]);
+  const uint32_t m = absmax_x2<IS_BF16>(absmax_x2<IS_BF16>(m01, m23), absmax_x2<IS_BF16>(m45, m67));
+  float m_lo, m_hi;
+  unpack_pair<IS_BF16>(m, m_lo, m_hi);
+  const float amax = fmaxf(fabsf(m_lo), fabsf(m_hi));
+  // scale: sf = e4m3(min(gs * amax / 6, 448)) (Triton: b_sf_want, b_sf_byte)
+  sf_byte = e4m3_byte(fminf(div6_rn(__fmul_rn(gs, amax)), 448.0f));
+#if NVFP4_HW_E2M1
+  (void)s_table;
+  const float sfv = e4m3_value(sf_byte);
+  uint32_t q[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) q[i] = hw_code_byte<IS_BF16>(w[i], gs, sfv);
+  return make_uint2(__byte_perm(__byte_perm(q[0], q[1], 0x0040), __byte_perm(q[2], q[3], 0x0040), 0x5410),
+                    __byte_perm(__byte_perm(q[4], q[5], 0x0040), __byte_perm(q[6], q[7], 0x0040), 0x5410));
 #else
-  // sm_90: the exact emulation (Triton's fast kernel, line for line)
-  (void)sf;
-  const uint32_t pair = e2m1_pair_bits(fabsf(__fmul_rn(lo, gs)), fabsf(__fmul_rn(hi, gs)), k);
-  const uint32_t nib = pair | ((w >> 12) & 0x80008u);  // sign bits 15, 31 -> bits 3, 19
-  return nib + (nib >> 12);                            // low nibble 2i, high nibble 2i+1
+  const uint4 t0 = s_table[2 * sf_byte], t1 = s_table[2 * sf_byte + 1];
+  const uint32_t X[7] = {t0.x, t0.y, t0.z, t0.w, t1.x, t1.y, t1.z};
+  uint32_t a[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) a[i] = index_pair<IS_BF16>(w[i], X);
+  return make_uint2(pack4(a, w), pack4(a + 4, w + 4));
 #endif
 }
 
 template <bool IS_BF16, bool SWIZZLED, bool WRITE_PADDING>
-__global__ void __launch_bounds__(256) nvfp4_quant_kernel(
+__global__ void __launch_bounds__(kThreads) nvfp4_quant_kernel(
     const uint4* __restrict__ xw,          // [M, K/16] blocks of 32 bytes: the fp16|bf16 input as words
+    const uint4* table,                    // [128 x 2] the threshold table (written by the table kernel)
     const float* __restrict__ global_scale,  // [1] fp32, read on the device
     uint2* __restrict__ codes,             // [M, K/16] blocks of 8 code bytes = uint8 [M, K/2]
     uint8_t* __restrict__ sf,              // scale bytes: swizzled [sf_rows * sf_cols] or linear [M, K/16]
     uint32_t M, uint32_t n_blocks,         // rows, 16-element blocks per row (K/16)
-    uint32_t sf_rows, uint32_t sf_cols,    // the grid the threads span (padded when swizzled)
-    uint32_t n_entries) {                  // sf_rows * sf_cols
-  const uint32_t t = blockIdx.x * blockDim.x + threadIdx.x;
-  if (t >= n_entries) return;
-  const uint32_t r = t / sf_cols;                     // Triton: o_m (row)
-  const uint32_t c = t - r * sf_cols;                 // Triton: o_s (scale column = block)
-  const bool real = r < M && c < n_blocks;            // Triton: m_real
-  uint32_t sf_byte = 0;                               // padded entries store 0
-  if (real) {
-    const size_t blk = (size_t)r * n_blocks + c;
-    const uint4 a = xw[2 * blk], b = xw[2 * blk + 1];  // 8 words = 16 elements (Triton: b_w)
-    const uint32_t w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    uint32_t sf_cols) {                    // scale columns of the storage (round_up(K/16, 4) swizzled)
+  __shared__ __align__(16) uint4 s_table[256];
+  __shared__ __align__(16) uint8_t s_sf[kRows * kCols];   // the tile's 8 swizzled 512-byte tiles, in order
+  const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const uint32_t n_ct = (n_blocks + kCols - 1) / kCols;        // column tiles
+  const uint32_t n_tiles = ((M + kRows - 1) / kRows) * n_ct;
 
-    // block amax on packed pairs (Triton: tl.reduce(b_w, 2, _absmax_*), then the two halves)
-    uint32_t m01 = absmax_x2<IS_BF16>(w[0], w[1]), m23 = absmax_x2<IS_BF16>(w[2], w[3]);
-    uint32_t m45 = absmax_x2<IS_BF16>(w[4], w[5]), m67 = absmax_x2<IS_BF16>(w[6], w[7]);
-    const uint32_t m = absmax_x2<IS_BF16>(absmax_x2<IS_BF16>(m01, m23), absmax_x2<IS_BF16>(m45, m67));
-    float m_lo, m_hi;
-    unpack_pair<IS_BF16>(m, m_lo, m_hi);
-    const float amax = fmaxf(fabsf(m_lo), fabsf(m_hi));
-
-    // scale: sf = e4m3(min(gs * amax / 6, 448)) (Triton: b_sf_want, b_f8, b_sf_byte, b_sf)
-    const float gs = __ldg(global_scale);
-    const float sf_want = fminf(div6_rn(__fmul_rn(gs, amax)), 448.0f);
-    sf_byte = e4m3_byte(sf_want);
-    const float sfv = e4m3_value(sf_byte);
-
-    // decision points times sf * 2^40 (exact); sf = 0 uses 2^60 so every |p| is below every point
-    // (Triton: b_u, k175, ...)
-    const float u = __fmul_rn(sfv > 0.0f ? sfv : kTwo60, kTwo40);
-    const Thresholds k = {__fmul_rn(1.75f, u), __fmul_rn(2.75f, u), __fmul_rn(3.5f, u),
-                          __fmul_rn(1.5f, u), __fmul_rn(3.75f, u), __fmul_rn(2.5f, u),
-                          __fmul_rn(5.0f, u)};
-    uint32_t q[8];
-#pragma unroll
-    for (int i = 0; i < 8; ++i) q[i] = code_byte<IS_BF16>(w[i], gs, sfv, k);
-    // 8 code bytes, byte i from word i (Triton: b_packed, stored at o_x)
-    const uint32_t lo4 = __byte_perm(__byte_perm(q[0], q[1], 0x0040), __byte_perm(q[2], q[3], 0x0040), 0x5410);
-    const uint32_t hi4 = __byte_perm(__byte_perm(q[4], q[5], 0x0040), __byte_perm(q[6], q[7], 0x0040), 0x5410);
-    codes[blk] = make_uint2(lo4, hi4);
+  // the first row of the first tile: loaded before the wait, while the table is built
+  uint4 nxt0 = make_uint4(0, 0, 0, 0), nxt1 = nxt0;
+  uint32_t tile = blockIdx.x;
+  uint32_t rg = tile / n_ct, ct = tile - rg * n_ct;
+  if (tile < n_tiles && rg * kRows + warp < M && ct * kCols + lane < n_blocks) {
+    const size_t b = (size_t)(rg * kRows + warp) * n_blocks + ct * kCols + lane;
+    nxt0 = __ldcs(xw + 2 * b);
+    nxt1 = __ldcs(xw + 2 * b + 1);
   }
+  asm volatile("griddepcontrol.wait;" ::: "memory");          // the table kernel has finished
+  s_table[threadIdx.x] = load_after_wait(table + threadIdx.x);
+  const float gs = __ldg(global_scale);
+  __syncthreads();
 
-  // the scale byte (Triton: o_sf, m_sf, b_sf_out)
-  if (SWIZZLED) {
-    if (WRITE_PADDING || real) {
-      const size_t o = ((size_t)(r / 128) * (sf_cols / 4) + c / 4) * 512
-                       + (r % 32) * 16 + ((r % 128) / 32) * 4 + (c % 4);
-      sf[o] = (uint8_t)sf_byte;
+  for (; tile < n_tiles; tile += gridDim.x) {
+    const uint32_t c = ct * kCols + lane;
+    const uint32_t r_first = rg * kRows + warp;
+    const uint32_t ntile = tile + gridDim.x;                   // whose first row is loaded during our last
+    const uint32_t nrg = ntile / n_ct, nct = ntile - nrg * n_ct;
+#pragma unroll 1
+    for (uint32_t j = 0; j < kSteps; ++j) {
+      const uint32_t r = r_first + j * kWarps;
+      const uint32_t w[8] = {nxt0.x, nxt0.y, nxt0.z, nxt0.w, nxt1.x, nxt1.y, nxt1.z, nxt1.w};
+      {   // the next row's two loads go out before this row's arithmetic
+        const bool last = j + 1 == kSteps;
+        const uint32_t r2 = last ? nrg * kRows + warp : r + kWarps, c2 = last ? nct * kCols + lane : c;
+        if ((!last || ntile < n_tiles) && r2 < M && c2 < n_blocks) {
+          const size_t b = (size_t)r2 * n_blocks + c2;
+          nxt0 = __ldcs(xw + 2 * b);
+          nxt1 = __ldcs(xw + 2 * b + 1);
+        }
+      }
+      uint32_t sf_byte = 0;                                    // padded entries: 0
+      if (r < M && c < n_blocks) {
+        const size_t blk = (size_t)r * n_blocks + c;
+        codes[blk] = quant_block<IS_BF16>(w, gs, s_table, sf_byte);
+        if (!SWIZZLED) sf[blk] = (uint8_t)sf_byte;
+      }
+      if (SWIZZLED) {   // the byte's place in the tile's 512-byte tile lane/4: row r%128, column lane%4
+        const uint32_t lr = r & 127;
+        s_sf[(lane >> 2) * 512 + (lr & 31) * 16 + (lr >> 5) * 4 + (lane & 3)] = (uint8_t)sf_byte;
+      }
     }
-  } else {
-    sf[(size_t)r * n_blocks + c] = (uint8_t)sf_byte;   // the grid is exactly [M, K/16]
+    if (SWIZZLED) {   // the tile is complete: store its whole 512-byte tiles, 16 bytes per thread
+      __syncthreads();
+      const uint32_t cg0 = ct * (kCols / 4), n_cg = min((uint32_t)(kCols / 4), (sf_cols >> 2) - cg0);
+      const uint32_t off = threadIdx.x * 16;                   // byte offset in the tile's 4 KB
+      if (off < n_cg * 512) {
+        uint8_t* dst = sf + ((size_t)rg * (sf_cols >> 2) + cg0) * 512 + off;
+        const uint4 v = *reinterpret_cast<const uint4*>(&s_sf[off]);
+        if (WRITE_PADDING) {
+          *reinterpret_cast<uint4*>(dst) = v;
+        } else {   // the regression: padded entries (row >= M or column >= K/16) left as they were
+          const uint8_t* vb = reinterpret_cast<const uint8_t*>(&v);
+          for (int k = 0; k < 16; ++k) {
+            const uint32_t o = off + k;
+            const uint32_t tr = rg * kRows + ((o >> 2) & 3) * 32 + ((o & 511) >> 4), tc = (cg0 + (o >> 9)) * 4 + (o & 3);
+            if (tr < M && tc < n_blocks) dst[k] = vb[k];
+          }
+        }
+      }
+      __syncthreads();
+    }
+    rg = nrg;
+    ct = nct;
   }
 }
 
 template <bool IS_BF16, bool SWIZZLED, bool WRITE_PADDING>
-static void launch(const void* x, const float* gs, void* codes, void* sf, uint32_t M, uint32_t n_blocks,
-                   uint32_t sf_rows, uint32_t sf_cols, cudaStream_t stream) {
-  const uint32_t n = sf_rows * sf_cols;
-  const uint32_t threads = 256;
-  nvfp4_quant_kernel<IS_BF16, SWIZZLED, WRITE_PADDING><<<(n + threads - 1) / threads, threads, 0, stream>>>(
-      static_cast<const uint4*>(x), gs, static_cast<uint2*>(codes), static_cast<uint8_t*>(sf), M, n_blocks,
-      sf_rows, sf_cols, n);
+static cudaError_t launch(const void* x, const float* gs, void* codes, void* sf, void* table, uint32_t M,
+                          uint32_t n_blocks, uint32_t sf_cols, int device, cudaStream_t stream) {
+  nvfp4_threshold_table_kernel<IS_BF16><<<1, 1024, 0, stream>>>(gs, static_cast<uint32_t*>(table));
+  auto kernel = nvfp4_quant_kernel<IS_BF16, SWIZZLED, WRITE_PADDING>;
+  int sms = 0, per_sm = 0;
+  cudaError_t err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (err == cudaSuccess) err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0);
+  if (err != cudaSuccess) return err;
+  const uint64_t tiles = (uint64_t)((M + kRows - 1) / kRows) * ((n_blocks + kCols - 1) / kCols);
+  const uint64_t resident = (uint64_t)sms * (per_sm > 0 ? per_sm : 1);
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3((uint32_t)(tiles < resident ? tiles : resident));
+  cfg.blockDim = dim3(kThreads);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;   // may start before the table is done
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, kernel, static_cast<const uint4*>(x), static_cast<const uint4*>(table), gs,
+                            static_cast<uint2*>(codes), static_cast<uint8_t*>(sf), M, n_blocks, sf_cols);
 }
 
 }  // namespace nvfp4
 
 // Host launcher. x: [M, K] fp16|bf16, contiguous, 16-byte aligned; global_scale: fp32 [1] on the
 // device; codes: uint8 [M, K/2] (8-byte aligned); sf: uint8 storage [sf_rows, sf_cols] (swizzled:
-// round_up(M,128) x round_up(K/16,4); linear: M x K/16). sf_rows * sf_cols < 2^31 (the caller
-// checks); device: x's CUDA device; stream: a stream of that device. Returns the launch's
-// cudaError_t (0 = success).
-extern "C" int nvfp4_quant_cuda(const void* x, const float* global_scale, void* codes, void* sf,
+// round_up(M,128) x round_up(K/16,4), 16-byte aligned; linear: M x K/16); table: 1024 uint32 of
+// scratch (the table kernel writes all of it). M * K/16 < 2^31 (the caller checks); device: x's CUDA
+// device; stream: a stream of that device. Returns the launches' cudaError_t (0 = success).
+extern "C" int nvfp4_quant_cuda(const void* x, const float* global_scale, void* codes, void* sf, void* table,
                                 int M, int K, int sf_rows, int sf_cols, int is_bf16, int swizzled,
                                 int write_padding, int device, cudaStream_t stream) {
+  (void)sf_rows;
   if (M <= 0 || K <= 0) return (int)cudaSuccess;
   int current = -1;   // this library's CUDA runtime keeps its own current device: use x's
   if (cudaGetDevice(&current) != cudaSuccess || current != device) {
     const cudaError_t err = cudaSetDevice(device);
     if (err != cudaSuccess) return (int)err;
   }
-  const uint32_t m = (uint32_t)M, nb = (uint32_t)(K / 16), rows = (uint32_t)sf_rows, cols = (uint32_t)sf_cols;
+  const uint32_t m = (uint32_t)M, nb = (uint32_t)(K / 16), cols = (uint32_t)sf_cols;
+#define NVFP4_LAUNCH(B, S, P) nvfp4::launch<B, S, P>(x, global_scale, codes, sf, table, m, nb, cols, device, stream)
+  cudaError_t err;
   if (is_bf16) {
-    if (!swizzled) nvfp4::launch<true, false, true>(x, global_scale, codes, sf, m, nb, rows, cols, stream);
-    else if (write_padding) nvfp4::launch<true, true, true>(x, global_scale, codes, sf, m, nb, rows, cols, stream);
-    else nvfp4::launch<true, true, false>(x, global_scale, codes, sf, m, nb, rows, cols, stream);
+    err = !swizzled ? NVFP4_LAUNCH(true, false, true) : write_padding ? NVFP4_LAUNCH(true, true, true) : NVFP4_LAUNCH(true, true, false);
   } else {
-    if (!swizzled) nvfp4::launch<false, false, true>(x, global_scale, codes, sf, m, nb, rows, cols, stream);
-    else if (write_padding) nvfp4::launch<false, true, true>(x, global_scale, codes, sf, m, nb, rows, cols, stream);
-    else nvfp4::launch<false, true, false>(x, global_scale, codes, sf, m, nb, rows, cols, stream);
+    err = !swizzled ? NVFP4_LAUNCH(false, false, true) : write_padding ? NVFP4_LAUNCH(false, true, true) : NVFP4_LAUNCH(false, true, false);
   }
-  return (int)cudaGetLastError();
+#undef NVFP4_LAUNCH
+  if (err == cudaSuccess) err = cudaGetLastError();
+  return (int)err;
 }
