@@ -14,9 +14,9 @@ Triton ones (issue: "in Triton/CUDA"; engines ship these in CUDA C++).
   pybind11 nor torch's headers. The library links the CUDA runtime statically; it launches on the
   primary context that torch uses, on torch's current stream (CUDA graphs capture it).
 * Launchers: ``workbook.nvfp4.nvfp4_quant(..., backend="cuda")`` and
-  ``workbook.fp8.silu_mul_quant_fp8_packed / quant_fp8_packed(..., backend="cuda")`` allocate
-  exactly as the Triton backend does (the functions here, ``_cuda_nvfp4_quant`` and
-  ``_cuda_fp8_quant``, say why ``empty`` is right) and give the same bytes.
+  ``workbook.fp8.silu_mul_quant_fp8_packed / quant_fp8_packed(..., backend="cuda")`` allocate the
+  same outputs as the Triton backend (NVFP4 adds a 4 KB scratch table; the functions here,
+  ``_cuda_nvfp4_quant`` and ``_cuda_fp8_quant``, say why ``empty`` is right) and give the same bytes.
   ``workbook.turboquant.decode_attention(..., backend="cuda")`` calls ``_cuda_tq_decode``: the decode
   kernel rotates the raw queries itself and writes the split partials (the same ``empty`` buffers as the
   Triton path; the launcher there says why ``empty`` is right), then its merge kernel, launched as a

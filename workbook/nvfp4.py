@@ -303,8 +303,9 @@ def nvfp4_quant(x: torch.Tensor, global_scale, *, swizzled: bool = True, write_p
     interpreter's path (exact emulation of the packed |max| and of the E4M3 conversion) instead of
     the GPU instructions, so the tests can compare the two (default: ``not ON_GPU``).
 
-    ``backend='cuda'`` runs the CUDA C++ kernel of kernels/cuda/nvfp4.cu instead (GPU only; the same
-    checks, allocations and bytes; it takes neither ``config`` nor ``emulate``; see workbook.cuda).
+    ``backend='cuda'`` runs the CUDA C++ kernels of kernels/cuda/nvfp4.cu instead (GPU only; the same
+    checks, outputs and bytes, plus a 4 KB scratch table; it takes neither ``config`` nor ``emulate``;
+    see workbook.cuda). It is ahead at large inputs and behind at decode sizes (workbook/data/cuda.json).
     """
     from .cuda import _cuda_nvfp4_quant, check_backend  # imports without a GPU; builds on first CUDA use
 
