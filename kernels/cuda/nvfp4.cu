@@ -31,10 +31,12 @@
 // Why tiles of 128 rows (the lesson of this kernel). The swizzled scale layout puts the 128 x 4 scale
 // bytes of a tile in one 512-byte block; a 32-byte sector of it holds 8 rows x 4 columns. A kernel that
 // stores each block's scale byte as it goes writes every sector 4 bytes at a time: 8 sector writes
-// per warp store, as many L2 write transactions for the 1-byte scales as for all the codes. On the H200
-// that made L2 the bottleneck (Nsight Compute: L2 throughput about 87% of peak at about 74% of the DRAM
-// copy ceiling, even with the arithmetic removed). Here the CTA gathers its 128 x 32 scale bytes in
-// shared memory and stores them as eight whole 512-byte tiles, 16 bytes per thread.
+// per warp store of 32 blocks, as many L2 write transactions for the 1-byte scales as for all the
+// codes (8 sectors per 32 blocks either way). In an Nsight Compute profile on the H200 (taken while
+// building this kernel; not part of the records) such a kernel kept L2 near its peak throughput while
+// DRAM stayed well below the copy ceiling, even with the arithmetic removed. Here the CTA gathers its
+// 128 x 32 scale bytes in shared memory and stores them as eight whole 512-byte tiles, 16 bytes per
+// thread.
 //
 // Coverage (why `empty` is right for both outputs):
 // * codes: every real block (r < M, c < K/16) belongs to exactly one tile step of one thread, which
