@@ -115,6 +115,47 @@ def test_sources_are_torch_free_and_packaged(topic):
     assert '"workbook.kernels" = ["cuda/*.cu"]' in pyproject, "the .cu sources must ship in the wheel"
 
 
+def _threshold_table(gs: float, dtype) -> torch.Tensor:
+    """The CUDA table kernel's thresholds (nvfp4_threshold_table_kernel), in torch on the CPU: for each
+    scale byte 1..126 and decision point j, the largest non-negative pattern of ``dtype`` whose
+    RN(|x| gs) does not pass t_j sf (> for ties down, >= for ties up), by the same binary search."""
+    t = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0])
+    up = torch.tensor([False, True, False, True, False, True, False])
+    sfv = torch.arange(1, 127, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
+    T = sfv[:, None] * t[None, :]                                    # exact in fp32
+    top = 0x7F7F if dtype == torch.bfloat16 else 0x7BFF
+    lo = torch.zeros(T.shape, dtype=torch.int32)
+    hi = torch.full(T.shape, top + 1, dtype=torch.int32)
+    g = torch.tensor(gs, dtype=torch.float32)
+    while bool((hi - lo > 1).any()):
+        mid = (lo + hi) // 2
+        v = mid.clamp(max=top).to(torch.int16).view(dtype).float()
+        p = v * g                                                    # RN in fp32
+        passes = torch.where(up, p >= T, p > T) & (hi - lo > 1)
+        hi = torch.where(passes, mid, hi)
+        lo = torch.where(~passes & (hi - lo > 1), mid, lo)
+    return lo                                                        # [126, 7] patterns
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_nvfp4_threshold_counts_are_the_e2m1_rounding_for_every_value(dtype):
+    """The CUDA kernel's E2M1 index is the number of thresholds below |x| (compared as patterns of x's
+    format). For every finite non-negative value of the format, every scale byte and three global
+    scales, that count equals the index of RN(RN(|x| gs) / sf) by the decision points (e2m1_encode)."""
+    top = 0x7F7F if dtype == torch.bfloat16 else 0x7BFF
+    pats = torch.arange(0, top + 1, dtype=torch.int32)
+    xv = pats.to(torch.int16).view(dtype).float()
+    sfv = torch.arange(1, 127, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
+    for gs in (1.0, 2688.0 / 37.5, 0.0371):
+        X = _threshold_table(gs, dtype)                              # [126, 7]
+        count = (pats[None, :, None] > X[:, None, :]).sum(-1)        # [126, patterns]
+        p = xv * torch.tensor(gs, dtype=torch.float32)
+        y = p[None, :] / sfv[:, None]                                # RN(RN(|x| gs) / sf)
+        ref = nvfp4.e2m1_encode(y).to(torch.int64) & 7
+        bad = (count != ref).sum()
+        assert int(bad) == 0, (dtype, gs, int(bad))
+
+
 def test_nvfp4_source_guards_the_blackwell_conversion():
     text = cuda.SOURCES["nvfp4"].read_text()
     i = text.index("cvt.rn.satfinite.e2m1x2.f32 q")
