@@ -397,8 +397,10 @@ def sass_counts(out_dir=None) -> dict:
     """Static SASS of each CUDA kernel for sm_90 (compiled here, no GPU needed): per kernel
     instantiation, the instructions up to the first EXIT-terminated main path's end (``main``, the
     out-of-line slow paths of IEEE division after it excluded), all of them (``total``), and
-    ``main`` per element (a thread of either quant kernel handles 16 elements). A static count: every
-    instruction of the main path once, as a thread of a real block executes it."""
+    ``main`` per element (a thread of either quant kernel handles 16 elements per block). The NVFP4
+    quantizer loops over blocks: its ``main`` is the loop body that quantizes one block
+    (:func:`_block_loop`); the table kernel, run once per call, is left out. A static count: every
+    instruction of that path once, as a thread of a real block executes it."""
     tool = _cuobjdump()
     if tool is None:
         raise RuntimeError("no cuobjdump found (CUDA toolkit or Triton's bundled copy)")
