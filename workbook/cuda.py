@@ -552,6 +552,10 @@ METHODS = {
     "<peer>_GBps": "bytes / <peer>_us (fewest bytes: inputs read once, outputs written once)",
     "<peer>_frac_of_copy": "<peer>_GBps / ceilings.copy_GBps",
     "ceilings.copy_GBps": "one 1 GiB fp32 device-to-device copy, do_bench median, bytes read + written",
+    "nvfp4_heatmap": "the CUDA backend (swizzled scales) on workbook.nvfp4's heatmap grid, bf16 and fp16: "
+                     "us = GPU time from CUDA-graph replay (graph_time_us), frac_of_copy = bytes / us / the "
+                     "copy ceiling; copy_same_bytes_us = a device copy of the same bytes, same timer "
+                     "(workbook.nvfp4.measure_heatmap)",
     "sass_sm90": "CUDA kernels compiled for sm_90 here (nvcc, cuobjdump): static count of the instructions up "
                  "to the main path's EXIT (the out-of-line IEEE-division slow path excluded) / elements per thread",
     "sass_sm90_triton": "Triton kernels as this GPU compiled them (asm['sass']): static count of all "
@@ -563,7 +567,8 @@ def benchmark() -> tuple[dict, dict]:
     """``python -m workbook bench cuda``: for each size of the Triton records (nvfp4: BENCH_SIZES, bf16,
     swizzled scales; fp8: M in BENCH_M at N = BENCH_N, the fused SiLU-mul op), the CUDA and the
     Triton launcher's GPU time from CUDA-graph replay with eager per-call time beside it, the
-    fraction of the copy ceiling, and whether both gave the reference's bytes."""
+    fraction of the copy ceiling, and whether both gave the reference's bytes; and the CUDA NVFP4
+    backend over the Triton record's heatmap grid (``nvfp4_heatmap``, GPU time from graph replay)."""
     from . import fp8, nvfp4
     from .bench import copy_ceiling_GBps, graph_time_us, require_gpu, time_us
 
@@ -601,6 +606,10 @@ def benchmark() -> tuple[dict, dict]:
         del x, rc, rs, cc, cs, tc, ts
         torch.cuda.empty_cache()
 
+    # the CUDA backend over the Triton record's heatmap grid (every (M, K) of nvfp4.HEATMAP_M x
+    # HEATMAP_K, bf16 and fp16; a device copy of the same bytes beside each), the issue's 85% target
+    heat = nvfp4.measure_heatmap(ceiling, quant=_cuda_nvfp4_quant)
+
     f_rows = []
     n = fp8.BENCH_N
     for m in fp8.BENCH_M:
@@ -637,6 +646,7 @@ def benchmark() -> tuple[dict, dict]:
     results = {
         "nvfp4": {"rows": nv_rows, "dtype": "bfloat16", "layout": "swizzled",
                   "bytes_model": "read M*K*2 (x) + write M*K/2 (codes) + the swizzled scales"},
+        "nvfp4_heatmap": heat,
         "fp8": {"rows": f_rows, "op": "fused silu-mul + quant (silu_mul_quant_fp8_packed)",
                 "bytes_model": "read M*2N*2 (x, bf16) + write M*N (codes) + write M*ceil(N/512)*4 (scales)"},
         "sass_sm90": sass,
@@ -698,10 +708,10 @@ def benchmark_table(rec: dict, topic: str) -> str:
 # (CUDA C++ in kernels/cuda/<topic>.cu, its Triton counterpart in kernels/<topic>.py, note)
 MAPPING = {
     "nvfp4": [
-        ("tile += gridDim.x; r = rg * kRows + warp + j * kWarps; c = ct * kCols + lane",
+        ("rg = blockIdx.x / n_ct; r = rg * kRows + j * kWarps + warp; c = ct * kCols + lane",
          "pid = tl.program_id(0); start = pid * BLOCK_S",
-         "a CTA per tile of 128 rows x 32 blocks (a persistent grid: the resident CTAs take the tiles in "
-         "turn), a thread per block, a warp per row of the tile; Triton has one program per BLOCK_S "
+         "a CTA per tile of 128 rows x 32 blocks (registers capped so that 6 CTAs stay resident per SM), "
+         "a thread per block, a warp per row of the tile; Triton has one program per BLOCK_S "
          "consecutive blocks of x read as one flat sequence (rows end to end)"),
         ("nxt0 = __ldcs(xw + 2 * b); nxt1 = __ldcs(xw + 2 * b + 1)", "b_w = tl.load(xw + base + o_x)",
          "16 elements as 8 int32 words (two 16-byte loads); in CUDA the next row's loads go out before "

@@ -789,15 +789,16 @@ def plot_benchmark(rec: dict, label: str = ""):
     return fig
 
 
-def plot_heatmap(rec: dict, label: str = ""):
+def plot_heatmap(rec: dict, label: str = "", key: str = "heatmap"):
     """The share of the copy ceiling over (M, K), one panel per input dtype, from the record's
-    ``heatmap`` (GPU time from CUDA-graph replay, the launch rule's tile). Each cell: the share in %,
-    and below it what a device copy of the same bytes reaches at that size (same timer). Cells whose
+    ``key`` rows (``heatmap`` of nvfp4.json: the Triton launcher with the launch rule's tile;
+    ``nvfp4_heatmap`` of cuda.json: the CUDA backend; GPU time from CUDA-graph replay). Each cell:
+    the share in %, and below it what a device copy of the same bytes reaches at that size (same timer). Cells whose
     input is under 64 MiB are hatched: the issue's target covers inputs of 64 MiB or more."""
     import matplotlib.pyplot as plt
     import numpy as np
 
-    heat = rec["results"]["heatmap"]
+    heat = rec["results"][key]
     ks = sorted({r["K"] for r in heat})
     ms = sorted({r["M"] for r in heat})
     dtypes = sorted({r["dtype"] for r in heat})
@@ -1042,10 +1043,12 @@ def benchmark(sizes=BENCH_SIZES, zeros_sizes=ZEROS_EMPTY_SIZES, sweep_sizes=SWEE
              "targets": targets, "timers": TIMERS}, {"copy_GBps": ceiling})
 
 
-def measure_heatmap(ceiling: float, ks=HEATMAP_K, ms=HEATMAP_M) -> list[dict]:
+def measure_heatmap(ceiling: float, ks=HEATMAP_K, ms=HEATMAP_M, quant=None) -> list[dict]:
     """GPU: the shipped launcher (launch rule's tile) on every (M, K), bf16 and fp16, GPU time from
     graph replay, as a share of the copy ceiling; beside it a device copy that moves the same number
-    of bytes (read + written), timed the same way: what a copy achieves at that size."""
+    of bytes (read + written), timed the same way: what a copy achieves at that size. ``quant(x, gs)``
+    times another launcher of the same bytes instead (workbook.cuda: the CUDA backend); its rows
+    carry ``config`` None."""
     from .bench import graph_time_us
 
     heat = []
@@ -1059,11 +1062,11 @@ def measure_heatmap(ceiling: float, ks=HEATMAP_K, ms=HEATMAP_M) -> list[dict]:
             for dtype in (torch.bfloat16, torch.float16):
                 x = torch.randn(M, K, device=DEVICE, dtype=dtype)
                 gs = global_scale_of(x)
-                t = graph_time_us(lambda: nvfp4_quant(x, gs))
+                t = graph_time_us(lambda: (quant or nvfp4_quant)(x, gs))
                 heat.append({"M": M, "K": K, "dtype": str(dtype).removeprefix("torch."), "input_bytes": M * K * 2,
                              "bytes": nbytes, "us": t, "timer": TIMER_GRAPH, "frac_of_copy": nbytes / t / 1e3 / ceiling,
                              "copy_same_bytes_us": t_copy, "frac_of_same_size_copy": t_copy / t,
-                             "config": list(_config(M, K))})
+                             "config": None if quant else list(_config(M, K))})
                 print(f"  heatmap {M:>6}x{K:<5} {heat[-1]['dtype']}: {t:7.1f} us "
                       f"{100 * heat[-1]['frac_of_copy']:5.1f}% of copy (a copy of the same bytes: {t_copy:.1f} us)")
                 del x

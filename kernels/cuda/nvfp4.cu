@@ -20,13 +20,18 @@
 //    finds X_j. So the index of an element is the number of thresholds below |x|, compared in x's own
 //    format, two elements per instruction (set.gt.bf16x2 / set.gt.f16x2): no conversion to fp32, no
 //    multiply, no division per element.
-// 2. nvfp4_quant_kernel: one CTA per tile of 128 rows x 32 blocks (a persistent grid: as many CTAs as
-//    stay resident, each taking tiles in turn). A warp handles one row's 32 consecutive blocks per step
-//    (thread = block: two 16-byte loads, the next row's loads in flight during this one's arithmetic),
-//    eight warps and 16 steps cover the 128 rows. The block amax (packed max.xorsign.abs), the scale
-//    byte (cvt.rn.satfinite.e4m3x2.f32), its 7 thresholds from shared memory, and per word of two
-//    elements 7 packed comparisons whose 1.0/0.0 results are added to a magic number (bf16 128.0,
-//    fp16 1024.0: one unit in the last place is 1, so the count lands in the low bits).
+// 2. nvfp4_quant_kernel: one CTA per tile of 128 rows x 32 blocks. A warp handles one row's 32
+//    consecutive blocks per step (thread = block: two 16-byte loads, the next row's loads in flight
+//    during this one's arithmetic), eight warps and 16 steps cover the 128 rows. The block amax (packed
+//    max.xorsign.abs), the scale byte (cvt.rn.satfinite.e4m3x2.f32), its 7 thresholds from shared
+//    memory, and per word of two elements 7 packed comparisons whose 1.0/0.0 results are added to a
+//    magic number (bf16 128.0, fp16 1024.0: one unit in the last place is 1, so the count lands in
+//    the low bits).
+//    __launch_bounds__(256, 6) caps the registers at 40 (ptxas gave 91 without it), so 6 CTAs (48
+//    warps) stay resident per SM instead of 2: three times the loads of x in flight. The loop holds
+//    only the block, its prefetched successor and the thresholds, so the cap costs at most a few
+//    bytes of spill. On the H200, while this kernel was built (not part of the records), the capped
+//    kernel was faster than the uncapped one at every input of 64 MiB or more, in the same runs.
 //
 // Why tiles of 128 rows (the lesson of this kernel). The swizzled scale layout puts the 128 x 4 scale
 // bytes of a tile in one 512-byte block; a 32-byte sector of it holds 8 rows x 4 columns. A kernel that
@@ -40,7 +45,7 @@
 //
 // Coverage (why `empty` is right for both outputs):
 // * codes: every real block (r < M, c < K/16) belongs to exactly one tile step of one thread, which
-//   stores its 8 code bytes; the tiles cover all M x K/16 blocks.
+//   stores its 8 code bytes; the grid has one CTA per tile and the tiles cover all M x K/16 blocks.
 // * scales, swizzled: the CTA of a tile writes its whole 512-byte tiles, padded entries included (rows
 //   >= M and columns >= K/16 hold 0 in shared memory); the tiles of 32 block columns cover the padded
 //   grid round_up(M,128) x round_up(K/16,4) (the last column tile stores only the 512-byte tiles that
@@ -70,6 +75,7 @@
 namespace nvfp4 {
 
 constexpr int kRows = 128, kCols = 32, kThreads = 256, kWarps = 8, kSteps = kRows / kWarps;   // 16 rows per warp
+constexpr int kMinBlocks = 6;   // resident CTAs per SM that __launch_bounds__ asks for: <= 40 registers
 
 // Per 16-bit half, the larger magnitude of two words of fp16|bf16 pairs (sign bits are junk).
 // Triton: _absmax_bf16x2 / _absmax_f16x2 (the same PTX).
@@ -261,7 +267,7 @@ __device__ __forceinline__ uint2 quant_block(const uint32_t* w, float gs, const 
 }
 
 template <bool IS_BF16, bool SWIZZLED, bool WRITE_PADDING>
-__global__ void __launch_bounds__(kThreads) nvfp4_quant_kernel(
+__global__ void __launch_bounds__(kThreads, kMinBlocks) nvfp4_quant_kernel(
     const uint4* __restrict__ xw,          // [M, K/16] blocks of 32 bytes: the fp16|bf16 input as words
     const uint4* table,                    // [128 x 2] the threshold table (written by the table kernel)
     const float* __restrict__ global_scale,  // [1] fp32, read on the device
@@ -273,14 +279,13 @@ __global__ void __launch_bounds__(kThreads) nvfp4_quant_kernel(
   __shared__ __align__(16) uint8_t s_sf[kRows * kCols];   // the tile's 8 swizzled 512-byte tiles, in order
   const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const uint32_t n_ct = (n_blocks + kCols - 1) / kCols;        // column tiles
-  const uint32_t n_tiles = ((M + kRows - 1) / kRows) * n_ct;
+  const uint32_t rg = blockIdx.x / n_ct, ct = blockIdx.x - rg * n_ct;   // this CTA's tile
+  const uint32_t c = ct * kCols + lane;
 
-  // the first row of the first tile: loaded before the wait, while the table is built
+  // the tile's first row: loaded before the wait, while the table is built
   uint4 nxt0 = make_uint4(0, 0, 0, 0), nxt1 = nxt0;
-  uint32_t tile = blockIdx.x;
-  uint32_t rg = tile / n_ct, ct = tile - rg * n_ct;
-  if (tile < n_tiles && rg * kRows + warp < M && ct * kCols + lane < n_blocks) {
-    const size_t b = (size_t)(rg * kRows + warp) * n_blocks + ct * kCols + lane;
+  if (rg * kRows + warp < M && c < n_blocks) {
+    const size_t b = (size_t)(rg * kRows + warp) * n_blocks + c;
     nxt0 = __ldcs(xw + 2 * b);
     nxt1 = __ldcs(xw + 2 * b + 1);
   }
@@ -289,73 +294,54 @@ __global__ void __launch_bounds__(kThreads) nvfp4_quant_kernel(
   const float gs = __ldg(global_scale);
   __syncthreads();
 
-  for (; tile < n_tiles; tile += gridDim.x) {
-    const uint32_t c = ct * kCols + lane;
-    const uint32_t r_first = rg * kRows + warp;
-    const uint32_t ntile = tile + gridDim.x;                   // whose first row is loaded during our last
-    const uint32_t nrg = ntile / n_ct, nct = ntile - nrg * n_ct;
 #pragma unroll 1
-    for (uint32_t j = 0; j < kSteps; ++j) {
-      const uint32_t r = r_first + j * kWarps;
-      const uint32_t w[8] = {nxt0.x, nxt0.y, nxt0.z, nxt0.w, nxt1.x, nxt1.y, nxt1.z, nxt1.w};
-      {   // the next row's two loads go out before this row's arithmetic
-        const bool last = j + 1 == kSteps;
-        const uint32_t r2 = last ? nrg * kRows + warp : r + kWarps, c2 = last ? nct * kCols + lane : c;
-        if ((!last || ntile < n_tiles) && r2 < M && c2 < n_blocks) {
-          const size_t b = (size_t)r2 * n_blocks + c2;
-          nxt0 = __ldcs(xw + 2 * b);
-          nxt1 = __ldcs(xw + 2 * b + 1);
+  for (uint32_t j = 0; j < kSteps; ++j) {
+    const uint32_t r = rg * kRows + j * kWarps + warp;
+    const uint32_t w[8] = {nxt0.x, nxt0.y, nxt0.z, nxt0.w, nxt1.x, nxt1.y, nxt1.z, nxt1.w};
+    if (j + 1 < kSteps && r + kWarps < M && c < n_blocks) {   // the next row's loads go out first
+      const size_t b = (size_t)(r + kWarps) * n_blocks + c;
+      nxt0 = __ldcs(xw + 2 * b);
+      nxt1 = __ldcs(xw + 2 * b + 1);
+    }
+    uint32_t sf_byte = 0;                                      // padded entries: 0
+    if (r < M && c < n_blocks) {
+      const size_t blk = (size_t)r * n_blocks + c;
+      codes[blk] = quant_block<IS_BF16>(w, gs, s_table, sf_byte);
+      if (!SWIZZLED) sf[blk] = (uint8_t)sf_byte;
+    }
+    if (SWIZZLED) {   // the byte's place in the tile's 512-byte tile lane/4: row r%128, column lane%4
+      const uint32_t lr = r & 127;
+      s_sf[(lane >> 2) * 512 + (lr & 31) * 16 + (lr >> 5) * 4 + (lane & 3)] = (uint8_t)sf_byte;
+    }
+  }
+  if (SWIZZLED) {   // the tile is complete: store its whole 512-byte tiles, 16 bytes per thread
+    __syncthreads();
+    const uint32_t cg0 = ct * (kCols / 4), n_cg = min((uint32_t)(kCols / 4), (sf_cols >> 2) - cg0);
+    const uint32_t off = threadIdx.x * 16;                     // byte offset in the tile's 4 KB
+    if (off < n_cg * 512) {
+      uint8_t* dst = sf + ((size_t)rg * (sf_cols >> 2) + cg0) * 512 + off;
+      const uint4 v = *reinterpret_cast<const uint4*>(&s_sf[off]);
+      if (WRITE_PADDING) {
+        *reinterpret_cast<uint4*>(dst) = v;
+      } else {   // the regression: padded entries (row >= M or column >= K/16) left as they were
+        const uint8_t* vb = reinterpret_cast<const uint8_t*>(&v);
+        for (int k = 0; k < 16; ++k) {
+          const uint32_t o = off + k;
+          const uint32_t tr = rg * kRows + ((o >> 2) & 3) * 32 + ((o & 511) >> 4), tc = (cg0 + (o >> 9)) * 4 + (o & 3);
+          if (tr < M && tc < n_blocks) dst[k] = vb[k];
         }
       }
-      uint32_t sf_byte = 0;                                    // padded entries: 0
-      if (r < M && c < n_blocks) {
-        const size_t blk = (size_t)r * n_blocks + c;
-        codes[blk] = quant_block<IS_BF16>(w, gs, s_table, sf_byte);
-        if (!SWIZZLED) sf[blk] = (uint8_t)sf_byte;
-      }
-      if (SWIZZLED) {   // the byte's place in the tile's 512-byte tile lane/4: row r%128, column lane%4
-        const uint32_t lr = r & 127;
-        s_sf[(lane >> 2) * 512 + (lr & 31) * 16 + (lr >> 5) * 4 + (lane & 3)] = (uint8_t)sf_byte;
-      }
     }
-    if (SWIZZLED) {   // the tile is complete: store its whole 512-byte tiles, 16 bytes per thread
-      __syncthreads();
-      const uint32_t cg0 = ct * (kCols / 4), n_cg = min((uint32_t)(kCols / 4), (sf_cols >> 2) - cg0);
-      const uint32_t off = threadIdx.x * 16;                   // byte offset in the tile's 4 KB
-      if (off < n_cg * 512) {
-        uint8_t* dst = sf + ((size_t)rg * (sf_cols >> 2) + cg0) * 512 + off;
-        const uint4 v = *reinterpret_cast<const uint4*>(&s_sf[off]);
-        if (WRITE_PADDING) {
-          *reinterpret_cast<uint4*>(dst) = v;
-        } else {   // the regression: padded entries (row >= M or column >= K/16) left as they were
-          const uint8_t* vb = reinterpret_cast<const uint8_t*>(&v);
-          for (int k = 0; k < 16; ++k) {
-            const uint32_t o = off + k;
-            const uint32_t tr = rg * kRows + ((o >> 2) & 3) * 32 + ((o & 511) >> 4), tc = (cg0 + (o >> 9)) * 4 + (o & 3);
-            if (tr < M && tc < n_blocks) dst[k] = vb[k];
-          }
-        }
-      }
-      __syncthreads();
-    }
-    rg = nrg;
-    ct = nct;
   }
 }
 
 template <bool IS_BF16, bool SWIZZLED, bool WRITE_PADDING>
 static cudaError_t launch(const void* x, const float* gs, void* codes, void* sf, void* table, uint32_t M,
-                          uint32_t n_blocks, uint32_t sf_cols, int device, cudaStream_t stream) {
+                          uint32_t n_blocks, uint32_t sf_cols, cudaStream_t stream) {
   nvfp4_threshold_table_kernel<IS_BF16><<<1, 1024, 0, stream>>>(gs, static_cast<uint32_t*>(table));
-  auto kernel = nvfp4_quant_kernel<IS_BF16, SWIZZLED, WRITE_PADDING>;
-  int sms = 0, per_sm = 0;
-  cudaError_t err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  if (err == cudaSuccess) err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0);
-  if (err != cudaSuccess) return err;
   const uint64_t tiles = (uint64_t)((M + kRows - 1) / kRows) * ((n_blocks + kCols - 1) / kCols);
-  const uint64_t resident = (uint64_t)sms * (per_sm > 0 ? per_sm : 1);
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3((uint32_t)(tiles < resident ? tiles : resident));
+  cfg.gridDim = dim3((uint32_t)tiles);                         // one CTA per tile (the caller keeps M*K/16 < 2^31)
   cfg.blockDim = dim3(kThreads);
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
@@ -363,8 +349,9 @@ static cudaError_t launch(const void* x, const float* gs, void* codes, void* sf,
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  return cudaLaunchKernelEx(&cfg, kernel, static_cast<const uint4*>(x), static_cast<const uint4*>(table), gs,
-                            static_cast<uint2*>(codes), static_cast<uint8_t*>(sf), M, n_blocks, sf_cols);
+  return cudaLaunchKernelEx(&cfg, nvfp4_quant_kernel<IS_BF16, SWIZZLED, WRITE_PADDING>, static_cast<const uint4*>(x),
+                            static_cast<const uint4*>(table), gs, static_cast<uint2*>(codes), static_cast<uint8_t*>(sf),
+                            M, n_blocks, sf_cols);
 }
 
 }  // namespace nvfp4
@@ -385,7 +372,7 @@ extern "C" int nvfp4_quant_cuda(const void* x, const float* global_scale, void* 
     if (err != cudaSuccess) return (int)err;
   }
   const uint32_t m = (uint32_t)M, nb = (uint32_t)(K / 16), cols = (uint32_t)sf_cols;
-#define NVFP4_LAUNCH(B, S, P) nvfp4::launch<B, S, P>(x, global_scale, codes, sf, table, m, nb, cols, device, stream)
+#define NVFP4_LAUNCH(B, S, P) nvfp4::launch<B, S, P>(x, global_scale, codes, sf, table, m, nb, cols, stream)
   cudaError_t err;
   if (is_bf16) {
     err = !swizzled ? NVFP4_LAUNCH(true, false, true) : write_padding ? NVFP4_LAUNCH(true, true, true) : NVFP4_LAUNCH(true, true, false);
