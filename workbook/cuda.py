@@ -733,9 +733,9 @@ MAPPING = {
          "instruction, without converting x; Triton compares RN(|x| gs) with the scaled decision points "
          "(a binary search of saturating FMAs). On sm_100a+ the CUDA source converts with "
          "cvt.rn.satfinite.e2m1x2.f32 instead, under an arch guard: sm_90 has no such instruction"),
-        ("pack4(a, w): __byte_perm, sign bits 15 and 31 to bit 3; codes[blk] = quant_block(...)",
+        ("sign_index: idx | ((w >> 12) & 0x00080008u); pack4(a): __byte_perm; codes[blk] = quant_block(...)",
          "b_nib = b_pair | ((b_w >> 12) & 0x80008); tl.store(codes + base + o_x, ..)",
-         "sign bits next to the indices, two codes per byte, 8 bytes stored at once"),
+         "sign bits next to the indices (the same shift in both), two codes per byte, 8 bytes stored at once"),
         ("s_sf[(lane >> 2) * 512 + ...] = sf_byte; then each thread stores 16 bytes of whole 512-byte tiles",
          "tl.store(sf + o_sf.to(tl.int64), b_sf_byte.to(tl.uint8), mask=m_b); padding programs",
          "the scale bytes. CUDA gathers a tile's bytes (0 for padding) in shared memory and stores whole "

@@ -208,16 +208,18 @@ __device__ __forceinline__ uint32_t index_pair(uint32_t w, const uint32_t* X) {
   return acc;
 }
 
-// Four words' indices -> one word of 8 codes (element order, element 2i in the low nibble of byte i):
-// bytes 0 and 2 of each index word hold the two indices; the sign bits come from bit 7 of bytes 1
-// and 3 of the input words (bits 15 and 31) and go to bit 3 of each nibble.
-__device__ __forceinline__ uint32_t pack4(const uint32_t* a, const uint32_t* w) {
+// Four words' codes -> one word of 8 codes (element order, element 2i in the low nibble of byte i):
+// bytes 0 and 2 of each word hold the 4-bit codes of its elements 2i and 2i+1 (sign_index below).
+__device__ __forceinline__ uint32_t pack4(const uint32_t* a) {
   const uint32_t p01 = __byte_perm(a[0], a[1], 0x6420), p23 = __byte_perm(a[2], a[3], 0x6420);
   const uint32_t lo = __byte_perm(p01, p23, 0x6420), hi = __byte_perm(p01, p23, 0x7531);  // elements 2i, 2i+1
-  const uint32_t s01 = __byte_perm(w[0], w[1], 0x7531), s23 = __byte_perm(w[2], w[3], 0x7531);
-  const uint32_t slo = __byte_perm(s01, s23, 0x6420), shi = __byte_perm(s01, s23, 0x7531);
-  return (hi * 16u + lo) | (shi & 0x80808080u) | ((slo >> 4) & 0x08080808u);
+  return hi * 16u + lo;
 }
+
+// A word's two 4-bit codes in bits 0-3 and 16-19: the indices (bits 0-2, 16-18) and the sign bits of x
+// (bits 15 and 31) moved to bit 3 of each. Taken as each word is done, so the word need not stay live
+// until the pack (fewer registers).
+__device__ __forceinline__ uint32_t sign_index(uint32_t idx, uint32_t w) { return idx | ((w >> 12) & 0x00080008u); }
 
 #if NVFP4_HW_E2M1
 // Blackwell: the hardware conversion on y = RN(RN(x*gs)/sf) (signed; sf = 0: a zero with x's sign);
@@ -261,8 +263,8 @@ __device__ __forceinline__ uint2 quant_block(const uint32_t* w, float gs, const 
   const uint32_t X[7] = {t0.x, t0.y, t0.z, t0.w, t1.x, t1.y, t1.z};
   uint32_t a[8];
 #pragma unroll
-  for (int i = 0; i < 8; ++i) a[i] = index_pair<IS_BF16>(w[i], X);
-  return make_uint2(pack4(a, w), pack4(a + 4, w + 4));
+  for (int i = 0; i < 8; ++i) a[i] = sign_index(index_pair<IS_BF16>(w[i], X), w[i]);
+  return make_uint2(pack4(a), pack4(a + 4));
 #endif
 }
 
