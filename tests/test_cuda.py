@@ -551,3 +551,25 @@ def test_mapping_names_real_lines_of_both_kernels():
             for src, text in ((cu, c), (tri, t)):
                 names = [w for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]{3,}", text) if "_" in w]
                 assert all(n in src for n in names), (topic, text, [n for n in names if n not in src])
+
+
+def test_cuda_record_holds_the_nvfp4_heatmap_over_the_triton_grid():
+    """cuda.json carries the CUDA backend on every (M, K) of the Triton record's heatmap grid, bf16 and
+    fp16, GPU time from graph replay with a device copy of the same bytes beside it, and notebook 02's
+    plot draws it (one panel per dtype)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    from workbook import bench
+
+    rec = bench.load_record("cuda")
+    heat = rec["results"]["nvfp4_heatmap"]
+    want = {(m, k, d) for m in nvfp4.HEATMAP_M for k in nvfp4.HEATMAP_K for d in ("bfloat16", "float16")}
+    assert {(r["M"], r["K"], r["dtype"]) for r in heat} == want and len(heat) == len(want)
+    for r in heat:
+        assert r["timer"] == nvfp4.TIMER_GRAPH and r["config"] is None, r
+        assert r["bytes"] == nvfp4._bytes_moved(r["M"], r["K"]) and r["input_bytes"] == r["M"] * r["K"] * 2, r
+        assert r["us"] > 0 and r["copy_same_bytes_us"] > 0, r
+        ceiling = rec["ceilings"]["copy_GBps"]
+        assert r["frac_of_copy"] == pytest.approx(r["bytes"] / r["us"] / 1e3 / ceiling, rel=1e-4), r   # ceiling rounded
+    fig = nvfp4.plot_heatmap(rec, key="nvfp4_heatmap")
+    assert len([a for a in fig.axes if a.get_title().endswith("input")]) == 2

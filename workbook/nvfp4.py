@@ -793,8 +793,9 @@ def plot_heatmap(rec: dict, label: str = "", key: str = "heatmap"):
     """The share of the copy ceiling over (M, K), one panel per input dtype, from the record's
     ``key`` rows (``heatmap`` of nvfp4.json: the Triton launcher with the launch rule's tile;
     ``nvfp4_heatmap`` of cuda.json: the CUDA backend; GPU time from CUDA-graph replay). Each cell:
-    the share in %, and below it what a device copy of the same bytes reaches at that size (same timer). Cells whose
-    input is under 64 MiB are hatched: the issue's target covers inputs of 64 MiB or more."""
+    the share in %, and below it what a device copy of the same bytes reaches at that size (same
+    timer). Cells whose input is under 64 MiB are hatched: the issue's target covers inputs of 64 MiB
+    or more."""
     import matplotlib.pyplot as plt
     import numpy as np
 
