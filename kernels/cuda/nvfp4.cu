@@ -27,11 +27,13 @@
 //    memory, and per word of two elements 7 packed comparisons whose 1.0/0.0 results are added to a
 //    magic number (bf16 128.0, fp16 1024.0: one unit in the last place is 1, so the count lands in
 //    the low bits).
-//    __launch_bounds__(256, 6) caps the registers at 40 (ptxas gave 91 without it), so 6 CTAs (48
-//    warps) stay resident per SM instead of 2: three times the loads of x in flight. The loop holds
-//    only the block, its prefetched successor and the thresholds, so the cap costs at most a few
-//    bytes of spill. On the H200, while this kernel was built (not part of the records), the capped
-//    kernel was faster than the uncapped one at every input of 64 MiB or more, in the same runs.
+//    One CTA per tile keeps the loop small: ptxas allocates about 40 registers per thread (the
+//    previous persistent version, which carried the next tile's indices and loads across tiles, took
+//    91), so 6 CTAs (48 warps) stay resident per SM instead of 2: three times the loads of x in flight.
+//    __launch_bounds__(256, 6) holds it there (the linear layout would take 41 registers; the spill
+//    is a few bytes). On the H200, while this kernel was built (not part of the records), a 40-register
+//    version was faster than the 91-register one on each of the 28 inputs of 64 MiB or more timed, in
+//    the same run.
 //
 // Why tiles of 128 rows (the lesson of this kernel). The swizzled scale layout puts the 128 x 4 scale
 // bytes of a tile in one 512-byte block; a 32-byte sector of it holds 8 rows x 4 columns. A kernel that
