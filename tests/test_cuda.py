@@ -77,7 +77,7 @@ def test_sm90_sass_uses_the_hardware_conversions():
     counts = cuda.sass_counts()
     nv = [v for k, v in counts.items() if "nvfp4_quant_kernel" in k]
     f8 = [v for k, v in counts.items() if "silu_mul_quant_fp8_kernel" in k]
-    assert len(nv) == 6 and len(f8) == 3, sorted(counts)
+    assert len(nv) == 12 and len(f8) == 3, sorted(counts)   # 2 dtypes x 3 layouts x 2 tile widths
     for v in nv:
         assert v["ops"].get("F2FP", 0) == 1 and v["ops"].get("HMNMX2", 0) == 7, v["ops"]
         assert v["ops"].get("HSET2", 0) == 8 * 7 and v["ops"].get("LDS", 0) == 2, v["ops"]
@@ -267,6 +267,53 @@ def test_nvfp4_cuda_whole_storage_written(M, K, swizzled):
             cc, cs = nvfp4_cuda(x, gs, swizzled=swizzled)
         assert_exact(cc.cpu(), rc, f"codes under poison {pattern}")
         assert_exact(_u8(cs).cpu(), _u8(rs), f"scales (padding included) under poison {pattern}")
+
+
+def _split_shape(dtype):
+    """An input with odd M and K/16 whose wide tiles leave a thin last wave on this GPU, so the CUDA
+    launcher splits it (wide launch + narrow launch): found from the GPU's own plan, not assumed."""
+    for K in (14352, 5136, 2064):                       # K/16 = 897, 321, 129: a partial last column tile
+        n_wide = -(-(K // 16) // 32)
+        slots = cuda.nvfp4_launch_plan(128, K, dtype)["slots"]
+        for rows in range(1, 2048):                      # a last wave of 10% .. 60% of the slots
+            M = 128 * rows - 37
+            tiles = rows * n_wide
+            if tiles > slots and 0.1 * slots <= tiles % slots <= 0.6 * slots and M * K * 2 <= 1 << 28:
+                plan = cuda.nvfp4_launch_plan(M, K, dtype)
+                if plan["narrow"]:
+                    return M, K, plan
+    pytest.fail("no input of at most 256 MiB has a thin last wave on this GPU")
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_nvfp4_cuda_tail_split_plan_and_bytes(dtype):
+    """The tail rule: whole waves of wide tiles, then the rest as narrow pieces (4 per wide tile); the
+    two launches together write every byte of both outputs (two poisons, padding included), equal to
+    the Triton kernel's, in both layouts; write_padding=False still leaves exactly the padding."""
+    M, K, plan = _split_shape(dtype)
+    assert plan["wide"] % plan["slots"] == 0 and plan["wide"] < plan["wide_tiles"], plan
+    assert plan["narrow"] == 4 * (plan["wide_tiles"] - plan["wide"]), plan
+    small = cuda.nvfp4_launch_plan(128, 512, dtype)          # one tile: one wide CTA, nothing narrow
+    assert small["wide"] == 1 and small["narrow"] == 0, small
+    x = make_x(M, K, dtype, seed=11)
+    gs = nvfp4.global_scale_of(x)
+    for swizzled in (True, False):
+        tc, ts = nvfp4.nvfp4_quant(x, gs, swizzled=swizzled)
+        for pattern in ("a5", "7f"):
+            with poisoned_allocations(pattern):
+                cc, cs = nvfp4_cuda(x, gs, swizzled=swizzled)
+            assert_exact(cc, tc, f"codes M={M} K={K} swizzled={swizzled} poison {pattern}")
+            assert_exact(_u8(cs), _u8(ts), f"scales (storage) M={M} K={K} swizzled={swizzled} poison {pattern}")
+    with poisoned_allocations("a5"):
+        cc, cs = nvfp4_cuda(x, gs, write_padding=False)
+    assert_exact(cc, tc, "codes with write_padding=False")
+    got = nvfp4.unswizzle_scales(_u8(cs))                    # the logical padded grid [Mp, Kp]
+    want = nvfp4.unswizzle_scales(_u8(nvfp4.nvfp4_quant(x, gs)[1]))
+    real = torch.zeros_like(got, dtype=torch.bool)
+    real[:M, :K // 16] = True
+    assert torch.equal(got[real], want[real]), "real scale entries written"
+    assert bool((got[~real] == 0xA5).all()), "padded scale entries left as they were (the regression)"
 
 
 @gpu
@@ -571,5 +618,12 @@ def test_cuda_record_holds_the_nvfp4_heatmap_over_the_triton_grid():
         assert r["us"] > 0 and r["copy_same_bytes_us"] > 0, r
         ceiling = rec["ceilings"]["copy_GBps"]
         assert r["frac_of_copy"] == pytest.approx(r["bytes"] / r["us"] / 1e3 / ceiling, rel=1e-4), r   # ceiling rounded
+        plan = r["plan"]   # the tail rule's launch: whole waves of wide tiles, the rest as 4 narrow pieces each
+        tiles = -(-r["M"] // 128) * -(-(r["K"] // 16) // 32)
+        if plan["narrow"]:
+            assert plan["wide"] % plan["slots"] == 0 and plan["narrow"] == 4 * (tiles - plan["wide"]), r
+            assert 0 < tiles - plan["wide"] < 0.9 * plan["slots"], r
+        else:
+            assert plan["wide"] == tiles, r
     fig = nvfp4.plot_heatmap(rec, key="nvfp4_heatmap")
     assert len([a for a in fig.axes if a.get_title().endswith("input")]) == 2

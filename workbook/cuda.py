@@ -47,7 +47,7 @@ from .device import ON_GPU
 
 __all__ = [
     "CUDA_DIR", "SOURCES", "ARCH_FLAGS", "BACKENDS", "find_nvcc", "compile_check", "build", "cache_dir",
-    "check_backend", "silu_mul_bf16_cuda", "silu_fast_is_exact", "sass_counts", "tq_decode_sass", "benchmark", "benchmark_table", "show", "MAPPING",
+    "check_backend", "nvfp4_launch_plan", "silu_mul_bf16_cuda", "silu_fast_is_exact", "sass_counts", "tq_decode_sass", "benchmark", "benchmark_table", "show", "MAPPING",
 ]
 
 BACKENDS = ("triton", "cuda")
@@ -160,6 +160,8 @@ def build(verbose: bool = False):
         vp, i32, i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
         lib.nvfp4_quant_cuda.argtypes = [vp, vp, vp, vp, vp, i32, i32, i32, i32, i32, i32, i32, i32, vp]
         lib.nvfp4_quant_cuda.restype = i32
+        lib.nvfp4_quant_cuda_plan.argtypes = [i32, i32, i32, i32] + [ctypes.POINTER(i32)] * 3
+        lib.nvfp4_quant_cuda_plan.restype = i32
         lib.silu_mul_quant_fp8_cuda.argtypes = [vp, vp, vp, i32, i32, i64, i64, i32, i32, i32, i32, vp]
         lib.silu_mul_quant_fp8_cuda.restype = i32
         lib.silu_mul_bf16_cuda.argtypes = [vp, vp, vp, i32, i32, i32, vp]
@@ -223,13 +225,14 @@ def _cuda_nvfp4_quant(x: torch.Tensor, global_scale, *, swizzled: bool = True, w
     if alloc not in ("empty", "zeros"):
         raise ValueError(f"alloc must be 'empty' or 'zeros', got {alloc!r}")
     n = K // 16
-    # codes: the tiles of 128 rows x 32 blocks cover all M x K/16 blocks, and the thread that owns a
-    # real block stores its 8 code bytes: every byte is written, so `empty` is safe.
+    # codes: the tiles of 128 rows x 32 blocks cover all M x K/16 blocks (each quantized whole by the
+    # wide launch or as 4 narrow pieces by the narrow one), and the thread that owns a real block
+    # stores its 8 code bytes: every byte is written, so `empty` is safe.
     codes = torch.empty((M, K // 2), dtype=torch.uint8, device=x.device)
     new = torch.empty if alloc == "empty" else torch.zeros
     if swizzled:
         sf_rows, sf_cols = round_up(M, 128), round_up(n, 4)
-        # scales, swizzled: the CTA of each 128 x 32-block tile gathers its scale bytes (0 for padded
+        # scales, swizzled: the CTA of each 128 x 32- (or 8-) block tile gathers its scale bytes (0 for padded
         # entries: rows >= M, columns >= K/16) and stores its whole 512-byte swizzled tiles; the tiles
         # cover the padded grid [Mp, Kp], so every byte of the storage, padding included, is written:
         # `empty` is safe (write_padding=False stores only the real entries: the regression).
@@ -255,6 +258,27 @@ def _cuda_nvfp4_quant(x: torch.Tensor, global_scale, *, swizzled: bool = True, w
                                int(write_padding), *_device_stream(x))
     _check(lib, err, "nvfp4_quant_cuda")
     return codes, sf.view(torch.float8_e4m3fn)
+
+
+def nvfp4_launch_plan(M: int, K: int, dtype: torch.dtype = torch.bfloat16, device=None) -> dict:
+    """How ``nvfp4_quant(..., backend='cuda')`` launches an [M, K] input on ``device`` (default: the
+    current GPU): ``wide`` CTAs of 128 rows x 32 blocks, ``narrow`` CTAs of 128 rows x 8 blocks (0
+    unless the wide tiles would leave a thin last wave: the tail rule in kernels/cuda/nvfp4.cu),
+    ``wide_tiles`` (all of [M, K] in wide tiles) and ``slots``, the wide CTAs the GPU holds at once
+    (SMs x resident CTAs per SM)."""
+    check_backend("cuda")
+    if dtype not in (torch.float16, torch.bfloat16):
+        raise ValueError(f"dtype must be torch.float16 or torch.bfloat16, got {dtype}")
+    if M < 0 or K < 0 or K % 16:
+        raise ValueError(f"M must be >= 0 and K a multiple of 16 (the block size), got M={M}, K={K}")
+    index = torch.cuda.current_device() if device is None else torch.device(device).index
+    index = torch.cuda.current_device() if index is None else index
+    lib = build()
+    wide, narrow, slots = ctypes.c_int(0), ctypes.c_int(0), ctypes.c_int(0)
+    _check(lib, lib.nvfp4_quant_cuda_plan(M, K, int(dtype == torch.bfloat16), index, ctypes.byref(wide),
+                                          ctypes.byref(narrow), ctypes.byref(slots)), "nvfp4_quant_cuda_plan")
+    return {"wide": wide.value, "narrow": narrow.value, "wide_tiles": -(-M // 128) * -(-(K // 16) // 32),
+            "slots": slots.value}
 
 
 def _cuda_fp8_quant(src: torch.Tensor, m: int, n: int, silu_mul: bool):
@@ -469,7 +493,10 @@ def _short(mangled: str) -> str:
     name = next((k for k in known if k in mangled), mangled)
     keys = known.get(name, ())
     flags = re.findall(r"Lb([01])E", mangled)
-    return f"{name}<{','.join(f'{k}={v}' for k, v in zip(keys, flags))}>"
+    args = [f"{k}={v}" for k, v in zip(keys, flags)]
+    if name == "nvfp4_quant_kernel":   # the tile width, an int argument: 32 (wide) or 8 (narrow) blocks
+        args += [f"cols={v}" for v in re.findall(r"Li(\d+)E", mangled)]
+    return f"{name}<{','.join(args)}>"
 
 
 # SASS opcodes by what they do in the TurboQuant decode loop (the rest: addresses, masks, loop control)
@@ -555,7 +582,9 @@ METHODS = {
     "nvfp4_heatmap": "the CUDA backend (swizzled scales) on workbook.nvfp4's heatmap grid, bf16 and fp16: "
                      "us = GPU time from CUDA-graph replay (graph_time_us), frac_of_copy = bytes / us / the "
                      "copy ceiling; copy_same_bytes_us = a device copy of the same bytes, same timer "
-                     "(workbook.nvfp4.measure_heatmap)",
+                     "(workbook.nvfp4.measure_heatmap); plan = the launch (nvfp4_launch_plan): wide CTAs "
+                     "(128 x 32 blocks), narrow CTAs (128 x 8; > 0 where the tail rule split a thin last wave), "
+                     "slots (wide CTAs resident at once)",
     "sass_sm90": "CUDA kernels compiled for sm_90 here (nvcc, cuobjdump): static count of the instructions up "
                  "to the main path's EXIT (the out-of-line IEEE-division slow path excluded) / elements per thread",
     "sass_sm90_triton": "Triton kernels as this GPU compiled them (asm['sass']): static count of all "
@@ -609,6 +638,9 @@ def benchmark() -> tuple[dict, dict]:
     # the CUDA backend over the Triton record's heatmap grid (every (M, K) of nvfp4.HEATMAP_M x
     # HEATMAP_K, bf16 and fp16; a device copy of the same bytes beside each), the issue's 85% target
     heat = nvfp4.measure_heatmap(ceiling, quant=_cuda_nvfp4_quant)
+    for r in heat:   # each cell's launch plan (the tail rule: wide CTAs, narrow CTAs, wave size)
+        plan = nvfp4_launch_plan(r["M"], r["K"], getattr(torch, r["dtype"]))
+        r["plan"] = {k: plan[k] for k in ("wide", "narrow", "slots")}
 
     f_rows = []
     n = fp8.BENCH_N
@@ -708,11 +740,13 @@ def benchmark_table(rec: dict, topic: str) -> str:
 # (CUDA C++ in kernels/cuda/<topic>.cu, its Triton counterpart in kernels/<topic>.py, note)
 MAPPING = {
     "nvfp4": [
-        ("rg = blockIdx.x / n_ct; r = rg * kRows + j * kWarps + warp; c = ct * kCols + lane",
+        ("rg = wide / n_wide; c = c0 + lane; r = rg * kRows + j * kStepRows + wrow",
          "pid = tl.program_id(0); start = pid * BLOCK_S",
          "a CTA per tile of 128 rows x 32 blocks (registers capped so that 6 CTAs stay resident per SM), "
-         "a thread per block, a warp per row of the tile; Triton has one program per BLOCK_S "
-         "consecutive blocks of x read as one flat sequence (rows end to end)"),
+         "a thread per block, a warp per row of the tile; where the tiles would leave a thin last wave, "
+         "the rest goes to a second launch of narrow tiles (128 x 8 blocks; plan(): the tail rule). "
+         "Triton has one program per BLOCK_S consecutive blocks of x read as one flat sequence (rows end "
+         "to end)"),
         ("nxt0 = __ldcs(xw + 2 * b); nxt1 = __ldcs(xw + 2 * b + 1)", "b_w = tl.load(xw + base + o_x)",
          "16 elements as 8 int32 words (two 16-byte loads); in CUDA the next row's loads go out before "
          "this row's arithmetic"),
@@ -733,9 +767,10 @@ MAPPING = {
          "instruction, without converting x; Triton compares RN(|x| gs) with the scaled decision points "
          "(a binary search of saturating FMAs). On sm_100a+ the CUDA source converts with "
          "cvt.rn.satfinite.e2m1x2.f32 instead, under an arch guard: sm_90 has no such instruction"),
-        ("sign_index: idx | ((w >> 12) & 0x00080008u); pack4(a): __byte_perm; codes[blk] = quant_block(...)",
+        ("sign_index: idx | ((w >> 12) & 0x00080008u) (bf16); pack4_signs(a, w) (fp16); codes[blk] = quant_block(...)",
          "b_nib = b_pair | ((b_w >> 12) & 0x80008); tl.store(codes + base + o_x, ..)",
-         "sign bits next to the indices (the same shift in both), two codes per byte, 8 bytes stored at once"),
+         "sign bits next to the indices (for bf16 the same shift in both; for fp16 CUDA takes them from the "
+         "words at the pack), two codes per byte, 8 bytes stored at once"),
         ("s_sf[(lane >> 2) * 512 + ...] = sf_byte; then each thread stores 16 bytes of whole 512-byte tiles",
          "tl.store(sf + o_sf.to(tl.int64), b_sf_byte.to(tl.uint8), mask=m_b); padding programs",
          "the scale bytes. CUDA gathers a tile's bytes (0 for padding) in shared memory and stores whole "

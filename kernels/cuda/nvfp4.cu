@@ -20,13 +20,16 @@
 //    finds X_j. So the index of an element is the number of thresholds below |x|, compared in x's own
 //    format, two elements per instruction (set.gt.bf16x2 / set.gt.f16x2): no conversion to fp32, no
 //    multiply, no division per element.
-// 2. nvfp4_quant_kernel: one CTA per tile of 128 rows x 32 blocks. A warp handles one row's 32
-//    consecutive blocks per step (thread = block: two 16-byte loads, the next row's loads in flight
-//    during this one's arithmetic), eight warps and 16 steps cover the 128 rows. The block amax (packed
+// 2. nvfp4_quant_kernel: one CTA per tile of 128 rows x kC blocks (wide tiles: kC = 32; narrow: 8,
+//    see "the tail" below). 32/kC rows per warp per step, a thread per block (two 16-byte loads, the
+//    next step's loads in flight during this one's arithmetic); for kC = 32 eight warps and 16 steps
+//    cover the 128 rows. The block amax (packed
 //    max.xorsign.abs), the scale byte (cvt.rn.satfinite.e4m3x2.f32), its 7 thresholds from shared
 //    memory, and per word of two elements 7 packed comparisons whose 1.0/0.0 results are added to a
 //    magic number (bf16 128.0, fp16 1024.0: one unit in the last place is 1, so the count lands in
-//    the low bits).
+//    the low bits). The sign bits: bf16 folds them into each word's codes as the word is done
+//    (sign_index), fp16 takes them from the words at the pack (pack4_signs); on the H200, while this
+//    kernel was built (not part of the records), each was the faster for its dtype in the same run.
 //    One CTA per tile keeps the loop small: ptxas allocates about 40 registers per thread (the
 //    previous persistent version, which carried the next tile's indices and loads across tiles, took
 //    91), so 6 CTAs (48 warps) stay resident per SM instead of 2: three times the loads of x in flight.
@@ -45,19 +48,36 @@
 // 128 x 32 scale bytes in shared memory and stores them as eight whole 512-byte tiles, 16 bytes per
 // thread.
 //
+// The tail (the launch rule). With 6 CTAs resident per SM the GPU runs P = 6 x SMs tiles at a time.
+// When the wide tiles fill one or more whole waves and leave a thin last one (at most 90% of P), that
+// last wave runs few CTAs per SM, each latency-bound, and the SMs that finish first sit idle. The
+// launcher then quantizes the whole waves, W = floor(N/P) P wide tiles, in one launch, and the rest of
+// the matrix (the wide tiles W..N-1, each cut into 4 narrow tiles of 8 blocks) in a second launch that
+// starts, by programmatic dependent launch, as soon as every wide CTA is running: its small CTAs fill
+// the slots that the last wide wave frees. No shape is named: the rule reads N, the SM count and the
+// occupancy. On the H200, while this kernel was built (not part of the records), this split raised the
+// lowest share of the copy ceiling over the heatmap's inputs of 64 MiB or more from about 67% (one
+// launch of wide tiles) to about 82%, in the same run; narrow tiles everywhere (no split) were slower
+// wherever there is no thin wave.
+//
 // Coverage (why `empty` is right for both outputs):
 // * codes: every real block (r < M, c < K/16) belongs to exactly one tile step of one thread, which
-//   stores its 8 code bytes; the grid has one CTA per tile and the tiles cover all M x K/16 blocks.
+//   stores its 8 code bytes; the wide tiles 0..N-1 cover all M x K/16 blocks, and each is quantized
+//   either whole (CTA W' < W of the wide launch) or as its 4 narrow pieces (the narrow launch); a
+//   narrow piece that starts at or past column K/16 holds no real block and no scale column.
 // * scales, swizzled: the CTA of a tile writes its whole 512-byte tiles, padded entries included (rows
-//   >= M and columns >= K/16 hold 0 in shared memory); the tiles of 32 block columns cover the padded
-//   grid round_up(M,128) x round_up(K/16,4) (the last column tile stores only the 512-byte tiles that
-//   exist). WRITE_PADDING=false stores only the real entries' bytes: the regression the workbook teaches.
+//   >= M and columns >= K/16 hold 0 in shared memory); the tiles of 32 (or 8) block columns cover the
+//   padded grid round_up(M,128) x round_up(K/16,4) (the last column tile stores only the 512-byte
+//   tiles that exist; round_up(K/16,4) - 1 lies in the piece that holds column K/16 - 1). WRITE_PADDING=false stores only the real entries' bytes: the regression the workbook teaches.
 // * scales, linear [M, K/16]: each real block's thread stores its byte.
 // * table: the table kernel writes all 1024 words.
 //
 // The table kernel starts the quantizer early (programmatic dependent launch: griddepcontrol): the
 // quantizer's first loads of x go out while the table is built, and it waits for the table
-// (griddepcontrol.wait) before it reads it.
+// (griddepcontrol.wait) before it reads it. A wide CTA signals griddepcontrol.launch_dependents only
+// after that wait, so when the narrow launch starts (every wide CTA has signalled) the table kernel has
+// finished and its writes are visible: the narrow kernel reads the table without waiting, and never
+// waits for the wide grid (their tiles are disjoint).
 //
 // Blackwell has an E2M1 conversion instruction (`cvt.rn.satfinite.e2m1x2.f32`), but only on its
 // arch-specific targets (sm_100a, sm_103a, sm_110a, sm_120a, sm_121a), not on the H200's sm_90. Under
@@ -76,7 +96,7 @@
 
 namespace nvfp4 {
 
-constexpr int kRows = 128, kCols = 32, kThreads = 256, kWarps = 8, kSteps = kRows / kWarps;   // 16 rows per warp
+constexpr int kRows = 128, kWide = 32, kNarrow = 8, kThreads = 256, kWarps = 8;   // tiles: 128 x kWide | kNarrow blocks
 constexpr int kMinBlocks = 6;   // resident CTAs per SM that __launch_bounds__ asks for: <= 40 registers
 
 // Per 16-bit half, the larger magnitude of two words of fp16|bf16 pairs (sign bits are junk).
@@ -218,6 +238,16 @@ __device__ __forceinline__ uint32_t pack4(const uint32_t* a) {
   return hi * 16u + lo;
 }
 
+// The same from the magnitude indices alone (bits 0-2 of bytes 0 and 2) and the words, whose sign bits
+// (bits 15 and 31) become bit 3 of each code: the fp16 route (the words stay live until the pack).
+__device__ __forceinline__ uint32_t pack4_signs(const uint32_t* a, const uint32_t* w) {
+  const uint32_t p01 = __byte_perm(a[0], a[1], 0x6420), p23 = __byte_perm(a[2], a[3], 0x6420);
+  const uint32_t lo = __byte_perm(p01, p23, 0x6420), hi = __byte_perm(p01, p23, 0x7531);
+  const uint32_t s01 = __byte_perm(w[0], w[1], 0x7531), s23 = __byte_perm(w[2], w[3], 0x7531);  // the high bytes
+  const uint32_t slo = __byte_perm(s01, s23, 0x6420), shi = __byte_perm(s01, s23, 0x7531);      // of 2i, 2i+1
+  return (hi * 16u + lo) | (shi & 0x80808080u) | ((slo >> 4) & 0x08080808u);
+}
+
 // A word's two 4-bit codes in bits 0-3 and 16-19: the indices (bits 0-2, 16-18) and the sign bits of x
 // (bits 15 and 31) moved to bit 3 of each. Taken as each word is done, so the word need not stay live
 // until the pack (fewer registers).
@@ -264,13 +294,19 @@ __device__ __forceinline__ uint2 quant_block(const uint32_t* w, float gs, const 
   const uint4 t0 = s_table[2 * sf_byte], t1 = s_table[2 * sf_byte + 1];
   const uint32_t X[7] = {t0.x, t0.y, t0.z, t0.w, t1.x, t1.y, t1.z};
   uint32_t a[8];
+  if constexpr (IS_BF16) {   // the signs folded in per word (bf16)
 #pragma unroll
-  for (int i = 0; i < 8; ++i) a[i] = sign_index(index_pair<IS_BF16>(w[i], X), w[i]);
-  return make_uint2(pack4(a), pack4(a + 4));
+    for (int i = 0; i < 8; ++i) a[i] = sign_index(index_pair<IS_BF16>(w[i], X), w[i]);
+    return make_uint2(pack4(a), pack4(a + 4));
+  } else {                   // the signs from the words at the pack (fp16)
+#pragma unroll
+    for (int i = 0; i < 8; ++i) a[i] = index_pair<IS_BF16>(w[i], X);
+    return make_uint2(pack4_signs(a, w), pack4_signs(a + 4, w + 4));
+  }
 #endif
 }
 
-template <bool IS_BF16, bool SWIZZLED, bool WRITE_PADDING>
+template <bool IS_BF16, bool SWIZZLED, bool WRITE_PADDING, int kC>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) nvfp4_quant_kernel(
     const uint4* __restrict__ xw,          // [M, K/16] blocks of 32 bytes: the fp16|bf16 input as words
     const uint4* table,                    // [128 x 2] the threshold table (written by the table kernel)
@@ -278,32 +314,42 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) nvfp4_quant_kernel(
     uint2* __restrict__ codes,             // [M, K/16] blocks of 8 code bytes = uint8 [M, K/2]
     uint8_t* __restrict__ sf,              // scale bytes: swizzled [sf_rows * sf_cols] or linear [M, K/16]
     uint32_t M, uint32_t n_blocks,         // rows, 16-element blocks per row (K/16)
-    uint32_t sf_cols) {                    // scale columns of the storage (round_up(K/16, 4) swizzled)
+    uint32_t sf_cols,                      // scale columns of the storage (round_up(K/16, 4) swizzled)
+    uint32_t w_base) {                     // narrow launch: the first wide tile it cuts into pieces
+  constexpr bool kIsWide = kC == kWide;
+  constexpr int kSub = 32 / kC, kStepRows = kWarps * kSub, kSteps = kRows / kStepRows;   // rows per warp, per step
   __shared__ __align__(16) uint4 s_table[256];
-  __shared__ __align__(16) uint8_t s_sf[kRows * kCols];   // the tile's 8 swizzled 512-byte tiles, in order
-  const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const uint32_t n_ct = (n_blocks + kCols - 1) / kCols;        // column tiles
-  const uint32_t rg = blockIdx.x / n_ct, ct = blockIdx.x - rg * n_ct;   // this CTA's tile
-  const uint32_t c = ct * kCols + lane;
+  __shared__ __align__(16) uint8_t s_sf[kRows * kC];   // the tile's kC/4 swizzled 512-byte tiles, in order
+  const uint32_t lane = threadIdx.x & (kC - 1);                                // block column in the tile
+  const uint32_t wrow = (threadIdx.x >> 5) * kSub + ((threadIdx.x & 31) / kC);  // row in the step
+  const uint32_t n_wide = (n_blocks + kWide - 1) / kWide;                        // wide column tiles
+  const uint32_t wide = kIsWide ? blockIdx.x : w_base + blockIdx.x / (kWide / kC);
+  const uint32_t rg = wide / n_wide;                                             // row group (128 rows)
+  const uint32_t c0 = (wide - rg * n_wide) * kWide + (kIsWide ? 0u : (blockIdx.x % (kWide / kC)) * kC);
+  if (!kIsWide && c0 >= n_blocks) return;   // a piece past the last column: no block, no scale column
+  const uint32_t c = c0 + lane;
 
   // the tile's first row: loaded before the wait, while the table is built
   uint4 nxt0 = make_uint4(0, 0, 0, 0), nxt1 = nxt0;
-  if (rg * kRows + warp < M && c < n_blocks) {
-    const size_t b = (size_t)(rg * kRows + warp) * n_blocks + c;
+  if (rg * kRows + wrow < M && c < n_blocks) {
+    const size_t b = (size_t)(rg * kRows + wrow) * n_blocks + c;
     nxt0 = __ldcs(xw + 2 * b);
     nxt1 = __ldcs(xw + 2 * b + 1);
   }
-  asm volatile("griddepcontrol.wait;" ::: "memory");          // the table kernel has finished
+  if (kIsWide) {
+    asm volatile("griddepcontrol.wait;" ::: "memory");   // the table kernel has finished
+    asm volatile("griddepcontrol.launch_dependents;");    // the narrow launch may start (the table is done)
+  }
   s_table[threadIdx.x] = load_after_wait(table + threadIdx.x);
   const float gs = __ldg(global_scale);
   __syncthreads();
 
 #pragma unroll 1
   for (uint32_t j = 0; j < kSteps; ++j) {
-    const uint32_t r = rg * kRows + j * kWarps + warp;
+    const uint32_t r = rg * kRows + j * kStepRows + wrow;
     const uint32_t w[8] = {nxt0.x, nxt0.y, nxt0.z, nxt0.w, nxt1.x, nxt1.y, nxt1.z, nxt1.w};
-    if (j + 1 < kSteps && r + kWarps < M && c < n_blocks) {   // the next row's loads go out first
-      const size_t b = (size_t)(r + kWarps) * n_blocks + c;
+    if (j + 1 < kSteps && r + kStepRows < M && c < n_blocks) {   // the next step's loads go out first
+      const size_t b = (size_t)(r + kStepRows) * n_blocks + c;
       nxt0 = __ldcs(xw + 2 * b);
       nxt1 = __ldcs(xw + 2 * b + 1);
     }
@@ -320,8 +366,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) nvfp4_quant_kernel(
   }
   if (SWIZZLED) {   // the tile is complete: store its whole 512-byte tiles, 16 bytes per thread
     __syncthreads();
-    const uint32_t cg0 = ct * (kCols / 4), n_cg = min((uint32_t)(kCols / 4), (sf_cols >> 2) - cg0);
-    const uint32_t off = threadIdx.x * 16;                     // byte offset in the tile's 4 KB
+    const uint32_t cg0 = c0 / 4, n_cg = min((uint32_t)(kC / 4), (sf_cols >> 2) - cg0);
+    const uint32_t off = threadIdx.x * 16;                     // byte offset in the tile's kC/4 x 512 bytes
     if (off < n_cg * 512) {
       uint8_t* dst = sf + ((size_t)rg * (sf_cols >> 2) + cg0) * 512 + off;
       const uint4 v = *reinterpret_cast<const uint4*>(&s_sf[off]);
@@ -339,26 +385,76 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) nvfp4_quant_kernel(
   }
 }
 
+// The launch plan (the tail rule in the header): wide CTAs, narrow CTAs, P = SMs x resident wide CTAs
+// per SM (the occupancy query, once per instantiation; 6 with the register cap).
+struct Plan { uint32_t wide, narrow, slots; };
+
 template <bool IS_BF16, bool SWIZZLED, bool WRITE_PADDING>
-static cudaError_t launch(const void* x, const float* gs, void* codes, void* sf, void* table, uint32_t M,
-                          uint32_t n_blocks, uint32_t sf_cols, cudaStream_t stream) {
-  nvfp4_threshold_table_kernel<IS_BF16><<<1, 1024, 0, stream>>>(gs, static_cast<uint32_t*>(table));
-  const uint64_t tiles = (uint64_t)((M + kRows - 1) / kRows) * ((n_blocks + kCols - 1) / kCols);
+static Plan plan(uint32_t M, uint32_t n_blocks, int sms) {
+  static int per_sm = 0;   // the same for every device of one architecture (this library's sm_90)
+  if (per_sm == 0) {
+    int n = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, nvfp4_quant_kernel<IS_BF16, SWIZZLED, WRITE_PADDING, kWide>,
+                                                      kThreads, 0) != cudaSuccess || n < 1)
+      n = 1;
+    per_sm = n;
+  }
+  const uint64_t N = (uint64_t)((M + kRows - 1) / kRows) * ((n_blocks + kWide - 1) / kWide);   // wide tiles
+  const uint64_t P = (uint64_t)sms * (uint64_t)per_sm, waves = N / P, rest = N - waves * P;
+  if (waves == 0 || rest == 0 || 10 * rest >= 9 * P) return {(uint32_t)N, 0u, (uint32_t)P};   // no thin last wave
+  return {(uint32_t)(waves * P), (uint32_t)(rest * (kWide / kNarrow)), (uint32_t)P};
+}
+
+template <typename Kernel>
+static cudaError_t launch_pdl(Kernel kernel, uint32_t grid, const void* x, const float* gs, void* codes, void* sf,
+                              void* table, uint32_t M, uint32_t n_blocks, uint32_t sf_cols, uint32_t w_base,
+                              cudaStream_t stream) {
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3((uint32_t)tiles);                         // one CTA per tile (the caller keeps M*K/16 < 2^31)
+  cfg.gridDim = dim3(grid);   // the caller keeps M*K/16 < 2^31, so the tile counts fit
   cfg.blockDim = dim3(kThreads);
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;   // may start before the table is done
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;   // may start before the previous launch ends
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  return cudaLaunchKernelEx(&cfg, nvfp4_quant_kernel<IS_BF16, SWIZZLED, WRITE_PADDING>, static_cast<const uint4*>(x),
-                            static_cast<const uint4*>(table), gs, static_cast<uint2*>(codes), static_cast<uint8_t*>(sf),
-                            M, n_blocks, sf_cols);
+  return cudaLaunchKernelEx(&cfg, kernel, static_cast<const uint4*>(x), static_cast<const uint4*>(table), gs,
+                            static_cast<uint2*>(codes), static_cast<uint8_t*>(sf), M, n_blocks, sf_cols, w_base);
+}
+
+template <bool IS_BF16, bool SWIZZLED, bool WRITE_PADDING>
+static cudaError_t launch(const void* x, const float* gs, void* codes, void* sf, void* table, uint32_t M,
+                          uint32_t n_blocks, uint32_t sf_cols, int sms, cudaStream_t stream) {
+  nvfp4_threshold_table_kernel<IS_BF16><<<1, 1024, 0, stream>>>(gs, static_cast<uint32_t*>(table));
+  const Plan p = plan<IS_BF16, SWIZZLED, WRITE_PADDING>(M, n_blocks, sms);
+  cudaError_t err = launch_pdl(nvfp4_quant_kernel<IS_BF16, SWIZZLED, WRITE_PADDING, kWide>, p.wide, x, gs, codes, sf,
+                               table, M, n_blocks, sf_cols, 0u, stream);
+  if (err != cudaSuccess || p.narrow == 0) return err;
+  return launch_pdl(nvfp4_quant_kernel<IS_BF16, SWIZZLED, WRITE_PADDING, kNarrow>, p.narrow, x, gs, codes, sf, table,
+                    M, n_blocks, sf_cols, p.wide, stream);
 }
 
 }  // namespace nvfp4
+
+// The SM count of a device, read once per device.
+static int nvfp4_sm_count(int device) {
+  static int sms[64] = {0};
+  if (device < 0 || device >= 64) {
+    int n = 0;
+    return cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) == cudaSuccess && n > 0 ? n : 1;
+  }
+  if (sms[device] == 0) {
+    int n = 0;
+    sms[device] = cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) == cudaSuccess && n > 0 ? n : 1;
+  }
+  return sms[device];
+}
+
+static int nvfp4_use_device(int device) {   // this library's CUDA runtime keeps its own current device
+  int current = -1;
+  if (cudaGetDevice(&current) != cudaSuccess || current != device) return (int)cudaSetDevice(device);
+  return (int)cudaSuccess;
+}
 
 // Host launcher. x: [M, K] fp16|bf16, contiguous, 16-byte aligned; global_scale: fp32 [1] on the
 // device; codes: uint8 [M, K/2] (8-byte aligned); sf: uint8 storage [sf_rows, sf_cols] (swizzled:
@@ -370,13 +466,11 @@ extern "C" int nvfp4_quant_cuda(const void* x, const float* global_scale, void* 
                                 int write_padding, int device, cudaStream_t stream) {
   (void)sf_rows;
   if (M <= 0 || K <= 0) return (int)cudaSuccess;
-  int current = -1;   // this library's CUDA runtime keeps its own current device: use x's
-  if (cudaGetDevice(&current) != cudaSuccess || current != device) {
-    const cudaError_t err = cudaSetDevice(device);
-    if (err != cudaSuccess) return (int)err;
-  }
+  int err0 = nvfp4_use_device(device);
+  if (err0 != (int)cudaSuccess) return err0;
+  const int sms = nvfp4_sm_count(device);
   const uint32_t m = (uint32_t)M, nb = (uint32_t)(K / 16), cols = (uint32_t)sf_cols;
-#define NVFP4_LAUNCH(B, S, P) nvfp4::launch<B, S, P>(x, global_scale, codes, sf, table, m, nb, cols, stream)
+#define NVFP4_LAUNCH(B, S, P) nvfp4::launch<B, S, P>(x, global_scale, codes, sf, table, m, nb, cols, sms, stream)
   cudaError_t err;
   if (is_bf16) {
     err = !swizzled ? NVFP4_LAUNCH(true, false, true) : write_padding ? NVFP4_LAUNCH(true, true, true) : NVFP4_LAUNCH(true, true, false);
@@ -386,4 +480,22 @@ extern "C" int nvfp4_quant_cuda(const void* x, const float* global_scale, void* 
 #undef NVFP4_LAUNCH
   if (err == cudaSuccess) err = cudaGetLastError();
   return (int)err;
+}
+
+// The launch plan nvfp4_quant_cuda would use on `device` (swizzled, write_padding; the other layouts
+// plan alike): CTAs of the wide launch (tiles of 128 x 32 blocks), of the narrow one (128 x 8; 0 when
+// there is no thin last wave), and the wide CTAs resident at once (P). For tests and the notebook.
+// Returns a cudaError_t.
+extern "C" int nvfp4_quant_cuda_plan(int M, int K, int is_bf16, int device, int* wide_ctas, int* narrow_ctas,
+                                     int* slots) {
+  *wide_ctas = *narrow_ctas = *slots = 0;
+  int err = nvfp4_use_device(device);
+  if (err != (int)cudaSuccess) return err;
+  const int sms = nvfp4_sm_count(device);
+  const uint32_t m = M > 0 && K > 0 ? (uint32_t)M : 0u, nb = M > 0 && K > 0 ? (uint32_t)(K / 16) : 0u;
+  const nvfp4::Plan p = is_bf16 ? nvfp4::plan<true, true, true>(m, nb, sms) : nvfp4::plan<false, true, true>(m, nb, sms);
+  *wide_ctas = (int)p.wide;
+  *narrow_ctas = (int)p.narrow;
+  *slots = (int)p.slots;
+  return (int)cudaGetLastError();
 }
