@@ -68,7 +68,8 @@
 // * scales, swizzled: the CTA of a tile writes its whole 512-byte tiles, padded entries included (rows
 //   >= M and columns >= K/16 hold 0 in shared memory); the tiles of 32 (or 8) block columns cover the
 //   padded grid round_up(M,128) x round_up(K/16,4) (the last column tile stores only the 512-byte
-//   tiles that exist; round_up(K/16,4) - 1 lies in the piece that holds column K/16 - 1). WRITE_PADDING=false stores only the real entries' bytes: the regression the workbook teaches.
+//   tiles that exist; round_up(K/16,4) - 1 lies in the piece that holds column K/16 - 1).
+//   WRITE_PADDING=false stores only the real entries' bytes: the regression the workbook teaches.
 // * scales, linear [M, K/16]: each real block's thread stores its byte.
 // * table: the table kernel writes all 1024 words.
 //
