@@ -232,10 +232,11 @@ def _cuda_nvfp4_quant(x: torch.Tensor, global_scale, *, swizzled: bool = True, w
     new = torch.empty if alloc == "empty" else torch.zeros
     if swizzled:
         sf_rows, sf_cols = round_up(M, 128), round_up(n, 4)
-        # scales, swizzled: the CTA of each 128 x 32- (or 8-) block tile gathers its scale bytes (0 for padded
-        # entries: rows >= M, columns >= K/16) and stores its whole 512-byte swizzled tiles; the tiles
-        # cover the padded grid [Mp, Kp], so every byte of the storage, padding included, is written:
-        # `empty` is safe (write_padding=False stores only the real entries: the regression).
+        # scales, swizzled: the CTA of each tile (128 x 32 blocks, or 128 x 8 in the narrow launch) gathers
+        # its scale bytes (0 for padded entries: rows >= M, columns >= K/16) and stores its whole 512-byte
+        # swizzled tiles; the tiles cover the padded grid [Mp, Kp], so every byte of the storage, padding
+        # included, is written: `empty` is safe (write_padding=False stores only the real entries: the
+        # regression).
         sf = new((sf_rows, sf_cols), dtype=torch.uint8, device=x.device)
     else:
         sf_rows, sf_cols = M, n
@@ -742,7 +743,8 @@ MAPPING = {
     "nvfp4": [
         ("rg = wide / n_wide; c = c0 + lane; r = rg * kRows + j * kStepRows + wrow",
          "pid = tl.program_id(0); start = pid * BLOCK_S",
-         "a CTA per tile of 128 rows x 32 blocks (registers capped so that 6 CTAs stay resident per SM), "
+         "a CTA per tile of 128 rows x 32 blocks (registers capped so that 6 CTAs stay resident per SM; "
+         "5 for fp16's narrow tiles), "
          "a thread per block, a warp per row of the tile; where the tiles would leave a thin last wave, "
          "the rest goes to a second launch of narrow tiles (128 x 8 blocks; plan(): the tail rule). "
          "Triton has one program per BLOCK_S consecutive blocks of x read as one flat sequence (rows end "
