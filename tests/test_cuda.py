@@ -156,6 +156,51 @@ def test_nvfp4_threshold_counts_are_the_e2m1_rounding_for_every_value(dtype):
         assert int(bad) == 0, (dtype, gs, int(bad))
 
 
+def _threshold_table_closed(gs: float, dtype) -> torch.Tensor:
+    """The table kernel's closed form (threshold_word in kernels/cuda/nvfp4.cu), in torch: p0 = RN(T / gs)
+    rounded toward zero into ``dtype`` (clamped to the largest finite pattern), then X = p0 - 1 +
+    [p0 does not pass] + [p0 + 1 does not pass]; past the largest finite pattern everything passes."""
+    t = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0])
+    up = torch.tensor([False, True, False, True, False, True, False])
+    sfv = torch.arange(1, 127, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
+    T = sfv[:, None] * t[None, :]
+    top = 0x7F7F if dtype == torch.bfloat16 else 0x7BFF
+    g = torch.tensor(gs, dtype=torch.float32)
+    q = T / g                                                        # RN in fp32
+    if dtype == torch.bfloat16:
+        p0 = (q.view(torch.int32) >> 16) & 0xFFFF                    # truncation: toward zero
+    else:
+        h = q.to(torch.float16)                                      # RN, then one step back if it grew
+        p0 = h.view(torch.int16).to(torch.int32) & 0xFFFF
+        p0 = torch.where((h.float().abs() > q.abs()) & q.isfinite(), p0 - 1, p0)
+    p0 = torch.where(q.isnan(), 0xFFFF, p0).clamp(max=top)
+
+    def passes(p):
+        v = p.clamp(max=top).to(torch.int16).view(dtype).float() * g
+        return torch.where(up, v >= T, v > T) | (p > top)
+    return p0 - 1 + (~passes(p0)).int() + (~passes(p0 + 1)).int()
+
+
+def _global_scales(n: int, seed: int = 0) -> torch.Tensor:
+    """fp32 global scales over every exponent (normal and subnormal), typical ones (448 x 6 / amax)
+    and the edge values: 0, -0, inf, NaN, negative, the smallest subnormal, the largest finite."""
+    g = torch.Generator().manual_seed(seed)
+    wide = (torch.rand(n, generator=g) + 1.0) * torch.exp2(torch.randint(-149, 128, (n,), generator=g).double()).float()
+    typical = 2688.0 / (torch.rand(n, generator=g) * 1e4 + 1e-3)
+    edge = torch.tensor([0.0, -0.0, float("inf"), float("nan"), -1.0, 1e-45, 1e-40, 2.0 ** -126, 1.0, 2688.0,
+                         2.0 ** 127, 3.4028234663852886e38])
+    return torch.cat([wide[wide.isfinite()], typical, edge]).float()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_nvfp4_threshold_closed_form_is_the_search(dtype):
+    """The closed form the CUDA table kernel uses gives the binary search's threshold for every scale
+    byte and decision point, over global scales of every fp32 exponent and the edge values."""
+    for gs in _global_scales(150, seed=1).tolist():
+        got, want = _threshold_table_closed(gs, dtype), _threshold_table(gs, dtype)
+        assert torch.equal(got, want), (dtype, gs, int((got != want).sum()))
+
+
 def test_nvfp4_source_guards_the_blackwell_conversion():
     text = cuda.SOURCES["nvfp4"].read_text()
     i = text.index("cvt.rn.satfinite.e2m1x2.f32 q")
@@ -195,6 +240,26 @@ def test_cuda_backend_without_a_gpu_is_a_clear_error():
 # --------------------------------------------------------------------------------------------------
 
 NV_SHAPES = [(m, k) for m in (1, 3, 129, 300) for k in (16, 48, 2064)]
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_nvfp4_cuda_threshold_table_is_the_search(dtype):
+    """The table kernel's words, built on the GPU in closed form, against the binary search in torch,
+    for global scales of every fp32 exponent and the edge values: rows 1-126 the thresholds in both
+    halves, rows 0 and 127 (sf = 0, NaN) the largest finite pattern, word 7 of every row 0."""
+    from workbook.cuda import _nvfp4_threshold_tables
+    gss = _global_scales(400, seed=2)
+    tables = _nvfp4_threshold_tables(gss.cuda(), dtype).cpu()                      # [n, 128, 8]
+    top = 0x7F7F if dtype == torch.bfloat16 else 0x7BFF
+    assert tables.shape == (gss.numel(), 128, 8)
+    assert bool((tables[:, :, 7] == 0).all()), "word 7 of each row must be 0"
+    assert bool((tables[:, [0, 127], :7] == top | top << 16).all()), "sf bytes 0 and 0x7F: nothing finite passes"
+    assert bool(((tables >> 16) == (tables & 0xFFFF)).all()), "both halves of a word hold the threshold"
+    for i, gs in enumerate(gss.tolist()):
+        want = _threshold_table(gs, dtype)
+        got = tables[i, 1:127, :7] & 0xFFFF
+        assert torch.equal(got, want), f"{dtype} gs={gs!r}: {int((got != want).sum())} thresholds differ"
 
 
 @gpu

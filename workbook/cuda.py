@@ -162,6 +162,8 @@ def build(verbose: bool = False):
         lib.nvfp4_quant_cuda.restype = i32
         lib.nvfp4_quant_cuda_plan.argtypes = [i32, i32, i32, i32] + [ctypes.POINTER(i32)] * 3
         lib.nvfp4_quant_cuda_plan.restype = i32
+        lib.nvfp4_threshold_tables_cuda.argtypes = [vp, i32, i32, vp, i32, vp]
+        lib.nvfp4_threshold_tables_cuda.restype = i32
         lib.silu_mul_quant_fp8_cuda.argtypes = [vp, vp, vp, i32, i32, i64, i64, i32, i32, i32, i32, vp]
         lib.silu_mul_quant_fp8_cuda.restype = i32
         lib.silu_mul_bf16_cuda.argtypes = [vp, vp, vp, i32, i32, i32, vp]
@@ -280,6 +282,20 @@ def nvfp4_launch_plan(M: int, K: int, dtype: torch.dtype = torch.bfloat16, devic
                                           ctypes.byref(narrow), ctypes.byref(slots)), "nvfp4_quant_cuda_plan")
     return {"wide": wide.value, "narrow": narrow.value, "wide_tiles": -(-M // 128) * -(-(K // 16) // 32),
             "slots": slots.value}
+
+
+def _nvfp4_threshold_tables(global_scales: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The quantizer's threshold table (nvfp4_threshold_table_kernel) for each fp32 global scale of
+    ``global_scales`` (1-D, on a GPU): int32 [n, 128, 8], word [b, j] = X_j(b) in both 16-bit halves
+    (word 7 of each row 0). For tests: the quantizer builds its one table itself."""
+    check_backend("cuda")
+    gs = global_scales.to(torch.float32).contiguous()
+    # one block per global scale writes all 1024 words of its table: empty is safe
+    tables = torch.empty((gs.numel(), 128, 8), dtype=torch.int32, device=gs.device)
+    lib = build()
+    _check(lib, lib.nvfp4_threshold_tables_cuda(gs.data_ptr(), gs.numel(), int(dtype == torch.bfloat16),
+                                                tables.data_ptr(), *_device_stream(gs)), "nvfp4_threshold_tables_cuda")
+    return tables
 
 
 def _cuda_fp8_quant(src: torch.Tensor, m: int, n: int, silu_mul: bool):
@@ -758,7 +774,7 @@ MAPPING = {
         ("fminf(div6_rn(__fmul_rn(gs, amax)), 448.f)", "b_sf_want = tl.minimum(div6_rn(b_gs * b_amax), 448.0)",
          "correctly rounded division by 6 in three FP32 operations"),
         ("sf_byte = e4m3_byte(...) (cvt.rn.satfinite.e4m3x2.f32)", "b_sf_want.to(tl.float8e4nv)", "the scale byte"),
-        ("nvfp4_threshold_table_kernel: X_j(b) by binary search; s_table[2 * sf_byte]",
+        ("nvfp4_threshold_table_kernel: X_j(b) in closed form (threshold_word); s_table[2 * sf_byte]",
          "b_u = tl.where(b_sf > 0.0, b_sf, 2^60) * 2^40; k175, k275, ...",
          "the E2M1 decision points: CUDA turns them into thresholds in x's own format once per call "
          "(128 scale bytes x 7, a second small kernel, programmatic dependent launch); Triton multiplies "
