@@ -289,6 +289,11 @@ def _nvfp4_threshold_tables(global_scales: torch.Tensor, dtype: torch.dtype) -> 
     ``global_scales`` (1-D, on a GPU): int32 [n, 128, 8], word [b, j] = X_j(b) in both 16-bit halves
     (word 7 of each row 0). For tests: the quantizer builds its one table itself."""
     check_backend("cuda")
+    if global_scales.dim() != 1 or not global_scales.is_cuda:
+        raise ValueError(f"global_scales must be a 1-D tensor on a GPU, got shape {tuple(global_scales.shape)} "
+                         f"on {global_scales.device}")
+    if dtype not in (torch.float16, torch.bfloat16):
+        raise ValueError(f"dtype must be torch.float16 or torch.bfloat16, got {dtype}")
     gs = global_scales.to(torch.float32).contiguous()
     # one block per global scale writes all 1024 words of its table: empty is safe
     tables = torch.empty((gs.numel(), 128, 8), dtype=torch.int32, device=gs.device)
