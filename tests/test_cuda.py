@@ -250,7 +250,10 @@ def test_nvfp4_cuda_threshold_table_is_the_search(dtype):
     halves, rows 0 and 127 (sf = 0, NaN) the largest finite pattern, word 7 of every row 0."""
     from workbook.cuda import _nvfp4_threshold_tables
     gss = _global_scales(400, seed=2)
-    tables = _nvfp4_threshold_tables(gss.cuda(), dtype).cpu()                      # [n, 128, 8]
+    with poisoned_allocations("a5"):                    # the whole storage is written (empty is safe)
+        tables = _nvfp4_threshold_tables(gss.cuda(), dtype).cpu()                  # [n, 128, 8]
+    with poisoned_allocations("7f"):
+        assert torch.equal(_nvfp4_threshold_tables(gss.cuda(), dtype).cpu(), tables), "the same words under either poison"
     top = 0x7F7F if dtype == torch.bfloat16 else 0x7BFF
     assert tables.shape == (gss.numel(), 128, 8)
     assert bool((tables[:, :, 7] == 0).all()), "word 7 of each row must be 0"
