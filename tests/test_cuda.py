@@ -353,17 +353,29 @@ def _split_shape(dtype):
     pytest.fail("no input of at most 256 MiB has a thin last wave on this GPU")
 
 
-@gpu
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_nvfp4_cuda_tail_split_plan_and_bytes(dtype):
-    """The tail rule: whole waves of wide tiles, then the rest as narrow pieces (4 per wide tile); the
-    two launches together write every byte of both outputs (two poisons, padding included), equal to
-    the Triton kernel's, in both layouts; write_padding=False still leaves exactly the padding."""
-    M, K, plan = _split_shape(dtype)
-    assert plan["wide"] % plan["slots"] == 0 and plan["wide"] < plan["wide_tiles"], plan
-    assert plan["narrow"] == 4 * (plan["wide_tiles"] - plan["wide"]), plan
-    small = cuda.nvfp4_launch_plan(128, 512, dtype)          # one tile: one wide CTA, nothing narrow
-    assert small["wide"] == 1 and small["narrow"] == 0, small
+def _piece_shape(dtype, piece_rows):
+    """An input with odd M and K/16 whose wide tiles fit in one wave on this GPU but leave some SMs a
+    tile more than others, so the CUDA launcher cuts the remainder into row pieces of `piece_rows` rows
+    (32: at most a quarter of the SMs would get one more tile; 64: at most half): found from the GPU's
+    own plan."""
+    for K in (14352, 5136, 2064):                       # K/16 = 897, 321, 129: a partial last column tile
+        n_wide = -(-(K // 16) // 32)
+        p0 = cuda.nvfp4_launch_plan(128, K, dtype)
+        sms, slots = p0["sms"], p0["slots"]
+        for rows in range(1, 2048):
+            M, tiles = 128 * rows - 37, rows * n_wide
+            if tiles >= slots:
+                break
+            r = tiles % sms
+            fits = 4 * r <= sms if piece_rows == 32 else sms < 4 * r <= 2 * sms
+            if tiles > sms and r and fits:                  # whole tiles and pieces in one launch
+                return M, K, cuda.nvfp4_launch_plan(M, K, dtype)
+    pytest.fail(f"no one-wave input with pieces of {piece_rows} rows on this GPU")
+
+
+def _check_all_bytes(M, K, dtype):
+    """Both outputs of the CUDA launcher (two poisons, padding included) equal the Triton kernel's in
+    both layouts; write_padding=False leaves exactly the padding."""
     x = make_x(M, K, dtype, seed=11)
     gs = nvfp4.global_scale_of(x)
     for swizzled in (True, False):
@@ -382,6 +394,40 @@ def test_nvfp4_cuda_tail_split_plan_and_bytes(dtype):
     real[:M, :K // 16] = True
     assert torch.equal(got[real], want[real]), "real scale entries written"
     assert bool((got[~real] == 0xA5).all()), "padded scale entries left as they were (the regression)"
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_nvfp4_cuda_tail_split_plan_and_bytes(dtype):
+    """The tail rule past one wave: whole waves of wide tiles, then the rest as narrow pieces (4 per
+    wide tile); the two launches together write every byte of both outputs (two poisons, padding
+    included), equal to the Triton kernel's, in both layouts; write_padding=False still leaves
+    exactly the padding."""
+    M, K, plan = _split_shape(dtype)
+    assert plan["wide"] % plan["slots"] == 0 and plan["wide"] < plan["wide_tiles"], plan
+    assert plan["narrow"] == 4 * (plan["wide_tiles"] - plan["wide"]) and plan["pieces"] == 0, plan
+    _check_all_bytes(M, K, dtype)
+
+
+@gpu
+@pytest.mark.parametrize("piece_rows", [32, 64])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_nvfp4_cuda_one_wave_pieces_plan_and_bytes(dtype, piece_rows):
+    """The tail rule within one wave: k whole tiles per SM, and the r tiles left over cut into row
+    pieces (quarters of 32 rows when 4r <= SMs, halves of 64 when 2r <= SMs) by CTAs of the same
+    launch, at most one piece per SM; whole tiles and pieces together write every byte of both outputs
+    (two poisons, padding included), equal to the Triton kernel's; write_padding=False still leaves
+    exactly the padding. One tile on its own is four quarters."""
+    M, K, plan = _piece_shape(dtype, piece_rows)
+    sms, tiles = plan["sms"], plan["wide_tiles"]
+    assert plan["narrow"] == 0 and plan["piece_rows"] == piece_rows, plan
+    assert plan["wide"] == tiles // sms * sms and plan["pieces"] == (tiles % sms) * 128 // piece_rows, plan
+    assert plan["pieces"] <= sms, plan
+    small = cuda.nvfp4_launch_plan(128, 512, dtype)          # one tile: four quarter pieces
+    assert small["wide"] == 0 and small["pieces"] == 4 and small["piece_rows"] == 32, small
+    whole = cuda.nvfp4_launch_plan(128 * sms, 512, dtype)    # one tile per SM: whole tiles, no piece
+    assert whole["wide"] == sms and whole["pieces"] == 0 and whole["narrow"] == 0, whole
+    _check_all_bytes(M, K, dtype)
 
 
 @gpu
@@ -686,12 +732,18 @@ def test_cuda_record_holds_the_nvfp4_heatmap_over_the_triton_grid():
         assert r["us"] > 0 and r["copy_same_bytes_us"] > 0, r
         ceiling = rec["ceilings"]["copy_GBps"]
         assert r["frac_of_copy"] == pytest.approx(r["bytes"] / r["us"] / 1e3 / ceiling, rel=1e-4), r   # ceiling rounded
-        plan = r["plan"]   # the tail rule's launch: whole waves of wide tiles, the rest as 4 narrow pieces each
+        plan = r["plan"]   # the tail rule's launch (kernels/cuda/nvfp4.cu, plan())
         tiles = -(-r["M"] // 128) * -(-(r["K"] // 16) // 32)
-        if plan["narrow"]:
+        sms, rest = plan["sms"], tiles % plan["sms"]
+        if plan["narrow"]:    # past one wave, a thin last one: whole waves of wide tiles, 4 narrow pieces each
             assert plan["wide"] % plan["slots"] == 0 and plan["narrow"] == 4 * (tiles - plan["wide"]), r
-            assert 0 < tiles - plan["wide"] < 0.9 * plan["slots"], r
+            assert 0 < tiles - plan["wide"] < 0.9 * plan["slots"] and plan["pieces"] == 0, r
+        elif plan["pieces"]:  # one wave, some SMs a tile more: k whole tiles per SM, the rest as row pieces
+            assert tiles < plan["slots"] and plan["wide"] == tiles - rest and 0 < 2 * rest <= sms, r
+            assert plan["piece_rows"] == (32 if 4 * rest <= sms else 64), r
+            assert plan["pieces"] == rest * 128 // plan["piece_rows"], r
         else:
-            assert plan["wide"] == tiles, r
+            assert plan["wide"] == tiles and plan["piece_rows"] == 0, r
+            assert tiles >= plan["slots"] or rest == 0 or 2 * rest > sms, r
     fig = nvfp4.plot_heatmap(rec, key="nvfp4_heatmap")
     assert len([a for a in fig.axes if a.get_title().endswith("input")]) == 2

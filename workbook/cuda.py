@@ -160,7 +160,7 @@ def build(verbose: bool = False):
         vp, i32, i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
         lib.nvfp4_quant_cuda.argtypes = [vp, vp, vp, vp, vp, i32, i32, i32, i32, i32, i32, i32, i32, vp]
         lib.nvfp4_quant_cuda.restype = i32
-        lib.nvfp4_quant_cuda_plan.argtypes = [i32, i32, i32, i32] + [ctypes.POINTER(i32)] * 3
+        lib.nvfp4_quant_cuda_plan.argtypes = [i32, i32, i32, i32] + [ctypes.POINTER(i32)] * 6
         lib.nvfp4_quant_cuda_plan.restype = i32
         lib.nvfp4_threshold_tables_cuda.argtypes = [vp, i32, i32, vp, i32, vp]
         lib.nvfp4_threshold_tables_cuda.restype = i32
@@ -227,18 +227,19 @@ def _cuda_nvfp4_quant(x: torch.Tensor, global_scale, *, swizzled: bool = True, w
     if alloc not in ("empty", "zeros"):
         raise ValueError(f"alloc must be 'empty' or 'zeros', got {alloc!r}")
     n = K // 16
-    # codes: the tiles of 128 rows x 32 blocks cover all M x K/16 blocks (each quantized whole by the
-    # wide launch or as 4 narrow pieces by the narrow one), and the thread that owns a real block
-    # stores its 8 code bytes: every byte is written, so `empty` is safe.
+    # codes: the tiles of 128 rows x 32 blocks cover all M x K/16 blocks (each quantized whole, or as
+    # row pieces by CTAs of the same launch, or as 4 narrow pieces by a second launch), and the thread
+    # that owns a real block stores its 8 code bytes: every byte is written, so `empty` is safe.
     codes = torch.empty((M, K // 2), dtype=torch.uint8, device=x.device)
     new = torch.empty if alloc == "empty" else torch.zeros
     if swizzled:
         sf_rows, sf_cols = round_up(M, 128), round_up(n, 4)
         # scales, swizzled: the CTA of each tile (128 x 32 blocks, or 128 x 8 in the narrow launch) gathers
         # its scale bytes (0 for padded entries: rows >= M, columns >= K/16) and stores its whole 512-byte
-        # swizzled tiles; the tiles cover the padded grid [Mp, Kp], so every byte of the storage, padding
-        # included, is written: `empty` is safe (write_padding=False stores only the real entries: the
-        # regression).
+        # swizzled tiles (a CTA of a row piece: its 128- or 256-byte run of each; the pieces of a tile
+        # make up its whole runs); the tiles cover the padded grid [Mp, Kp], so every byte of the storage,
+        # padding included, is written: `empty` is safe (write_padding=False stores only the real
+        # entries: the regression).
         sf = new((sf_rows, sf_cols), dtype=torch.uint8, device=x.device)
     else:
         sf_rows, sf_cols = M, n
@@ -265,10 +266,13 @@ def _cuda_nvfp4_quant(x: torch.Tensor, global_scale, *, swizzled: bool = True, w
 
 def nvfp4_launch_plan(M: int, K: int, dtype: torch.dtype = torch.bfloat16, device=None) -> dict:
     """How ``nvfp4_quant(..., backend='cuda')`` launches an [M, K] input on ``device`` (default: the
-    current GPU): ``wide`` CTAs of 128 rows x 32 blocks, ``narrow`` CTAs of 128 rows x 8 blocks (0
-    unless the wide tiles would leave a thin last wave: the tail rule in kernels/cuda/nvfp4.cu),
-    ``wide_tiles`` (all of [M, K] in wide tiles) and ``slots``, the wide CTAs the GPU holds at once
-    (SMs x resident CTAs per SM)."""
+    current GPU), by the tail rule in kernels/cuda/nvfp4.cu: ``wide`` CTAs that each quantize a whole
+    tile of 128 rows x 32 blocks; ``pieces`` CTAs of the same launch that each quantize ``piece_rows``
+    (32 or 64) rows of one of the remaining tiles (0 unless the tiles fit in one wave and would leave
+    some SMs a tile more than others); ``narrow`` CTAs of a second launch, 128 rows x 8 blocks each (0
+    unless the tiles would leave a thin last wave after whole ones); ``wide_tiles`` (all of [M, K] in
+    wide tiles), ``slots`` (the wide CTAs the GPU holds at once: SMs x resident CTAs per SM) and
+    ``sms``."""
     check_backend("cuda")
     if dtype not in (torch.float16, torch.bfloat16):
         raise ValueError(f"dtype must be torch.float16 or torch.bfloat16, got {dtype}")
@@ -277,11 +281,12 @@ def nvfp4_launch_plan(M: int, K: int, dtype: torch.dtype = torch.bfloat16, devic
     index = torch.cuda.current_device() if device is None else torch.device(device).index
     index = torch.cuda.current_device() if index is None else index
     lib = build()
-    wide, narrow, slots = ctypes.c_int(0), ctypes.c_int(0), ctypes.c_int(0)
-    _check(lib, lib.nvfp4_quant_cuda_plan(M, K, int(dtype == torch.bfloat16), index, ctypes.byref(wide),
-                                          ctypes.byref(narrow), ctypes.byref(slots)), "nvfp4_quant_cuda_plan")
-    return {"wide": wide.value, "narrow": narrow.value, "wide_tiles": -(-M // 128) * -(-(K // 16) // 32),
-            "slots": slots.value}
+    out = {k: ctypes.c_int(0) for k in ("wide", "narrow", "slots", "pieces", "piece_rows", "sms")}
+    _check(lib, lib.nvfp4_quant_cuda_plan(M, K, int(dtype == torch.bfloat16), index,
+                                          *(ctypes.byref(v) for v in out.values())), "nvfp4_quant_cuda_plan")
+    plan = {k: v.value for k, v in out.items()}
+    plan["wide_tiles"] = -(-M // 128) * -(-(K // 16) // 32)
+    return plan
 
 
 def _nvfp4_threshold_tables(global_scales: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -605,8 +610,9 @@ METHODS = {
                      "us = GPU time from CUDA-graph replay (graph_time_us), frac_of_copy = bytes / us / the "
                      "copy ceiling; copy_same_bytes_us = a device copy of the same bytes, same timer "
                      "(workbook.nvfp4.measure_heatmap); plan = the launch (nvfp4_launch_plan): wide CTAs "
-                     "(128 x 32 blocks), narrow CTAs (128 x 8; > 0 where the tail rule split a thin last wave), "
-                     "slots (wide CTAs resident at once)",
+                     "(whole tiles of 128 x 32 blocks), pieces (CTAs of the same launch on piece_rows rows of a "
+                     "tile; > 0 where one wave would leave some SMs a tile more), narrow CTAs (128 x 8; > 0 "
+                     "where the tail rule split a thin last wave), slots (wide CTAs resident at once), sms",
     "sass_sm90": "CUDA kernels compiled for sm_90 here (nvcc, cuobjdump): static count of the instructions up "
                  "to the main path's EXIT (the out-of-line IEEE-division slow path excluded) / elements per thread",
     "sass_sm90_triton": "Triton kernels as this GPU compiled them (asm['sass']): static count of all "
@@ -662,7 +668,7 @@ def benchmark() -> tuple[dict, dict]:
     heat = nvfp4.measure_heatmap(ceiling, quant=_cuda_nvfp4_quant)
     for r in heat:   # each cell's launch plan (the tail rule: wide CTAs, narrow CTAs, wave size)
         plan = nvfp4_launch_plan(r["M"], r["K"], getattr(torch, r["dtype"]))
-        r["plan"] = {k: plan[k] for k in ("wide", "narrow", "slots")}
+        r["plan"] = {k: plan[k] for k in ("wide", "pieces", "piece_rows", "narrow", "slots", "sms")}
 
     f_rows = []
     n = fp8.BENCH_N
@@ -762,12 +768,14 @@ def benchmark_table(rec: dict, topic: str) -> str:
 # (CUDA C++ in kernels/cuda/<topic>.cu, its Triton counterpart in kernels/<topic>.py, note)
 MAPPING = {
     "nvfp4": [
-        ("rg = wide / n_wide; c = c0 + lane; r = rg * kRows + j * kStepRows + wrow",
+        ("quant_tile: rg = wide / n_wide; c = c0 + lane; r0 = rg * kRows + wrow; row(j) = r0 + j * kStepRows",
          "pid = tl.program_id(0); start = pid * BLOCK_S",
          "a CTA per tile of 128 rows x 32 blocks (registers capped so that 6 CTAs stay resident per SM; "
          "5 for fp16's narrow tiles), "
          "a thread per block, a warp per row of the tile; where the tiles would leave a thin last wave, "
-         "the rest goes to a second launch of narrow tiles (128 x 8 blocks; plan(): the tail rule). "
+         "the rest goes to a second launch of narrow tiles (128 x 8 blocks); where they fit in one wave "
+         "but would leave some SMs a tile more, those tiles are cut into row pieces of 32 or 64 rows in "
+         "the same launch (plan(): the tail rule). "
          "Triton has one program per BLOCK_S consecutive blocks of x read as one flat sequence (rows end "
          "to end)"),
         ("nxt0 = __ldcs(xw + 2 * b); nxt1 = __ldcs(xw + 2 * b + 1)", "b_w = tl.load(xw + base + o_x)",

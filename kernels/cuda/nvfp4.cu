@@ -30,8 +30,9 @@
 //    every word for 300,013 global scales per dtype, every fp32 exponent and the edge values among them;
 //    tests/test_cuda.py checks it against the search in torch. Without the search the table kernel is a
 //    few dozen instructions per thread, so the quantizer waits less for it.
-// 2. nvfp4_quant_kernel: one CTA per tile of 128 rows x kC blocks (wide tiles: kC = 32; narrow: 8,
-//    see "the tail" below). 32/kC rows per warp per step, a thread per block (two 16-byte loads, the
+// 2. nvfp4_quant_kernel: one CTA per tile of 128 rows x kC blocks (wide tiles: kC = 32; narrow: 8;
+//    or a row piece of a wide tile: see "the tail" below). 32/kC rows per warp per step, a thread per
+//    block (two 16-byte loads, the
 //    next step's loads in flight during this one's arithmetic); for kC = 32 eight warps and 16 steps
 //    cover the 128 rows. The block amax (packed
 //    max.xorsign.abs), the scale byte (cvt.rn.satfinite.e4m3x2.f32), its 7 thresholds from shared
@@ -69,14 +70,31 @@
 // lowest share of the copy ceiling over the heatmap's inputs of 64 MiB or more from about 67% (one
 // launch of wide tiles) to about 82%, in the same run; narrow tiles everywhere (no split) were slower
 // wherever there is no thin wave.
+// Within one wave (N < P) every tile starts at once, so the launch takes as long as the SMs that hold
+// the most tiles: with N = k SMs + r, r SMs hold k + 1 tiles while the rest hold k. The launcher then
+// quantizes k SMs whole tiles and cuts the r others into row pieces in the same launch, each piece a
+// CTA of the same kernel: quarters (32 rows) when 4r <= SMs, halves (64 rows) when 2r <= SMs, so that
+// no SM gets more than one piece; when 2r > SMs the whole tiles stay (pieces would double up on some
+// SMs and only add CTAs). No shape is named: the rule reads N, the SM count and the occupancy. On the
+// H200, while this rule was built (not part of the records), 49 one-wave launches with 4 <= r <= 64
+// went from 75-85% of the copy ceiling (whole tiles) to 84-91% in the same run (one was 1.7 points
+// slower), over M = 128 x 64..99 at K = 4096, 128 x 37..56 at K = 7168 (bf16 and fp16), 128 x
+// 128..198 at K = 2048 (fp16) and the heatmap's shapes; with r > 66, quarters were up to 14 points
+// and halves up to 9 points slower than whole tiles.
+// A row piece takes the rows 32g + 8s .. 32g + 8s + 7 (g < 4) of its quarters s: in the swizzled layout
+// they fill the bytes 128s .. 128s + 127 of each of the tile's 512-byte scale tiles, so a piece still
+// stores whole 128-byte runs.
 //
 // Coverage (why `empty` is right for both outputs):
 // * codes: every real block (r < M, c < K/16) belongs to exactly one tile step of one thread, which
 //   stores its 8 code bytes; the wide tiles 0..N-1 cover all M x K/16 blocks, and each is quantized
-//   either whole (CTA W' < W of the wide launch) or as its 4 narrow pieces (the narrow launch); a
-//   narrow piece that starts at or past column K/16 holds no real block and no scale column.
+//   either whole (CTA W' < W of the wide launch), or as its 4 (quarters) or 2 (halves) row pieces
+//   (CTAs W.. of the same launch; the quarters s of a tile's pieces are 0..3, so their steps are all
+//   16), or as its 4 narrow pieces (the narrow launch); a narrow piece that starts at or past column
+//   K/16 holds no real block and no scale column.
 // * scales, swizzled: the CTA of a tile writes its whole 512-byte tiles, padded entries included (rows
-//   >= M and columns >= K/16 hold 0 in shared memory); the tiles of 32 (or 8) block columns cover the
+//   >= M and columns >= K/16 hold 0 in shared memory; a row piece writes the 128-byte runs of its
+//   quarters, and the pieces of a tile write all four); the tiles of 32 (or 8) block columns cover the
 //   padded grid round_up(M,128) x round_up(K/16,4) (the last column tile stores only the 512-byte
 //   tiles that exist; round_up(K/16,4) - 1 lies in the piece that holds column K/16 - 1).
 //   WRITE_PADDING=false stores only the real entries' bytes: the regression the workbook teaches.
@@ -334,33 +352,37 @@ __device__ __forceinline__ uint2 quant_block(const uint32_t* w, float gs, const 
 #endif
 }
 
-template <bool IS_BF16, bool SWIZZLED, bool WRITE_PADDING, int kC>
-__global__ void __launch_bounds__(kThreads, IS_BF16 || kC == kWide ? kMinBlocks : kMinBlocksNarrowF16) nvfp4_quant_kernel(
-    const uint4* __restrict__ xw,          // [M, K/16] blocks of 32 bytes: the fp16|bf16 input as words
-    const uint4* table,                    // [128 x 2] the threshold table (written by the table kernel)
-    const float* __restrict__ global_scale,  // [1] fp32, read on the device
-    uint2* __restrict__ codes,             // [M, K/16] blocks of 8 code bytes = uint8 [M, K/2]
-    uint8_t* __restrict__ sf,              // scale bytes: swizzled [sf_rows * sf_cols] or linear [M, K/16]
-    uint32_t M, uint32_t n_blocks,         // rows, 16-element blocks per row (K/16)
-    uint32_t sf_cols,                      // scale columns of the storage (round_up(K/16, 4) swizzled)
-    uint32_t w_base) {                     // narrow launch: the first wide tile it cuts into pieces
+// One CTA's share of a tile: the whole tile (kPiece = false: kSteps steps of kStepRows rows, the loop
+// the kernel was tuned with), or a row piece of the wide launch (kPiece = true: 2^lj quarters from
+// quarter s0, quarter s being the rows 32g + 8s .. 32g + 8s + 7, g < 4; they fill the bytes
+// 128s .. 128s + 127 of each 512-byte scale tile). Two instantiations, so the whole-tile loop keeps
+// its compile-time trip count and stride: a first version with one loop for both (a runtime step
+// pattern) ran whole tiles 2-6% slower on the H200 (one run against the record of the previous
+// kernel, whose device copies it matched within 0.5%; not part of the records).
+template <bool IS_BF16, bool SWIZZLED, bool WRITE_PADDING, int kC, bool kPiece>
+__device__ __forceinline__ void quant_tile(const uint4* __restrict__ xw, const uint4* table,
+                                           const float* __restrict__ global_scale, uint2* __restrict__ codes,
+                                           uint8_t* __restrict__ sf, uint32_t M, uint32_t n_blocks, uint32_t sf_cols,
+                                           uint32_t wide, uint32_t c0_off, uint32_t s0, uint32_t lj,
+                                           uint4* s_table, uint8_t* s_sf) {
   constexpr bool kIsWide = kC == kWide;
   constexpr int kSub = 32 / kC, kStepRows = kWarps * kSub, kSteps = kRows / kStepRows;   // rows per warp, per step
-  __shared__ __align__(16) uint4 s_table[256];
-  __shared__ __align__(16) uint8_t s_sf[kRows * kC];   // the tile's kC/4 swizzled 512-byte tiles, in order
   const uint32_t lane = threadIdx.x & (kC - 1);                                // block column in the tile
   const uint32_t wrow = (threadIdx.x >> 5) * kSub + ((threadIdx.x & 31) / kC);  // row in the step
   const uint32_t n_wide = (n_blocks + kWide - 1) / kWide;                        // wide column tiles
-  const uint32_t wide = kIsWide ? blockIdx.x : w_base + blockIdx.x / (kWide / kC);
   const uint32_t rg = wide / n_wide;                                             // row group (128 rows)
-  const uint32_t c0 = (wide - rg * n_wide) * kWide + (kIsWide ? 0u : (blockIdx.x % (kWide / kC)) * kC);
+  const uint32_t c0 = (wide - rg * n_wide) * kWide + c0_off;
   if (!kIsWide && c0 >= n_blocks) return;   // a piece past the last column: no block, no scale column
   const uint32_t c = c0 + lane;
+  // step j's row: whole tile rows j kStepRows + wrow; piece rows 32 (j % 4) + 8 (s0 + j / 4) + wrow
+  const uint32_t r0 = rg * kRows + wrow + (kPiece ? 8 * s0 : 0u);
+  const uint32_t n_steps = kPiece ? 4u << lj : (uint32_t)kSteps;
+  auto row = [&](uint32_t j) -> uint32_t { return kPiece ? r0 + 32 * (j & 3) + 8 * (j >> 2) : r0 + j * kStepRows; };
 
-  // the tile's first row: loaded before the wait, while the table is built
+  // the first step's row: loaded before the wait, while the table is built
   uint4 nxt0 = make_uint4(0, 0, 0, 0), nxt1 = nxt0;
-  if (rg * kRows + wrow < M && c < n_blocks) {
-    const size_t b = (size_t)(rg * kRows + wrow) * n_blocks + c;
+  if (r0 < M && c < n_blocks) {
+    const size_t b = (size_t)r0 * n_blocks + c;
     nxt0 = __ldcs(xw + 2 * b);
     nxt1 = __ldcs(xw + 2 * b + 1);
   }
@@ -373,11 +395,11 @@ __global__ void __launch_bounds__(kThreads, IS_BF16 || kC == kWide ? kMinBlocks 
   __syncthreads();
 
 #pragma unroll 1
-  for (uint32_t j = 0; j < kSteps; ++j) {
-    const uint32_t r = rg * kRows + j * kStepRows + wrow;
+  for (uint32_t j = 0; j < n_steps; ++j) {
+    const uint32_t r = row(j), rn = row(j + 1);
     const uint32_t w[8] = {nxt0.x, nxt0.y, nxt0.z, nxt0.w, nxt1.x, nxt1.y, nxt1.z, nxt1.w};
-    if (j + 1 < kSteps && r + kStepRows < M && c < n_blocks) {   // the next step's loads go out first
-      const size_t b = (size_t)(r + kStepRows) * n_blocks + c;
+    if (j + 1 < n_steps && rn < M && c < n_blocks) {   // the next step's loads go out first
+      const size_t b = (size_t)rn * n_blocks + c;
       nxt0 = __ldcs(xw + 2 * b);
       nxt1 = __ldcs(xw + 2 * b + 1);
     }
@@ -392,11 +414,13 @@ __global__ void __launch_bounds__(kThreads, IS_BF16 || kC == kWide ? kMinBlocks 
       s_sf[(lane >> 2) * 512 + (lr & 31) * 16 + (lr >> 5) * 4 + (lane & 3)] = (uint8_t)sf_byte;
     }
   }
-  if (SWIZZLED) {   // the tile is complete: store its whole 512-byte tiles, 16 bytes per thread
+  if (SWIZZLED) {   // complete: store the tile's whole 512-byte tiles (a piece: its runs of them), 16 bytes per thread
     __syncthreads();
     const uint32_t cg0 = c0 / 4, n_cg = min((uint32_t)(kC / 4), (sf_cols >> 2) - cg0);
-    const uint32_t off = threadIdx.x * 16;                     // byte offset in the tile's kC/4 x 512 bytes
-    if (off < n_cg * 512) {
+    // whole tile: byte 16 t of its kC/4 x 512 bytes; piece: 8 x 2^lj threads per 512-byte tile, from 128 s0
+    const uint32_t t = kPiece ? threadIdx.x >> (3 + lj) : threadIdx.x >> 5;    // the thread's 512-byte tile
+    const uint32_t off = kPiece ? t * 512 + 128 * s0 + (threadIdx.x & ((8u << lj) - 1)) * 16 : threadIdx.x * 16;
+    if (t < n_cg) {
       uint8_t* dst = sf + ((size_t)rg * (sf_cols >> 2) + cg0) * 512 + off;
       const uint4 v = *reinterpret_cast<const uint4*>(&s_sf[off]);
       if (WRITE_PADDING) {
@@ -413,9 +437,39 @@ __global__ void __launch_bounds__(kThreads, IS_BF16 || kC == kWide ? kMinBlocks 
   }
 }
 
-// The launch plan (the tail rule in the header): wide CTAs, narrow CTAs, P = SMs x resident wide CTAs
-// per SM (the occupancy query, once per instantiation; 6 with the register cap).
-struct Plan { uint32_t wide, narrow, slots; };
+template <bool IS_BF16, bool SWIZZLED, bool WRITE_PADDING, int kC>
+__global__ void __launch_bounds__(kThreads, IS_BF16 || kC == kWide ? kMinBlocks : kMinBlocksNarrowF16) nvfp4_quant_kernel(
+    const uint4* __restrict__ xw,          // [M, K/16] blocks of 32 bytes: the fp16|bf16 input as words
+    const uint4* table,                    // [128 x 2] the threshold table (written by the table kernel)
+    const float* __restrict__ global_scale,  // [1] fp32, read on the device
+    uint2* __restrict__ codes,             // [M, K/16] blocks of 8 code bytes = uint8 [M, K/2]
+    uint8_t* __restrict__ sf,              // scale bytes: swizzled [sf_rows * sf_cols] or linear [M, K/16]
+    uint32_t M, uint32_t n_blocks,         // rows, 16-element blocks per row (K/16)
+    uint32_t sf_cols,                      // scale columns of the storage (round_up(K/16, 4) swizzled)
+    uint32_t w_base,                       // narrow launch: the first wide tile it cuts into pieces
+    uint32_t n_whole,                      // wide launch: CTAs < n_whole quantize whole tiles, the rest
+    uint32_t piece_lj) {                   //   row pieces of 2^piece_lj quarters of the tiles n_whole..
+  __shared__ __align__(16) uint4 s_table[256];
+  __shared__ __align__(16) uint8_t s_sf[kRows * kC];   // the tile's kC/4 swizzled 512-byte tiles, in order
+  if (kC == kWide && blockIdx.x >= n_whole) {   // a row piece: 2^(2 - piece_lj) pieces per tile
+    const uint32_t p = blockIdx.x - n_whole, per_tile = 2 - piece_lj;
+    quant_tile<IS_BF16, SWIZZLED, WRITE_PADDING, kC, true>(xw, table, global_scale, codes, sf, M, n_blocks, sf_cols,
+                                                          n_whole + (p >> per_tile), 0u,
+                                                          (p & ((1u << per_tile) - 1)) << piece_lj, piece_lj,
+                                                          s_table, s_sf);
+  } else {
+    const uint32_t wide = kC == kWide ? blockIdx.x : w_base + blockIdx.x / (kWide / kC);
+    const uint32_t c0_off = kC == kWide ? 0u : (blockIdx.x % (kWide / kC)) * kC;
+    quant_tile<IS_BF16, SWIZZLED, WRITE_PADDING, kC, false>(xw, table, global_scale, codes, sf, M, n_blocks, sf_cols,
+                                                           wide, c0_off, 0u, 2u, s_table, s_sf);
+  }
+}
+
+// The launch plan (the tail rule in the header): wide CTAs that quantize whole tiles, wide CTAs that
+// quantize row pieces of 2^piece_lj quarters (same launch), narrow CTAs (second launch), and
+// P = SMs x resident wide CTAs per SM (the occupancy query, once per instantiation; 6 with the
+// register cap).
+struct Plan { uint32_t wide, pieces, piece_lj, narrow, slots; };
 
 template <bool IS_BF16, bool SWIZZLED, bool WRITE_PADDING>
 static Plan plan(uint32_t M, uint32_t n_blocks, int sms) {
@@ -429,14 +483,20 @@ static Plan plan(uint32_t M, uint32_t n_blocks, int sms) {
   }
   const uint64_t N = (uint64_t)((M + kRows - 1) / kRows) * ((n_blocks + kWide - 1) / kWide);   // wide tiles
   const uint64_t P = (uint64_t)sms * (uint64_t)per_sm, waves = N / P, rest = N - waves * P;
-  if (waves == 0 || rest == 0 || 10 * rest >= 9 * P) return {(uint32_t)N, 0u, (uint32_t)P};   // no thin last wave
-  return {(uint32_t)(waves * P), (uint32_t)(rest * (kWide / kNarrow)), (uint32_t)P};
+  if (waves == 0) {   // one wave: k whole tiles per SM, and r more cut into at most one piece per SM
+    const uint64_t k = N / (uint64_t)sms, r = N - k * (uint64_t)sms;
+    if (r == 0 || 2 * r > (uint64_t)sms) return {(uint32_t)N, 0u, 0u, 0u, (uint32_t)P};   // whole tiles
+    const uint32_t lj = 4 * r <= (uint64_t)sms ? 0u : 1u;                             // quarters | halves
+    return {(uint32_t)(k * sms), (uint32_t)(r << (2 - lj)), lj, 0u, (uint32_t)P};
+  }
+  if (rest == 0 || 10 * rest >= 9 * P) return {(uint32_t)N, 0u, 0u, 0u, (uint32_t)P};   // no thin last wave
+  return {(uint32_t)(waves * P), 0u, 0u, (uint32_t)(rest * (kWide / kNarrow)), (uint32_t)P};
 }
 
 template <typename Kernel>
 static cudaError_t launch_pdl(Kernel kernel, uint32_t grid, const void* x, const float* gs, void* codes, void* sf,
                               void* table, uint32_t M, uint32_t n_blocks, uint32_t sf_cols, uint32_t w_base,
-                              cudaStream_t stream) {
+                              uint32_t n_whole, uint32_t piece_lj, cudaStream_t stream) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(grid);   // the caller keeps M*K/16 < 2^31, so the tile counts fit
   cfg.blockDim = dim3(kThreads);
@@ -447,7 +507,8 @@ static cudaError_t launch_pdl(Kernel kernel, uint32_t grid, const void* x, const
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   return cudaLaunchKernelEx(&cfg, kernel, static_cast<const uint4*>(x), static_cast<const uint4*>(table), gs,
-                            static_cast<uint2*>(codes), static_cast<uint8_t*>(sf), M, n_blocks, sf_cols, w_base);
+                            static_cast<uint2*>(codes), static_cast<uint8_t*>(sf), M, n_blocks, sf_cols, w_base,
+                            n_whole, piece_lj);
 }
 
 template <bool IS_BF16, bool SWIZZLED, bool WRITE_PADDING>
@@ -455,11 +516,11 @@ static cudaError_t launch(const void* x, const float* gs, void* codes, void* sf,
                           uint32_t n_blocks, uint32_t sf_cols, int sms, cudaStream_t stream) {
   nvfp4_threshold_table_kernel<IS_BF16><<<1, 1024, 0, stream>>>(gs, static_cast<uint32_t*>(table));
   const Plan p = plan<IS_BF16, SWIZZLED, WRITE_PADDING>(M, n_blocks, sms);
-  cudaError_t err = launch_pdl(nvfp4_quant_kernel<IS_BF16, SWIZZLED, WRITE_PADDING, kWide>, p.wide, x, gs, codes, sf,
-                               table, M, n_blocks, sf_cols, 0u, stream);
+  cudaError_t err = launch_pdl(nvfp4_quant_kernel<IS_BF16, SWIZZLED, WRITE_PADDING, kWide>, p.wide + p.pieces, x, gs,
+                               codes, sf, table, M, n_blocks, sf_cols, 0u, p.wide, p.piece_lj, stream);
   if (err != cudaSuccess || p.narrow == 0) return err;
   return launch_pdl(nvfp4_quant_kernel<IS_BF16, SWIZZLED, WRITE_PADDING, kNarrow>, p.narrow, x, gs, codes, sf, table,
-                    M, n_blocks, sf_cols, p.wide, stream);
+                    M, n_blocks, sf_cols, p.wide, 0u, 0u, stream);
 }
 
 }  // namespace nvfp4
@@ -511,12 +572,14 @@ extern "C" int nvfp4_quant_cuda(const void* x, const float* global_scale, void* 
 }
 
 // The launch plan nvfp4_quant_cuda would use on `device` (swizzled, write_padding; the other layouts
-// plan alike): CTAs of the wide launch (tiles of 128 x 32 blocks), of the narrow one (128 x 8; 0 when
-// there is no thin last wave), and the wide CTAs resident at once (P). For tests and the notebook.
-// Returns a cudaError_t.
+// plan alike): CTAs of the wide launch that quantize whole tiles (128 x 32 blocks), CTAs of the same
+// launch that quantize row pieces and the rows of a piece (32 or 64; pieces = 0 unless one wave
+// leaves some SMs a tile more), CTAs of the narrow launch (128 x 8; 0 unless there is a thin last
+// wave), the wide CTAs resident at once (P) and the SM count. For tests and the notebook. Returns a
+// cudaError_t.
 extern "C" int nvfp4_quant_cuda_plan(int M, int K, int is_bf16, int device, int* wide_ctas, int* narrow_ctas,
-                                     int* slots) {
-  *wide_ctas = *narrow_ctas = *slots = 0;
+                                     int* slots, int* piece_ctas, int* piece_rows, int* sm_count) {
+  *wide_ctas = *narrow_ctas = *slots = *piece_ctas = *piece_rows = *sm_count = 0;
   int err = nvfp4_use_device(device);
   if (err != (int)cudaSuccess) return err;
   const int sms = nvfp4_sm_count(device);
@@ -525,6 +588,9 @@ extern "C" int nvfp4_quant_cuda_plan(int M, int K, int is_bf16, int device, int*
   *wide_ctas = (int)p.wide;
   *narrow_ctas = (int)p.narrow;
   *slots = (int)p.slots;
+  *piece_ctas = (int)p.pieces;
+  *piece_rows = p.pieces ? 32 << p.piece_lj : 0;
+  *sm_count = sms;
   return (int)cudaGetLastError();
 }
 
