@@ -80,7 +80,10 @@
 // went from 75-85% of the copy ceiling (whole tiles) to 84-91% in the same run (one was 1.7 points
 // slower), over M = 128 x 64..99 at K = 4096, 128 x 37..56 at K = 7168 (bf16 and fp16), 128 x
 // 128..198 at K = 2048 (fp16) and the heatmap's shapes; with r > 66, quarters were up to 14 points
-// and halves up to 9 points slower than whole tiles.
+// and halves up to 9 points slower than whole tiles, and in a later run, quarters or halves that the
+// piece CTAs (at most one per SM) take in turn from an atomic counter were not faster than whole tiles
+// on 62 of 71 such inputs, 1-2 points faster on 6, and 13-15 points faster on 3 where whole tiles sat
+// at 67-70% in that run only (85-91% in the other runs: probably a disturbed measurement).
 // A row piece takes the rows 32g + 8s .. 32g + 8s + 7 (g < 4) of its quarters s: in the swizzled layout
 // they fill the bytes 128s .. 128s + 127 of each of the tile's 512-byte scale tiles, so a piece still
 // stores whole 128-byte runs.
