@@ -415,7 +415,7 @@ def test_nvfp4_cuda_tail_split_plan_and_bytes(dtype):
 def test_nvfp4_cuda_one_wave_pieces_plan_and_bytes(dtype, piece_rows):
     """The tail rule within one wave: k whole tiles per SM, and the r tiles left over cut into row
     pieces (quarters of 32 rows when 4r <= SMs, halves of 64 when 2r <= SMs) by CTAs of the same
-    launch, at most one piece per SM; whole tiles and pieces together write every byte of both outputs
+    launch, no more pieces than SMs; whole tiles and pieces together write every byte of both outputs
     (two poisons, padding included), equal to the Triton kernel's; write_padding=False still leaves
     exactly the padding. One tile on its own is four quarters."""
     M, K, plan = _piece_shape(dtype, piece_rows)

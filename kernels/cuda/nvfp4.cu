@@ -74,14 +74,15 @@
 // the most tiles: with N = k SMs + r, r SMs hold k + 1 tiles while the rest hold k. The launcher then
 // quantizes k SMs whole tiles and cuts the r others into row pieces in the same launch, each piece a
 // CTA of the same kernel: quarters (32 rows) when 4r <= SMs, halves (64 rows) when 2r <= SMs, so that
-// no SM gets more than one piece; when 2r > SMs the whole tiles stay (pieces would double up on some
-// SMs and only add CTAs). No shape is named: the rule reads N, the SM count and the occupancy. On the
+// there are no more pieces than SMs (one each if the block scheduler spreads them evenly); when
+// 2r > SMs the whole tiles stay (pieces would double up on some SMs and only add CTAs). No shape is
+// named: the rule reads N, the SM count and the occupancy. On the
 // H200, while this rule was built (not part of the records), 49 one-wave launches with 4 <= r <= 64
 // went from 75-85% of the copy ceiling (whole tiles) to 84-91% in the same run (one was 1.7 points
 // slower), over M = 128 x 64..99 at K = 4096, 128 x 37..56 at K = 7168 (bf16 and fp16), 128 x
 // 128..198 at K = 2048 (fp16) and the heatmap's shapes; with r > 66, quarters were up to 14 points
 // and halves up to 9 points slower than whole tiles, and in a later run, quarters or halves that the
-// piece CTAs (at most one per SM) take in turn from an atomic counter were not faster than whole tiles
+// piece CTAs (no more than SMs) take in turn from an atomic counter were not faster than whole tiles
 // on 62 of 71 such inputs, 1-2 points faster on 6, and 13-15 points faster on 3 where whole tiles sat
 // at 67-70% in that run only (85-91% in the other runs: probably a disturbed measurement).
 // A row piece takes the rows 32g + 8s .. 32g + 8s + 7 (g < 4) of its quarters s: in the swizzled layout
@@ -486,7 +487,7 @@ static Plan plan(uint32_t M, uint32_t n_blocks, int sms) {
   }
   const uint64_t N = (uint64_t)((M + kRows - 1) / kRows) * ((n_blocks + kWide - 1) / kWide);   // wide tiles
   const uint64_t P = (uint64_t)sms * (uint64_t)per_sm, waves = N / P, rest = N - waves * P;
-  if (waves == 0) {   // one wave: k whole tiles per SM, and r more cut into at most one piece per SM
+  if (waves == 0) {   // one wave: k whole tiles per SM, and r more cut into at most SMs pieces
     const uint64_t k = N / (uint64_t)sms, r = N - k * (uint64_t)sms;
     if (r == 0 || 2 * r > (uint64_t)sms) return {(uint32_t)N, 0u, 0u, 0u, (uint32_t)P};   // whole tiles
     const uint32_t lj = 4 * r <= (uint64_t)sms ? 0u : 1u;                             // quarters | halves
