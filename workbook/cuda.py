@@ -666,7 +666,7 @@ def benchmark() -> tuple[dict, dict]:
     # the CUDA backend over the Triton record's heatmap grid (every (M, K) of nvfp4.HEATMAP_M x
     # HEATMAP_K, bf16 and fp16; a device copy of the same bytes beside each), the 85% target
     heat = nvfp4.measure_heatmap(ceiling, quant=_cuda_nvfp4_quant)
-    for r in heat:   # each cell's launch plan (the tail rule: wide CTAs, narrow CTAs, wave size)
+    for r in heat:   # each cell's launch plan (the tail rule: whole tiles, row pieces, narrow CTAs, wave size)
         plan = nvfp4_launch_plan(r["M"], r["K"], getattr(torch, r["dtype"]))
         r["plan"] = {k: plan[k] for k in ("wide", "pieces", "piece_rows", "narrow", "slots", "sms")}
 
