@@ -1,7 +1,8 @@
 // NVFP4 quantization in CUDA C++: the same bytes as the Triton kernel `nvfp4_quant_kernel`
 // (kernels/nvfp4.py), by another route. Device code and a C launcher only: no torch header, so
 // `nvcc -arch=sm_90 -c nvfp4.cu` compiles it on its own (tests/test_cuda.py). The Python side
-// (workbook/cuda.py) allocates, checks and passes raw pointers and a stream.
+// (workbook/cuda.py) allocates, checks and passes raw pointers and a stream. Every H200 timing this
+// comment quotes is GPU time from CUDA-graph replay (workbook.bench.graph_time_us).
 //
 // Format: per 16-element block of a row, amax = max |x| (fp16/bf16 -> fp32), the scale
 //   sf = e4m3_rne_satfinite(min(RN(gs * amax) / 6 (correctly rounded), 448)),
