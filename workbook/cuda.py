@@ -254,8 +254,9 @@ def _cuda_nvfp4_quant(x: torch.Tensor, global_scale, *, swizzled: bool = True, w
     lib = build()
     xa = _aligned16(x)
     gs = global_scale.reshape(1).contiguous()
-    # the threshold table (128 scale bytes x 8 words): scratch that the table kernel writes whole before
-    # the quantizer reads it, so `empty` is safe
+    # the threshold table (128 scale bytes x 8 words), scratch: past one wave the table kernel writes it
+    # whole before the quantizer reads it (within one wave each CTA builds its own in shared memory and
+    # this one is not touched), so `empty` is safe
     table = torch.empty(1024, dtype=torch.int32, device=x.device)
     err = lib.nvfp4_quant_cuda(xa.data_ptr(), gs.data_ptr(), codes.data_ptr(), sf.data_ptr(), table.data_ptr(),
                                M, K, sf_rows, sf_cols, int(x.dtype == torch.bfloat16), int(swizzled),
@@ -269,8 +270,9 @@ def nvfp4_launch_plan(M: int, K: int, dtype: torch.dtype = torch.bfloat16, devic
     current GPU), by the tail rule in kernels/cuda/nvfp4.cu: ``wide`` CTAs that each quantize a whole
     tile of 128 rows x 32 blocks; ``pieces`` CTAs of the same launch that each quantize ``piece_rows``
     (32 or 64) rows of one of the remaining tiles (0 unless the tiles fit in one wave and would leave
-    some SMs a tile more than others); ``narrow`` CTAs of a second launch, 128 rows x 8 blocks each (0
-    unless the tiles would leave a thin last wave after whole ones); ``wide_tiles`` (all of [M, K] in
+    at most half the SMs a tile more than the others); ``narrow`` CTAs of a second launch, 128 rows x 8
+    blocks each (0 unless the tiles would leave a thin last wave after whole ones, or fit in one wave
+    and would leave more than half, and at most 7/8, of the SMs a tile more); ``wide_tiles`` (all of [M, K] in
     wide tiles), ``slots`` (the wide CTAs the GPU holds at once: SMs x resident CTAs per SM) and
     ``sms``."""
     check_backend("cuda")
@@ -450,7 +452,8 @@ def sass_counts(out_dir=None) -> dict:
     out-of-line slow paths of IEEE division after it excluded), all of them (``total``), and
     ``main`` per element (a thread of either quant kernel handles 16 elements per block). The NVFP4
     quantizer loops over blocks: its ``main`` is the loop body that quantizes one block
-    (:func:`_block_loop`); the table kernel, run once per call, is left out. A static count: every
+    (:func:`_block_loop`); the threshold table, built before it (by a one-wave CTA, or by the table
+    kernel once per call), is left out. A static count: every
     instruction of that path once, as a thread of a real block executes it."""
     tool = _cuobjdump()
     if tool is None:
@@ -492,11 +495,10 @@ def sass_counts(out_dir=None) -> dict:
 
 
 def _block_loop(ins: list[str], addrs: list[int]) -> list[str] | None:
-    """The instructions of the smallest loop (a backward BRA and its target) that holds the block's
-    scale conversion (F2FP): the NVFP4 quantizer's per-block body. None without one."""
-    f2fp = next((i for i, s in enumerate(ins) if "F2FP" in s), None)
-    if f2fp is None:
-        return None
+    """The instructions of the smallest loop (a backward BRA and its target) that holds a scale
+    conversion (F2FP): the NVFP4 quantizer's per-block body (the table built before the loop converts
+    scale bytes too, outside any loop). None without one."""
+    f2fps = [i for i, s in enumerate(ins) if "F2FP" in s]
     best = None
     for i, s in enumerate(ins):
         op = s.split()
@@ -507,7 +509,7 @@ def _block_loop(ins: list[str], addrs: list[int]) -> list[str] | None:
         if target > addrs[i] or target not in addrs:
             continue
         j = addrs.index(target)
-        if j <= f2fp <= i and (best is None or i - j < best[1] - best[0]):
+        if any(j <= f <= i for f in f2fps) and (best is None or i - j < best[1] - best[0]):
             best = (j, i)
     return None if best is None else ins[best[0]:best[1] + 1]
 
@@ -787,10 +789,12 @@ MAPPING = {
         ("fminf(div6_rn(__fmul_rn(gs, amax)), 448.f)", "b_sf_want = tl.minimum(div6_rn(b_gs * b_amax), 448.0)",
          "correctly rounded division by 6 in three FP32 operations"),
         ("sf_byte = e4m3_byte(...) (cvt.rn.satfinite.e4m3x2.f32)", "b_sf_want.to(tl.float8e4nv)", "the scale byte"),
-        ("nvfp4_threshold_table_kernel: X_j(b) in closed form (threshold_word); s_table[2 * sf_byte]",
+        ("threshold_word: X_j(b) in closed form (one wave: by each CTA; else nvfp4_threshold_table_kernel); "
+         "s_table[2 * sf_byte]",
          "b_u = tl.where(b_sf > 0.0, b_sf, 2^60) * 2^40; k175, k275, ...",
-         "the E2M1 decision points: CUDA turns them into thresholds in x's own format once per call "
-         "(128 scale bytes x 7, a second small kernel, programmatic dependent launch); Triton multiplies "
+         "the E2M1 decision points: CUDA turns them into thresholds in x's own format (128 scale bytes x 7): "
+         "within one wave each CTA builds them while its first loads of x are in flight, past one wave a "
+         "small first kernel builds them once per call (programmatic dependent launch); Triton multiplies "
          "them by each block's scale"),
         ("index_pair: abs.bf16x2, then 7 x (set.gt.bf16x2.bf16x2, add.rn.bf16x2) on 128.0",
          "e2m1_pair_bits(tl.abs(b_lo*b_gs), tl.abs(b_hi*b_gs), ...): lt01 = tl.clamp(fma(a, -2^40, t), 0, 1)",
@@ -874,8 +878,9 @@ def show(topic: str):
 _NOTES = {
     "nvfp4": ("The same bytes as the Triton kernel, by another route (the header comment of the source says why "
               "each step is exact): the E2M1 index is a count of thresholds below |x|, compared in x's own "
-              "format two elements at a time against a table that a second small kernel builds once per call "
-              "(128 scale bytes x 7 decision points); and each CTA quantizes a tile of 128 rows x 32 blocks and "
+              "format two elements at a time against a table of 128 scale bytes x 7 decision points (built by each CTA "
+              "while its first loads are in flight when the tiles fit in one wave, else once per call by a small "
+              "first kernel); and each CTA quantizes a tile of 128 rows x 32 blocks and "
               "stores its scale bytes as whole 512-byte swizzled tiles. Blackwell has an instruction for the "
               "E2M1 rounding, `cvt.rn.satfinite.e2m1x2.f32`, but only on its arch-specific targets (sm_100a and "
               "later); the source uses it there, under an arch guard. The E4M3 scale uses the hardware "

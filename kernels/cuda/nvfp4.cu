@@ -9,10 +9,11 @@
 // and per element the E2M1 code of RN(RN(x * gs) / sf), ties to the even index, saturated at 6;
 // sf = 0 gives index 0. Bit 3 of a code is the sign bit of x. Element 2i is the low nibble.
 //
-// Two kernels per call:
+// One kernel, nvfp4_quant_kernel, in one launch per call (two when the tail rule below splits the
+// matrix). Each CTA does two things:
 //
-// 1. nvfp4_threshold_table_kernel (one block of 1024 threads): for each of the 128 scale bytes b and
-//    each E2M1 decision point t_j (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5), the threshold X_j(b): the
+// 1. Its threshold table, built in shared memory while its first loads of x are in flight: for each
+//    of the 128 scale bytes b and each E2M1 decision point t_j (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5), the threshold X_j(b): the
 //    largest pattern of x's own format (bf16 or fp16, >= 0) whose |x| does NOT pass t_j, where passing
 //    means RN(|x| gs) > t_j sf (a tie goes down to the even index: t = 0.25, 1.25, 2.5, 5) or
 //    RN(|x| gs) >= t_j sf (a tie goes up: 0.75, 1.75, 3.5). The Triton kernel's docstring proves that
@@ -29,9 +30,16 @@
 //    there and p0 + 1 counts as passing, which also covers gs = 0, inf, NaN and negative gs. On the H200
 //    (while this kernel was built; not part of the records) it matched the binary search it replaced on
 //    every word for 300,013 global scales per dtype, every fp32 exponent and the edge values among them;
-//    tests/test_cuda.py checks it against the search in torch. Without the search the table kernel is a
-//    few dozen instructions per thread, so the quantizer waits less for it.
-// 2. nvfp4_quant_kernel: one CTA per tile of 128 rows x kC blocks (wide tiles: kC = 32; narrow: 8;
+//    tests/test_cuda.py checks it against the search in torch (nvfp4_threshold_table_kernel writes the
+//    same words to global memory for it, one table per global scale). Without the search a word is a
+//    few dozen instructions; the CTA's 256 threads build its 1024 words, 4 each (threshold_word).
+//    Why every CTA builds its own: a first version built the table once per call in a kernel of its
+//    own, which the quantizer followed as a programmatic dependent, loading its first rows of x and
+//    then waiting for the table. That added a kernel boundary and a wait to every call. On the H200,
+//    while this kernel was built (not part of the records), building it in every CTA was faster on
+//    each of 46 one-wave inputs (64-100 MiB; by 0.5 to 13 points of the copy ceiling, 3.8 on average)
+//    and within -0.9 to +1.9 points on 8 larger ones, in the same run.
+// 2. The quantization of one tile of 128 rows x kC blocks (wide tiles: kC = 32; narrow: 8;
 //    or a row piece of a wide tile: see "the tail" below). 32/kC rows per warp per step, a thread per
 //    block (two 16-byte loads, the
 //    next step's loads in flight during this one's arithmetic); for kC = 32 eight warps and 16 steps
@@ -72,20 +80,24 @@
 // launch of wide tiles) to about 82%, in the same run; narrow tiles everywhere (no split) were slower
 // wherever there is no thin wave.
 // Within one wave (N < P) every tile starts at once, so the launch takes as long as the SMs that hold
-// the most tiles: with N = k SMs + r, r SMs hold k + 1 tiles while the rest hold k. The launcher then
-// quantizes k SMs whole tiles and cuts the r others into row pieces in the same launch, each piece a
-// CTA of the same kernel: quarters (32 rows) when 4r <= SMs, halves (64 rows) when 2r <= SMs, so that
-// there are no more pieces than SMs (one each if the block scheduler spreads them evenly); when
-// 2r > SMs the whole tiles stay (pieces would double up on some SMs and only add CTAs). No shape is
-// named: the rule reads N, the SM count and the occupancy. On the
-// H200, while this rule was built (not part of the records), 49 one-wave launches with 4 <= r <= 64
-// went from 75-85% of the copy ceiling (whole tiles) to 84-91% in the same run (one was 1.7 points
-// slower), over M = 128 x 64..99 at K = 4096, 128 x 37..56 at K = 7168 (bf16 and fp16), 128 x
-// 128..198 at K = 2048 (fp16) and the heatmap's shapes; with r > 66, quarters were up to 14 points
-// and halves up to 9 points slower than whole tiles, and in a later run, quarters or halves that the
-// piece CTAs (no more than SMs) take in turn from an atomic counter were not faster than whole tiles
-// on 62 of 71 such inputs, 1-2 points faster on 6, and 13-15 points faster on 3 where whole tiles sat
-// at 67-70% in that run only (85-91% in the other runs: probably a disturbed measurement).
+// the most tiles: with N = k SMs + r, r SMs hold k + 1 tiles while the rest hold k. The launcher keeps
+// k SMs whole tiles and, by how many SMs the r others would burden:
+// * 2r <= SMs: cuts them into row pieces in the same launch, each piece a CTA of the same kernel:
+//   quarters (32 rows) when 4r <= SMs, halves (64 rows) otherwise, so that there are no more pieces
+//   than SMs (one each if the block scheduler spreads them evenly).
+// * SMs < 2r <= 7 SMs / 4 (8r <= 7 SMs): cuts each into 4 narrow tiles in a second launch, as past one
+//   wave: its small CTAs take the slots that the k whole tiles per SM leave free, and more as slots
+//   come free, so the SMs finish nearly together.
+// * 8r > 7 SMs: whole tiles (nearly every SM holds k + 1; cutting only adds CTAs).
+// No shape is named: the rule reads N, the SM count and the occupancy. On the H200, while this rule
+// was built (not part of the records): 49 one-wave launches with 4 <= r <= 64 went from 75-85% of the
+// copy ceiling (whole tiles) to 84-91% with pieces in the same run (one was 1.7 points slower), over
+// M = 128 x 64..99 at K = 4096, 128 x 37..56 at K = 7168 (bf16 and fp16), 128 x 128..198 at K = 2048
+// (fp16) and the heatmap's shapes. With 2r > SMs, pieces were slower than whole tiles (quarters by up
+// to 14 points, halves by up to 9; pieces that at most SMs CTAs take in turn from an atomic counter
+// were not faster on 62 of 71 inputs), while the narrow launch (in a later run, with the tables built
+// per CTA) was faster than whole tiles on each of the 18 inputs with 66 < r <= 104 (by 1.9 to 6.9
+// points), and from 2.7 points slower to 2.6 faster on the 12 with 110 <= r <= 130: hence 7/8.
 // A row piece takes the rows 32g + 8s .. 32g + 8s + 7 (g < 4) of its quarters s: in the swizzled layout
 // they fill the bytes 128s .. 128s + 127 of each of the tile's 512-byte scale tiles, so a piece still
 // stores whole 128-byte runs.
@@ -104,14 +116,15 @@
 //   tiles that exist; round_up(K/16,4) - 1 lies in the piece that holds column K/16 - 1).
 //   WRITE_PADDING=false stores only the real entries' bytes: the regression the workbook teaches.
 // * scales, linear [M, K/16]: each real block's thread stores its byte.
-// * table: the table kernel writes all 1024 words.
+// * table: each CTA's 256 threads write all 1024 words of its shared table before the barrier that
+//   precedes the first read.
 //
-// The table kernel starts the quantizer early (programmatic dependent launch: griddepcontrol): the
-// quantizer's first loads of x go out while the table is built, and it waits for the table
-// (griddepcontrol.wait) before it reads it. A wide CTA signals griddepcontrol.launch_dependents only
-// after that wait, so when the narrow launch starts (every wide CTA has signalled) the table kernel has
-// finished and its writes are visible: the narrow kernel reads the table without waiting, and never
-// waits for the wide grid (their tiles are disjoint).
+// The wide launch is an ordinary one, so it starts after whatever wrote x and the global scale. The
+// narrow launch is its programmatic dependent (griddepcontrol): it may start once every wide CTA has
+// signalled griddepcontrol.launch_dependents, which a wide CTA does when its table is built, so the
+// narrow CTAs take the slots that wide CTAs leave or free. It reads only x and the global scale
+// (complete before the wide launch began) and writes tiles disjoint from the wide launch's, so it never
+// waits for the wide grid.
 //
 // Blackwell has an E2M1 conversion instruction (`cvt.rn.satfinite.e2m1x2.f32`), but only on its
 // arch-specific targets (sm_100a, sm_103a, sm_110a, sm_120a, sm_121a), not on the H200's sm_90. Under
@@ -232,7 +245,7 @@ __device__ __forceinline__ uint32_t threshold_word(uint32_t e, float gs) {
 }
 
 // One table of 1024 words per block: block i reads global_scale[i] and writes table[1024 i ...]. A
-// quantizer call launches one block; tests launch many (nvfp4_threshold_tables_cuda).
+// call past one wave launches one block; tests launch many (nvfp4_threshold_tables_cuda).
 template <bool IS_BF16>
 __global__ void __launch_bounds__(1024) nvfp4_threshold_table_kernel(const float* __restrict__ global_scale,
                                                                      uint32_t* __restrict__ table) {
@@ -365,7 +378,7 @@ __device__ __forceinline__ uint2 quant_block(const uint32_t* w, float gs, const 
 // pattern) ran whole tiles 2-6% slower on the H200 (one run against the record of the previous
 // kernel, whose device copies it matched within 0.5%; not part of the records).
 template <bool IS_BF16, bool SWIZZLED, bool WRITE_PADDING, int kC, bool kPiece>
-__device__ __forceinline__ void quant_tile(const uint4* __restrict__ xw, const uint4* table,
+__device__ __forceinline__ void quant_tile(const uint4* __restrict__ xw, const uint4* table, bool own_table,
                                            const float* __restrict__ global_scale, uint2* __restrict__ codes,
                                            uint8_t* __restrict__ sf, uint32_t M, uint32_t n_blocks, uint32_t sf_cols,
                                            uint32_t wide, uint32_t c0_off, uint32_t s0, uint32_t lj,
@@ -384,19 +397,26 @@ __device__ __forceinline__ void quant_tile(const uint4* __restrict__ xw, const u
   const uint32_t n_steps = kPiece ? 4u << lj : (uint32_t)kSteps;
   auto row = [&](uint32_t j) -> uint32_t { return kPiece ? r0 + 32 * (j & 3) + 8 * (j >> 2) : r0 + j * kStepRows; };
 
-  // the first step's row: loaded before the wait, while the table is built
+  // the first step's row: loaded before the table is built or waited for
   uint4 nxt0 = make_uint4(0, 0, 0, 0), nxt1 = nxt0;
   if (r0 < M && c < n_blocks) {
     const size_t b = (size_t)r0 * n_blocks + c;
     nxt0 = __ldcs(xw + 2 * b);
     nxt1 = __ldcs(xw + 2 * b + 1);
   }
-  if (kIsWide) {
-    asm volatile("griddepcontrol.wait;" ::: "memory");   // the table kernel has finished
-    asm volatile("griddepcontrol.launch_dependents;");    // the narrow launch may start (the table is done)
-  }
-  s_table[threadIdx.x] = load_after_wait(table + threadIdx.x);
   const float gs = __ldg(global_scale);
+  if (own_table) {   // one wave: thread t builds words 4t .. 4t + 3 (scale byte t / 2, points 4 (t % 2) ..)
+    const uint32_t e = 4 * threadIdx.x;
+    s_table[threadIdx.x] = make_uint4(threshold_word<IS_BF16>(e, gs), threshold_word<IS_BF16>(e + 1, gs),
+                                      threshold_word<IS_BF16>(e + 2, gs), threshold_word<IS_BF16>(e + 3, gs));
+    if (kIsWide) asm volatile("griddepcontrol.launch_dependents;");   // the narrow launch may start
+  } else {           // past one wave: the table kernel's words
+    if (kIsWide) {
+      asm volatile("griddepcontrol.wait;" ::: "memory");   // the table kernel has finished
+      asm volatile("griddepcontrol.launch_dependents;");    // the narrow launch may start (the table is done)
+    }
+    s_table[threadIdx.x] = load_after_wait(table + threadIdx.x);
+  }
   __syncthreads();
 
 #pragma unroll 1
@@ -445,7 +465,8 @@ __device__ __forceinline__ void quant_tile(const uint4* __restrict__ xw, const u
 template <bool IS_BF16, bool SWIZZLED, bool WRITE_PADDING, int kC>
 __global__ void __launch_bounds__(kThreads, IS_BF16 || kC == kWide ? kMinBlocks : kMinBlocksNarrowF16) nvfp4_quant_kernel(
     const uint4* __restrict__ xw,          // [M, K/16] blocks of 32 bytes: the fp16|bf16 input as words
-    const uint4* table,                    // [128 x 2] the threshold table (written by the table kernel)
+    const uint4* table,                    // [128 x 2] the table kernel's words (past one wave)
+    uint32_t own_table,                    // 1: one wave, each CTA builds its table (`table` unread)
     const float* __restrict__ global_scale,  // [1] fp32, read on the device
     uint2* __restrict__ codes,             // [M, K/16] blocks of 8 code bytes = uint8 [M, K/2]
     uint8_t* __restrict__ sf,              // scale bytes: swizzled [sf_rows * sf_cols] or linear [M, K/16]
@@ -454,18 +475,18 @@ __global__ void __launch_bounds__(kThreads, IS_BF16 || kC == kWide ? kMinBlocks 
     uint32_t w_base,                       // narrow launch: the first wide tile it cuts into pieces
     uint32_t n_whole,                      // wide launch: CTAs < n_whole quantize whole tiles, the rest
     uint32_t piece_lj) {                   //   row pieces of 2^piece_lj quarters of the tiles n_whole..
-  __shared__ __align__(16) uint4 s_table[256];
+  __shared__ __align__(16) uint4 s_table[256];        // the threshold table: 128 scale bytes x 8 words
   __shared__ __align__(16) uint8_t s_sf[kRows * kC];   // the tile's kC/4 swizzled 512-byte tiles, in order
   if (kC == kWide && blockIdx.x >= n_whole) {   // a row piece: 2^(2 - piece_lj) pieces per tile
     const uint32_t p = blockIdx.x - n_whole, per_tile = 2 - piece_lj;
-    quant_tile<IS_BF16, SWIZZLED, WRITE_PADDING, kC, true>(xw, table, global_scale, codes, sf, M, n_blocks, sf_cols,
+    quant_tile<IS_BF16, SWIZZLED, WRITE_PADDING, kC, true>(xw, table, own_table != 0, global_scale, codes, sf, M, n_blocks, sf_cols,
                                                           n_whole + (p >> per_tile), 0u,
                                                           (p & ((1u << per_tile) - 1)) << piece_lj, piece_lj,
                                                           s_table, s_sf);
   } else {
     const uint32_t wide = kC == kWide ? blockIdx.x : w_base + blockIdx.x / (kWide / kC);
     const uint32_t c0_off = kC == kWide ? 0u : (blockIdx.x % (kWide / kC)) * kC;
-    quant_tile<IS_BF16, SWIZZLED, WRITE_PADDING, kC, false>(xw, table, global_scale, codes, sf, M, n_blocks, sf_cols,
+    quant_tile<IS_BF16, SWIZZLED, WRITE_PADDING, kC, false>(xw, table, own_table != 0, global_scale, codes, sf, M, n_blocks, sf_cols,
                                                            wide, c0_off, 0u, 2u, s_table, s_sf);
   }
 }
@@ -474,7 +495,7 @@ __global__ void __launch_bounds__(kThreads, IS_BF16 || kC == kWide ? kMinBlocks 
 // quantize row pieces of 2^piece_lj quarters (same launch), narrow CTAs (second launch), and
 // P = SMs x resident wide CTAs per SM (the occupancy query, once per instantiation; 6 with the
 // register cap).
-struct Plan { uint32_t wide, pieces, piece_lj, narrow, slots; };
+struct Plan { uint32_t wide, pieces, piece_lj, narrow, slots; bool own_table; };
 
 template <bool IS_BF16, bool SWIZZLED, bool WRITE_PADDING>
 static Plan plan(uint32_t M, uint32_t n_blocks, int sms) {
@@ -488,30 +509,34 @@ static Plan plan(uint32_t M, uint32_t n_blocks, int sms) {
   }
   const uint64_t N = (uint64_t)((M + kRows - 1) / kRows) * ((n_blocks + kWide - 1) / kWide);   // wide tiles
   const uint64_t P = (uint64_t)sms * (uint64_t)per_sm, waves = N / P, rest = N - waves * P;
-  if (waves == 0) {   // one wave: k whole tiles per SM, and r more cut into at most SMs pieces
-    const uint64_t k = N / (uint64_t)sms, r = N - k * (uint64_t)sms;
-    if (r == 0 || 2 * r > (uint64_t)sms) return {(uint32_t)N, 0u, 0u, 0u, (uint32_t)P};   // whole tiles
-    const uint32_t lj = 4 * r <= (uint64_t)sms ? 0u : 1u;                             // quarters | halves
-    return {(uint32_t)(k * sms), (uint32_t)(r << (2 - lj)), lj, 0u, (uint32_t)P};
+  if (waves == 0) {   // one wave: k whole tiles per SM, and r more
+    const uint64_t S = (uint64_t)sms, k = N / S, r = N - k * S;
+    if (r == 0 || 8 * r > 7 * S) return {(uint32_t)N, 0u, 0u, 0u, (uint32_t)P, true};        // whole tiles
+    if (2 * r > S) return {(uint32_t)(k * S), 0u, 0u, (uint32_t)(r * (kWide / kNarrow)), (uint32_t)P, true};  // narrow
+    const uint32_t lj = 4 * r <= S ? 0u : 1u;                                               // quarters | halves
+    return {(uint32_t)(k * S), (uint32_t)(r << (2 - lj)), lj, 0u, (uint32_t)P, true};
   }
-  if (rest == 0 || 10 * rest >= 9 * P) return {(uint32_t)N, 0u, 0u, 0u, (uint32_t)P};   // no thin last wave
-  return {(uint32_t)(waves * P), 0u, 0u, (uint32_t)(rest * (kWide / kNarrow)), (uint32_t)P};
+  if (rest == 0 || 10 * rest >= 9 * P) return {(uint32_t)N, 0u, 0u, 0u, (uint32_t)P, false};   // no thin last wave
+  return {(uint32_t)(waves * P), 0u, 0u, (uint32_t)(rest * (kWide / kNarrow)), (uint32_t)P, false};
 }
 
+// pdl: the launch may start before the previous one in the stream ends (programmatic dependent launch)
 template <typename Kernel>
-static cudaError_t launch_pdl(Kernel kernel, uint32_t grid, const void* x, const float* gs, void* codes, void* sf,
-                              void* table, uint32_t M, uint32_t n_blocks, uint32_t sf_cols, uint32_t w_base,
-                              uint32_t n_whole, uint32_t piece_lj, cudaStream_t stream) {
+static cudaError_t launch_one(Kernel kernel, bool pdl, uint32_t grid, const void* x, const float* gs, void* codes,
+                              void* sf, const void* table, bool own_table, uint32_t M, uint32_t n_blocks,
+                              uint32_t sf_cols, uint32_t w_base, uint32_t n_whole, uint32_t piece_lj,
+                              cudaStream_t stream) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(grid);   // the caller keeps M*K/16 < 2^31, so the tile counts fit
   cfg.blockDim = dim3(kThreads);
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;   // may start before the previous launch ends
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  return cudaLaunchKernelEx(&cfg, kernel, static_cast<const uint4*>(x), static_cast<const uint4*>(table), gs,
+  cfg.numAttrs = pdl ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, kernel, static_cast<const uint4*>(x), static_cast<const uint4*>(table),
+                            (uint32_t)own_table, gs,
                             static_cast<uint2*>(codes), static_cast<uint8_t*>(sf), M, n_blocks, sf_cols, w_base,
                             n_whole, piece_lj);
 }
@@ -519,13 +544,18 @@ static cudaError_t launch_pdl(Kernel kernel, uint32_t grid, const void* x, const
 template <bool IS_BF16, bool SWIZZLED, bool WRITE_PADDING>
 static cudaError_t launch(const void* x, const float* gs, void* codes, void* sf, void* table, uint32_t M,
                           uint32_t n_blocks, uint32_t sf_cols, int sms, cudaStream_t stream) {
-  nvfp4_threshold_table_kernel<IS_BF16><<<1, 1024, 0, stream>>>(gs, static_cast<uint32_t*>(table));
   const Plan p = plan<IS_BF16, SWIZZLED, WRITE_PADDING>(M, n_blocks, sms);
-  cudaError_t err = launch_pdl(nvfp4_quant_kernel<IS_BF16, SWIZZLED, WRITE_PADDING, kWide>, p.wide + p.pieces, x, gs,
-                               codes, sf, table, M, n_blocks, sf_cols, 0u, p.wide, p.piece_lj, stream);
-  if (err != cudaSuccess || p.narrow == 0) return err;
-  return launch_pdl(nvfp4_quant_kernel<IS_BF16, SWIZZLED, WRITE_PADDING, kNarrow>, p.narrow, x, gs, codes, sf, table,
-                    M, n_blocks, sf_cols, p.wide, 0u, 0u, stream);
+  // past one wave: the table kernel first (an ordinary launch: after whatever wrote the global scale and
+  // x), the wide launch its programmatic dependent; one wave: the wide launch is the ordinary one
+  if (!p.own_table) nvfp4_threshold_table_kernel<IS_BF16><<<1, 1024, 0, stream>>>(gs, static_cast<uint32_t*>(table));
+  if (p.wide + p.pieces > 0) {
+    const cudaError_t err = launch_one(nvfp4_quant_kernel<IS_BF16, SWIZZLED, WRITE_PADDING, kWide>, !p.own_table,
+                                       p.wide + p.pieces, x, gs, codes, sf, table, p.own_table, M, n_blocks, sf_cols,
+                                       0u, p.wide, p.piece_lj, stream);
+    if (err != cudaSuccess || p.narrow == 0) return err;
+  }
+  return launch_one(nvfp4_quant_kernel<IS_BF16, SWIZZLED, WRITE_PADDING, kNarrow>, p.wide > 0, p.narrow, x, gs,
+                    codes, sf, table, p.own_table, M, n_blocks, sf_cols, p.wide, 0u, 0u, stream);
 }
 
 }  // namespace nvfp4
@@ -553,8 +583,9 @@ static int nvfp4_use_device(int device) {   // this library's CUDA runtime keeps
 // Host launcher. x: [M, K] fp16|bf16, contiguous, 16-byte aligned; global_scale: fp32 [1] on the
 // device; codes: uint8 [M, K/2] (8-byte aligned); sf: uint8 storage [sf_rows, sf_cols] (swizzled:
 // round_up(M,128) x round_up(K/16,4), 16-byte aligned; linear: M x K/16); table: 1024 uint32 of
-// scratch (the table kernel writes all of it). M * K/16 < 2^31 (the caller checks); device: x's CUDA
-// device; stream: a stream of that device. Returns the launches' cudaError_t (0 = success).
+// scratch (past one wave the table kernel writes all of it; within one wave it is not touched).
+// M * K/16 < 2^31 (the caller checks); device: x's CUDA device; stream: a stream of that device.
+// Returns the launches' cudaError_t (0 = success).
 extern "C" int nvfp4_quant_cuda(const void* x, const float* global_scale, void* codes, void* sf, void* table,
                                 int M, int K, int sf_rows, int sf_cols, int is_bf16, int swizzled,
                                 int write_padding, int device, cudaStream_t stream) {
@@ -579,9 +610,9 @@ extern "C" int nvfp4_quant_cuda(const void* x, const float* global_scale, void* 
 // The launch plan nvfp4_quant_cuda would use on `device` (swizzled, write_padding; the other layouts
 // plan alike): CTAs of the wide launch that quantize whole tiles (128 x 32 blocks), CTAs of the same
 // launch that quantize row pieces and the rows of a piece (32 or 64; pieces = 0 unless one wave
-// leaves some SMs a tile more), CTAs of the narrow launch (128 x 8; 0 unless there is a thin last
-// wave), the wide CTAs resident at once (P) and the SM count. For tests and the notebook. Returns a
-// cudaError_t.
+// leaves at most half the SMs a tile more), CTAs of the narrow launch (128 x 8; 0 unless there is a
+// thin last wave, or one wave leaves more than half and at most 7/8 of the SMs a tile more), the wide
+// CTAs resident at once (P) and the SM count. For tests and the notebook. Returns a cudaError_t.
 extern "C" int nvfp4_quant_cuda_plan(int M, int K, int is_bf16, int device, int* wide_ctas, int* narrow_ctas,
                                      int* slots, int* piece_ctas, int* piece_rows, int* sm_count) {
   *wide_ctas = *narrow_ctas = *slots = *piece_ctas = *piece_rows = *sm_count = 0;
@@ -599,8 +630,8 @@ extern "C" int nvfp4_quant_cuda_plan(int M, int K, int is_bf16, int device, int*
   return (int)cudaGetLastError();
 }
 
-// The threshold tables for n global scales (one 1024-word table each, as the quantizer's table kernel
-// builds them): for tests. Returns a cudaError_t.
+// The threshold tables for n global scales (one 1024-word table each, the words the table kernel and
+// a one-wave quantizer CTA build for that scale): for tests. Returns a cudaError_t.
 extern "C" int nvfp4_threshold_tables_cuda(const float* global_scales, int n, int is_bf16, uint32_t* tables,
                                            int device, cudaStream_t stream) {
   if (n <= 0) return (int)cudaSuccess;
