@@ -337,20 +337,29 @@ def test_nvfp4_cuda_whole_storage_written(M, K, swizzled):
         assert_exact(_u8(cs).cpu(), _u8(rs), f"scales (padding included) under poison {pattern}")
 
 
-def _split_shape(dtype):
-    """An input with odd M and K/16 whose wide tiles leave a thin last wave on this GPU, so the CUDA
-    launcher splits it (wide launch + narrow launch): found from the GPU's own plan, not assumed."""
+def _split_shape(dtype, one_wave=False):
+    """An input with odd M and K/16 that the CUDA launcher splits on this GPU (wide launch + narrow
+    launch): past one wave, with a thin last wave (one_wave=False), or within one wave, where more
+    than half and at most 7/8 of the SMs would hold a tile more (one_wave=True, with at least one
+    whole tile per SM). Found from the GPU's own plan, not assumed."""
     for K in (14352, 5136, 2064):                       # K/16 = 897, 321, 129: a partial last column tile
         n_wide = -(-(K // 16) // 32)
-        slots = cuda.nvfp4_launch_plan(128, K, dtype)["slots"]
-        for rows in range(1, 2048):                      # a last wave of 10% .. 60% of the slots
+        p0 = cuda.nvfp4_launch_plan(128, K, dtype)
+        slots, sms = p0["slots"], p0["sms"]
+        for rows in range(1, 2048):
             M = 128 * rows - 37
             tiles = rows * n_wide
-            if tiles > slots and 0.1 * slots <= tiles % slots <= 0.6 * slots and M * K * 2 <= 1 << 28:
+            if one_wave:
+                r = tiles % sms
+                want = sms <= tiles < slots and sms < 2 * r and 8 * r <= 7 * sms
+            else:                                        # a last wave of 10% .. 60% of the slots
+                want = tiles > slots and 0.1 * slots <= tiles % slots <= 0.6 * slots and M * K * 2 <= 1 << 28
+            if want:
                 plan = cuda.nvfp4_launch_plan(M, K, dtype)
                 if plan["narrow"]:
                     return M, K, plan
-    pytest.fail("no input of at most 256 MiB has a thin last wave on this GPU")
+    pytest.fail(f"no input of at most 256 MiB is split {'within one wave' if one_wave else 'past one wave'} "
+                "on this GPU")
 
 
 def _piece_shape(dtype, piece_rows):
@@ -407,6 +416,33 @@ def test_nvfp4_cuda_tail_split_plan_and_bytes(dtype):
     assert plan["wide"] % plan["slots"] == 0 and plan["wide"] < plan["wide_tiles"], plan
     assert plan["narrow"] == 4 * (plan["wide_tiles"] - plan["wide"]) and plan["pieces"] == 0, plan
     _check_all_bytes(M, K, dtype)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_nvfp4_cuda_one_wave_narrow_plan_and_bytes(dtype):
+    """The tail rule within one wave when more than half and at most 7/8 of the SMs would hold a tile
+    more: k whole tiles per SM in the wide launch, the r tiles left over as 4 narrow tiles each in the
+    second launch, every CTA with the threshold table it builds itself (the launcher's scratch table,
+    poisoned like every allocation here, is never read); both launches together write every byte of
+    both outputs (two poisons, padding included), equal to the Triton kernel's; write_padding=False
+    still leaves exactly the padding. With fewer tiles than SMs the narrow launch runs alone."""
+    M, K, plan = _split_shape(dtype, one_wave=True)
+    sms, tiles = plan["sms"], plan["wide_tiles"]
+    r = tiles % sms
+    assert plan["wide"] == tiles - r and plan["narrow"] == 4 * r and plan["pieces"] == 0, plan
+    assert sms < 2 * r and 8 * r <= 7 * sms and tiles < plan["slots"], plan
+    _check_all_bytes(M, K, dtype)
+    # one column tile (K = 512), so M / 128 tiles, none whole per SM: r just past half the SMs is cut
+    # into narrow tiles, r just past 7/8 of them stays whole
+    just_half, just_7_8 = sms // 2 + 1, 7 * sms // 8 + 1
+    p = cuda.nvfp4_launch_plan(128 * just_half, 512, dtype)
+    assert p["wide"] == 0 and p["narrow"] == 4 * just_half and p["pieces"] == 0, p
+    p = cuda.nvfp4_launch_plan(128 * just_7_8, 512, dtype)
+    assert p["wide"] == just_7_8 and p["narrow"] == 0 and p["pieces"] == 0, p
+    n_wide = -(-(K // 16) // 32)
+    rows = next(rw for rw in range(1, 64) if sms < 2 * rw * n_wide <= 7 * sms // 4)
+    _check_all_bytes(128 * rows - 37, K, dtype)                # the narrow launch alone (no whole tile)
 
 
 @gpu
@@ -735,15 +771,20 @@ def test_cuda_record_holds_the_nvfp4_heatmap_over_the_triton_grid():
         plan = r["plan"]   # the tail rule's launch (kernels/cuda/nvfp4.cu, plan())
         tiles = -(-r["M"] // 128) * -(-(r["K"] // 16) // 32)
         sms, rest = plan["sms"], tiles % plan["sms"]
-        if plan["narrow"]:    # past one wave, a thin last one: whole waves of wide tiles, 4 narrow pieces each
+        if plan["narrow"] and tiles >= plan["slots"]:   # past one wave, a thin last one: whole waves of
+            # wide tiles, the rest as 4 narrow tiles each
             assert plan["wide"] % plan["slots"] == 0 and plan["narrow"] == 4 * (tiles - plan["wide"]), r
             assert 0 < tiles - plan["wide"] < 0.9 * plan["slots"] and plan["pieces"] == 0, r
-        elif plan["pieces"]:  # one wave, some SMs a tile more: k whole tiles per SM, the rest as row pieces
+        elif plan["narrow"]:  # one wave, more than half and at most 7/8 of the SMs a tile more: k whole
+            # tiles per SM, the rest as 4 narrow tiles each
+            assert plan["wide"] == tiles - rest and plan["narrow"] == 4 * rest and plan["pieces"] == 0, r
+            assert sms < 2 * rest and 8 * rest <= 7 * sms, r
+        elif plan["pieces"]:  # one wave, at most half the SMs a tile more: the rest as row pieces
             assert tiles < plan["slots"] and plan["wide"] == tiles - rest and 0 < 2 * rest <= sms, r
             assert plan["piece_rows"] == (32 if 4 * rest <= sms else 64), r
             assert plan["pieces"] == rest * 128 // plan["piece_rows"], r
         else:
             assert plan["wide"] == tiles and plan["piece_rows"] == 0, r
-            assert tiles >= plan["slots"] or rest == 0 or 2 * rest > sms, r
+            assert tiles >= plan["slots"] or rest == 0 or 8 * rest > 7 * sms, r
     fig = nvfp4.plot_heatmap(rec, key="nvfp4_heatmap")
     assert len([a for a in fig.axes if a.get_title().endswith("input")]) == 2
