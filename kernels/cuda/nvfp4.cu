@@ -9,13 +9,13 @@
 // and per element the E2M1 code of RN(RN(x * gs) / sf), ties to the even index, saturated at 6;
 // sf = 0 gives index 0. Bit 3 of a code is the sign bit of x. Element 2i is the low nibble.
 //
-// One kernel, nvfp4_quant_kernel, in one launch per call (two when the tail rule below splits the
-// matrix). Each CTA does two things:
+// Per call: nvfp4_quant_kernel in one launch (two when the tail rule below splits the matrix), after
+// nvfp4_threshold_table_kernel when the tiles take more than one wave. Each quantizer CTA:
 //
-// 1. Its threshold table, built in shared memory while its first loads of x are in flight: for each
-//    of the 128 scale bytes b and each E2M1 decision point t_j (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5), the threshold X_j(b): the
-//    largest pattern of x's own format (bf16 or fp16, >= 0) whose |x| does NOT pass t_j, where passing
-//    means RN(|x| gs) > t_j sf (a tie goes down to the even index: t = 0.25, 1.25, 2.5, 5) or
+// 1. Gets its threshold table into shared memory: for each of the 128 scale bytes b and each E2M1
+//    decision point t_j (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5), the threshold X_j(b): the largest
+//    pattern of x's own format (bf16 or fp16, >= 0) whose |x| does NOT pass t_j, where passing means
+//    RN(|x| gs) > t_j sf (a tie goes down to the even index: t = 0.25, 1.25, 2.5, 5) or
 //    RN(|x| gs) >= t_j sf (a tie goes up: 0.75, 1.75, 3.5). The Triton kernel's docstring proves that
 //    this is the rounding of RN(RN(|x| gs) / sf) (t_j sf is exact); RN(|x| gs) never decreases as |x|
 //    grows, so |x| passes exactly when |x| > X_j. So the index of an element is the number of
@@ -30,15 +30,17 @@
 //    there and p0 + 1 counts as passing, which also covers gs = 0, inf, NaN and negative gs. On the H200
 //    (while this kernel was built; not part of the records) it matched the binary search it replaced on
 //    every word for 300,013 global scales per dtype, every fp32 exponent and the edge values among them;
-//    tests/test_cuda.py checks it against the search in torch (nvfp4_threshold_table_kernel writes the
-//    same words to global memory for it, one table per global scale). Without the search a word is a
-//    few dozen instructions; the CTA's 256 threads build its 1024 words, 4 each (threshold_word).
-//    Why every CTA builds its own: a first version built the table once per call in a kernel of its
-//    own, which the quantizer followed as a programmatic dependent, loading its first rows of x and
-//    then waiting for the table. That added a kernel boundary and a wait to every call. On the H200,
-//    while this kernel was built (not part of the records), building it in every CTA was faster on
-//    each of 46 one-wave inputs (64-100 MiB; by 0.5 to 13 points of the copy ceiling, 3.8 on average)
-//    and within -0.9 to +1.9 points on 8 larger ones, in the same run.
+//    tests/test_cuda.py checks it against the search in torch. Without the search a word is a few
+//    dozen instructions, and who computes them depends on the size. Within one wave of tiles (see
+//    "the tail" below) each CTA builds its own 1024 words, 4 per thread, while its first loads of x
+//    are in flight. Past one wave the table kernel (one block of 1024 threads) builds them once per
+//    call, and each CTA of the quantizer, its programmatic dependent, loads its first rows of x, waits
+//    for the table kernel and copies the table in. On the H200, while this kernel was built (not part
+//    of the records): building the table in every CTA was faster than the table kernel on each of 46
+//    one-wave inputs (64-100 MiB; by 0.5 to 13 points of the copy ceiling, 3.8 on average), in the
+//    same run; past one wave it was slower on 13 of 17 inputs of 100-600 MiB (by 0.5 to 2.4 points;
+//    each timed three times, alternating with the table kernel, in one run): there one kernel
+//    boundary and one wait per call cost less than 1024 words per CTA.
 // 2. The quantization of one tile of 128 rows x kC blocks (wide tiles: kC = 32; narrow: 8;
 //    or a row piece of a wide tile: see "the tail" below). 32/kC rows per warp per step, a thread per
 //    block (two 16-byte loads, the
@@ -78,7 +80,10 @@
 // occupancy. On the H200, while this kernel was built (not part of the records), this split raised the
 // lowest share of the copy ceiling over the heatmap's inputs of 64 MiB or more from about 67% (one
 // launch of wide tiles) to about 82%, in the same run; narrow tiles everywhere (no split) were slower
-// wherever there is no thin wave.
+// wherever there is no thin wave. In a later run (16 inputs of 100-600 MiB with a thin last wave,
+// bf16 and fp16), the rest cut instead into quarter or half row pieces of the wide launch was slower
+// than the narrow launch on 28 and 30 of the 32 (by up to 4.8 and 11.2 points), and moving one or two
+// more tiles per SM into the narrow launch on 27 and 28 (by up to 1.2 and 2.8 points).
 // Within one wave (N < P) every tile starts at once, so the launch takes as long as the SMs that hold
 // the most tiles: with N = k SMs + r, r SMs hold k + 1 tiles while the rest hold k. The launcher keeps
 // k SMs whole tiles and, by how many SMs the r others would burden:
@@ -116,15 +121,21 @@
 //   tiles that exist; round_up(K/16,4) - 1 lies in the piece that holds column K/16 - 1).
 //   WRITE_PADDING=false stores only the real entries' bytes: the regression the workbook teaches.
 // * scales, linear [M, K/16]: each real block's thread stores its byte.
-// * table: each CTA's 256 threads write all 1024 words of its shared table before the barrier that
-//   precedes the first read.
+// * table: past one wave the table kernel writes all 1024 words of the scratch table before any
+//   quantizer CTA reads it; within one wave each CTA's 256 threads write all 1024 words of its shared
+//   table before the barrier that precedes the first read, and the scratch table is not read.
 //
-// The wide launch is an ordinary one, so it starts after whatever wrote x and the global scale. The
-// narrow launch is its programmatic dependent (griddepcontrol): it may start once every wide CTA has
-// signalled griddepcontrol.launch_dependents, which a wide CTA does when its table is built, so the
-// narrow CTAs take the slots that wide CTAs leave or free. It reads only x and the global scale
-// (complete before the wide launch began) and writes tiles disjoint from the wide launch's, so it never
-// waits for the wide grid.
+// The launches of a call (programmatic dependent launch: griddepcontrol). The first launch of a call is
+// an ordinary one, so it starts after whatever wrote x and the global scale: the table kernel past one
+// wave, the wide launch within one. Past one wave the wide launch is the table kernel's programmatic
+// dependent: its CTAs load their first rows of x, wait for the table kernel (griddepcontrol.wait) and
+// then read the table. The narrow launch is the wide launch's programmatic dependent: it may start once
+// every wide CTA has signalled griddepcontrol.launch_dependents, which a wide CTA does once it has its
+// table (built, or after the wait: so the table kernel has finished and its writes are visible when a
+// narrow CTA reads the table without waiting), and its CTAs take the slots that wide CTAs leave or
+// free. It reads only x, the global scale and the table, and writes tiles disjoint from the wide
+// launch's, so it never waits for the wide grid. With fewer tiles than SMs the narrow launch may be the
+// only one, an ordinary launch.
 //
 // Blackwell has an E2M1 conversion instruction (`cvt.rn.satfinite.e2m1x2.f32`), but only on its
 // arch-specific targets (sm_100a, sm_103a, sm_110a, sm_120a, sm_121a), not on the H200's sm_90. Under
@@ -479,14 +490,16 @@ __global__ void __launch_bounds__(kThreads, IS_BF16 || kC == kWide ? kMinBlocks 
   __shared__ __align__(16) uint8_t s_sf[kRows * kC];   // the tile's kC/4 swizzled 512-byte tiles, in order
   if (kC == kWide && blockIdx.x >= n_whole) {   // a row piece: 2^(2 - piece_lj) pieces per tile
     const uint32_t p = blockIdx.x - n_whole, per_tile = 2 - piece_lj;
-    quant_tile<IS_BF16, SWIZZLED, WRITE_PADDING, kC, true>(xw, table, own_table != 0, global_scale, codes, sf, M, n_blocks, sf_cols,
+    quant_tile<IS_BF16, SWIZZLED, WRITE_PADDING, kC, true>(xw, table, own_table != 0, global_scale, codes, sf, M,
+                                                          n_blocks, sf_cols,
                                                           n_whole + (p >> per_tile), 0u,
                                                           (p & ((1u << per_tile) - 1)) << piece_lj, piece_lj,
                                                           s_table, s_sf);
   } else {
     const uint32_t wide = kC == kWide ? blockIdx.x : w_base + blockIdx.x / (kWide / kC);
     const uint32_t c0_off = kC == kWide ? 0u : (blockIdx.x % (kWide / kC)) * kC;
-    quant_tile<IS_BF16, SWIZZLED, WRITE_PADDING, kC, false>(xw, table, own_table != 0, global_scale, codes, sf, M, n_blocks, sf_cols,
+    quant_tile<IS_BF16, SWIZZLED, WRITE_PADDING, kC, false>(xw, table, own_table != 0, global_scale, codes, sf, M,
+                                                           n_blocks, sf_cols,
                                                            wide, c0_off, 0u, 2u, s_table, s_sf);
   }
 }
