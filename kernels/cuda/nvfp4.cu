@@ -59,6 +59,10 @@
 //    is a few bytes). On the H200, while this kernel was built (not part of the records), a 40-register
 //    version was faster than the 91-register one on each of the 28 inputs of 64 MiB or more timed, in
 //    the same run.
+//    Prefetching more of the tile than the next step does not pay: in one run on the H200 (not part of
+//    the records; 20 inputs of 64-540 MiB), an L2 bulk prefetch (cp.async.bulk.prefetch.L2) of the
+//    CTA's next 3 steps at its start was slower than none on 18 of them (by up to 6.5 points of the
+//    copy ceiling), of 7 or 15 steps on all 20 (by 5 to 27 points).
 //
 // Why tiles of 128 rows (the lesson of this kernel). The swizzled scale layout puts the 128 x 4 scale
 // bytes of a tile in one 512-byte block; a 32-byte sector of it holds 8 rows x 4 columns. A kernel that
