@@ -423,8 +423,8 @@ def test_nvfp4_cuda_tail_split_plan_and_bytes(dtype):
 def test_nvfp4_cuda_one_wave_narrow_plan_and_bytes(dtype):
     """The tail rule within one wave when more than half and at most 7/8 of the SMs would hold a tile
     more: k whole tiles per SM in the wide launch, the r tiles left over as 4 narrow tiles each in the
-    second launch, every CTA with the threshold table it builds itself (the launcher's scratch table,
-    poisoned like every allocation here, is never read); both launches together write every byte of
+    second launch, every CTA with the threshold table it builds itself (the launcher's scratch table is
+    not needed: it is poisoned like every allocation here); both launches together write every byte of
     both outputs (two poisons, padding included), equal to the Triton kernel's; write_padding=False
     still leaves exactly the padding. With fewer tiles than SMs the narrow launch runs alone."""
     M, K, plan = _split_shape(dtype, one_wave=True)
