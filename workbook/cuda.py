@@ -272,8 +272,8 @@ def nvfp4_launch_plan(M: int, K: int, dtype: torch.dtype = torch.bfloat16, devic
     (32 or 64) rows of one of the remaining tiles (0 unless the tiles fit in one wave and would leave
     at most half the SMs a tile more than the others); ``narrow`` CTAs of a second launch, 128 rows x 8
     blocks each (0 unless the tiles would leave a thin last wave after whole ones, or fit in one wave
-    and would leave more than half, and at most 7/8, of the SMs a tile more); ``wide_tiles`` (all of [M, K] in
-    wide tiles), ``slots`` (the wide CTAs the GPU holds at once: SMs x resident CTAs per SM) and
+    and would leave more than half, and at most 7/8, of the SMs a tile more); ``wide_tiles`` (all of
+    [M, K] in wide tiles), ``slots`` (the wide CTAs the GPU holds at once: SMs x resident CTAs per SM) and
     ``sms``."""
     check_backend("cuda")
     if dtype not in (torch.float16, torch.bfloat16):
@@ -294,7 +294,8 @@ def nvfp4_launch_plan(M: int, K: int, dtype: torch.dtype = torch.bfloat16, devic
 def _nvfp4_threshold_tables(global_scales: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """The quantizer's threshold table (nvfp4_threshold_table_kernel) for each fp32 global scale of
     ``global_scales`` (1-D, on a GPU): int32 [n, 128, 8], word [b, j] = X_j(b) in both 16-bit halves
-    (word 7 of each row 0). For tests: the quantizer builds its one table itself."""
+    (word 7 of each row 0). For tests: a call builds one such table (past one wave) or one per CTA in
+    shared memory (within one wave)."""
     check_backend("cuda")
     if global_scales.dim() != 1 or not global_scales.is_cuda:
         raise ValueError(f"global_scales must be a 1-D tensor on a GPU, got shape {tuple(global_scales.shape)} "
@@ -613,8 +614,10 @@ METHODS = {
                      "copy ceiling; copy_same_bytes_us = a device copy of the same bytes, same timer "
                      "(workbook.nvfp4.measure_heatmap); plan = the launch (nvfp4_launch_plan): wide CTAs "
                      "(whole tiles of 128 x 32 blocks), pieces (CTAs of the same launch on piece_rows rows of a "
-                     "tile; > 0 where one wave would leave some SMs a tile more), narrow CTAs (128 x 8; > 0 "
-                     "where the tail rule split a thin last wave), slots (wide CTAs resident at once), sms",
+                     "tile; > 0 where one wave would leave at most half the SMs a tile more), narrow CTAs "
+                     "(128 x 8, a second launch; > 0 where the tail rule split a thin last wave, or a wave "
+                     "that would leave more than half and at most 7/8 of the SMs a tile more), slots (wide "
+                     "CTAs resident at once), sms",
     "sass_sm90": "CUDA kernels compiled for sm_90 here (nvcc, cuobjdump): static count of the instructions up "
                  "to the main path's EXIT (the out-of-line IEEE-division slow path excluded) / elements per thread",
     "sass_sm90_triton": "Triton kernels as this GPU compiled them (asm['sass']): static count of all "
@@ -776,8 +779,9 @@ MAPPING = {
          "5 for fp16's narrow tiles), "
          "a thread per block, a warp per row of the tile; where the tiles would leave a thin last wave, "
          "the rest goes to a second launch of narrow tiles (128 x 8 blocks); where they fit in one wave "
-         "but would leave some SMs a tile more, those tiles are cut into row pieces of 32 or 64 rows in "
-         "the same launch (plan(): the tail rule). "
+         "but would leave up to half the SMs a tile more, those tiles are cut into row pieces of 32 or 64 "
+         "rows in the same launch, and up to 7/8 of the SMs, into narrow tiles of a second launch "
+         "(plan(): the tail rule). "
          "Triton has one program per BLOCK_S consecutive blocks of x read as one flat sequence (rows end "
          "to end)"),
         ("nxt0 = __ldcs(xw + 2 * b); nxt1 = __ldcs(xw + 2 * b + 1)", "b_w = tl.load(xw + base + o_x)",
