@@ -62,7 +62,12 @@
 //    Prefetching more of the tile than the next step does not pay: in one run on the H200 (not part of
 //    the records; 20 inputs of 64-540 MiB), an L2 bulk prefetch (cp.async.bulk.prefetch.L2) of the
 //    CTA's next 3 steps at its start was slower than none on 18 of them (by up to 6.5 points of the
-//    copy ceiling), of 7 or 15 steps on all 20 (by 5 to 27 points).
+//    copy ceiling), of 7 or 15 steps on all 20 (by 5 to 27 points). Nor does a deeper pipeline through
+//    shared memory: in another run (20 inputs of 64-592 MiB), cp.async copies of the next 2 steps into
+//    3 stages of shared memory (still 6 CTAs per SM) were slower than this loop on all 20, by 0.5 to 13
+//    points. With each thread copying its own 32 bytes as two 16-byte cp.async.cg (which skip L1), every
+//    sector crossed from L2 twice (49-58% of the ceiling on 46 inputs of an earlier run); copying a warp's bytes in address order, or
+//    through L1 (cp.async.ca), removed that but not the gap.
 //
 // Why tiles of 128 rows (the lesson of this kernel). The swizzled scale layout puts the 128 x 4 scale
 // bytes of a tile in one 512-byte block; a 32-byte sector of it holds 8 rows x 4 columns. A kernel that
@@ -110,6 +115,15 @@
 // A row piece takes the rows 32g + 8s .. 32g + 8s + 7 (g < 4) of its quarters s: in the swizzled layout
 // they fill the bytes 128s .. 128s + 127 of each of the tile's 512-byte scale tiles, so a piece still
 // stores whole 128-byte runs.
+// Why the tail needs the narrow tiles: CTAs started together do not progress alike. In a timeline of one
+// call (an instrumented build writing %globaltimer per CTA; 8192 x 8192 bf16, one graph replay on the H200,
+// not part of the records) the first wave's 792 CTAs ended their loops between 21 and 34 us, the spread
+// mostly within an SM (standard deviation 1.6 us within, 1.0 between SMs); the narrow CTAs fill the slots
+// as they free. Cutting the last narrow tiles once more, into one-step quarter pieces dispatched last
+// (P/8, P/4 or P/2 of the narrow tiles), was not faster: over 58 inputs of 64-600 MiB in one run the mean
+// change was -0.3, -0.6 and -2.0 points. Nor was the table: past one wave, the first wave's CTAs building
+// their own (the later ones copying the table kernel's) changed 36 inputs of one to two waves by -1.6 to
+// +1.1 points, +0.1 on average, in another run.
 //
 // Coverage (why `empty` is right for both outputs):
 // * codes: every real block (r < M, c < K/16) belongs to exactly one tile step of one thread, which
