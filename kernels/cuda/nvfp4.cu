@@ -124,6 +124,11 @@
 // change was -0.3, -0.6 and -2.0 points. Nor was the table: past one wave, the first wave's CTAs building
 // their own (the later ones copying the table kernel's) changed 36 inputs of one to two waves by -1.6 to
 // +1.1 points, +0.1 on average, in another run.
+// A gap left open: when K/16 is not a multiple of 32 the last column of tiles holds few real blocks, yet
+// each of its tiles takes a CTA (16 steps in which most lanes hold no block) and the tail rule counts it
+// as a whole tile. In one run on the H200 (not part of the records; about 140 MiB, bf16), K = 1040, 1056,
+// 2064 and 4112 (1 or 2 real block columns in the last tile) reached 72-78% of the copy ceiling, against
+// 82-87% at K = 1024, 2048 and 4096. That those CTAs are latency-bound is an inference, not profiled.
 //
 // Coverage (why `empty` is right for both outputs):
 // * codes: every real block (r < M, c < K/16) belongs to exactly one tile step of one thread, which
