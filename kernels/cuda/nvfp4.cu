@@ -66,8 +66,8 @@
 //    shared memory: in another run (20 inputs of 64-592 MiB), cp.async copies of the next 2 steps into
 //    3 stages of shared memory (still 6 CTAs per SM) were slower than this loop on all 20, by 0.5 to 13
 //    points. With each thread copying its own 32 bytes as two 16-byte cp.async.cg (which skip L1), every
-//    sector crossed from L2 twice (49-58% of the ceiling on 46 inputs of an earlier run); copying a warp's bytes in address order, or
-//    through L1 (cp.async.ca), removed that but not the gap.
+//    sector crossed from L2 twice (49-58% of the ceiling on 46 inputs of an earlier run); copying a warp's
+//    bytes in address order, or through L1 (cp.async.ca), removed that but not the gap.
 //
 // Why tiles of 128 rows (the lesson of this kernel). The swizzled scale layout puts the 128 x 4 scale
 // bytes of a tile in one 512-byte block; a 32-byte sector of it holds 8 rows x 4 columns. A kernel that
@@ -117,13 +117,13 @@
 // stores whole 128-byte runs.
 // Why the tail needs the narrow tiles: CTAs started together do not progress alike. In a timeline of one
 // call (an instrumented build writing %globaltimer per CTA; 8192 x 8192 bf16, one graph replay on the H200,
-// not part of the records) the first wave's 792 CTAs ended their loops between 21 and 34 us, the spread
-// mostly within an SM (standard deviation 1.6 us within, 1.0 between SMs); the narrow CTAs fill the slots
-// as they free. Cutting the last narrow tiles once more, into one-step quarter pieces dispatched last
-// (P/8, P/4 or P/2 of the narrow tiles), was not faster: over 58 inputs of 64-600 MiB in one run the mean
-// change was -0.3, -0.6 and -2.0 points. Nor was the table: past one wave, the first wave's CTAs building
-// their own (the later ones copying the table kernel's) changed 36 inputs of one to two waves by -1.6 to
-// +1.1 points, +0.1 on average, in another run.
+// not part of the records) the first wave's 792 CTAs, started together, spent 21 to 34 us in their loops,
+// the spread mostly within an SM (standard deviation 1.6 us within, 1.0 between SMs); the narrow CTAs fill
+// the slots as they free. Cutting the last P/8, P/4 or P/2 narrow tiles once more, into one-step quarter
+// pieces dispatched last, was not faster: over 58 inputs of 64-600 MiB in one run the mean change was
+// -0.3, -0.6 and -2.0 points. Where the table comes from did not matter either: past one wave, the first
+// wave's CTAs building their own (the later ones copying the table kernel's) changed 36 inputs of one to
+// two waves by -1.6 to +1.1 points, +0.1 on average, in another run.
 // A gap left open: when K/16 is not a multiple of 32 the last column of tiles holds few real blocks, yet
 // each of its tiles takes a CTA (16 steps in which most lanes hold no block) and the tail rule counts it
 // as a whole tile. In one run on the H200 (not part of the records; about 140 MiB, bf16), K = 1040, 1056,
