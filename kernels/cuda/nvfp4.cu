@@ -530,7 +530,7 @@ __global__ void __launch_bounds__(kThreads, IS_BF16 || kC == kWide ? kMinBlocks 
 // The launch plan (the tail rule in the header): wide CTAs that quantize whole tiles, wide CTAs that
 // quantize row pieces of 2^piece_lj quarters (same launch), narrow CTAs (second launch), and
 // P = SMs x resident wide CTAs per SM (the occupancy query, once per instantiation; 6 with the
-// register cap).
+// register cap), and own_table: the tiles fit in one wave, so each CTA builds its table (no table kernel).
 struct Plan { uint32_t wide, pieces, piece_lj, narrow, slots; bool own_table; };
 
 template <bool IS_BF16, bool SWIZZLED, bool WRITE_PADDING>
