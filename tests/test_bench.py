@@ -279,3 +279,38 @@ def test_benchmark_pieces_produce_the_per_dtype_and_graph_fields_on_a_gpu():
     rec = {"results": {"sweep": [row], "timers": dict(ALLOC_TIMERS)}, "ceilings": {}, "recorded": "2026-01-01",
            "meta": {"gpu": "x", "torch": "x", "triton": "x"}}
     assert fill_sweep(rec, "uint8")[0]["graph_us"] > 0
+
+
+def test_power_summary_counts_only_readable_samples_inside_the_window():
+    """power_probe's summary: lines before the window (the ramp), after it, or unreadable are dropped;
+    the cap share counts the software-power-cap bit (0x4) of the clock-event reasons, not any bit."""
+    lines = [(0.5, "1980, 120.0, 700.00, 0x0000000000000000"),      # before the window: dropped
+             (1.0, "1500, 699.5, 700.00, 0x0000000000000004"),      # capped
+             (1.1, "1800, 650.0, 700.00, 0x0000000000000001"),      # another reason (idle): not the cap
+             (1.2, "[N/A], 600.0, 700.00, 0x0000000000000000"),     # unreadable: dropped
+             (1.3, "1700, 690.0, 700.00, 0x0000000000000084"),      # cap among other reasons
+             (2.5, "1980, 300.0, 700.00, 0x0000000000000000")]      # after the window: dropped
+    s = bench.power_summary(lines, 1.0, 2.0)
+    assert s["samples"] == 3 and s["sm_clock_MHz"] == {"mean": 1667, "min": 1500, "max": 1800}, s
+    assert s["power_W"] == {"mean": 679.8, "max": 699.5} and s["power_limit_W"] == 700.0, s
+    assert s["power_capped_share"] == pytest.approx(2 / 3, abs=1e-3), s
+    assert "error" in bench.power_summary(lines, 3.0, 4.0)
+
+
+def test_gpu_power_probe_refuses_without_gpu():
+    if bench.ON_GPU:
+        pytest.skip("a GPU is present: the GPU test below runs the probe")
+    with pytest.raises(RuntimeError, match="measures a GPU"):
+        bench.power_probe(lambda: None)
+
+
+@pytest.mark.skipif(not bench.ON_GPU, reason="measures a GPU")
+def test_power_probe_samples_a_running_copy():
+    src = torch.randn(1 << 24, device="cuda")
+    dst = torch.empty_like(src)
+    s = bench.power_probe(lambda: dst.copy_(src), seconds=0.8, n=5, settle_s=0.2)
+    if "error" in s:
+        pytest.skip(f"nvidia-smi unavailable here: {s['error']}")
+    assert s["samples"] >= 3 and 0 < s["sm_clock_MHz"]["min"] <= s["sm_clock_MHz"]["mean"] <= s["sm_clock_MHz"]["max"], s
+    assert 0 < s["power_W"]["mean"] <= s["power_W"]["max"] and s["power_limit_W"] > 0, s
+    assert 0 <= s["power_capped_share"] <= 1, s

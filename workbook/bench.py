@@ -43,7 +43,7 @@ import torch
 from .device import DEVICE, ON_GPU, describe
 
 __all__ = [
-    "DATA_DIR", "require_gpu", "time_us", "capture_graph", "graph_time_us", "copy_ceiling_GBps", "save_record", "load_record",
+    "DATA_DIR", "require_gpu", "time_us", "capture_graph", "graph_time_us", "power_probe", "power_summary", "copy_ceiling_GBps", "save_record", "load_record",
     "validate_record", "recorded_label", "zeros_vs_empty_sweep", "graph_decode_step",
     "profile_zeros_vs_empty", "stale_bytes_demo", "reuse_demo", "fill_bandwidth_events", "fill_kernel_names",
     "benchmark", "SWEEP_SIZES", "FILL_DTYPES", "ALLOC_TIMERS", "NotRecorded", "timer_of", "fill_sweep",
@@ -95,6 +95,67 @@ def graph_time_us(fn: Callable[[], object], n: int = 20, windows: int = 1) -> fl
     torch.cuda.synchronize()
     times = sorted(time_us(g.replay) / n for _ in range(windows))
     return times[len(times) // 2]
+
+
+def power_probe(fn: Callable[[], object], seconds: float = 2.5, n: int = 20, settle_s: float = 0.5) -> dict:
+    """What the GPU's power management does while ``fn`` runs back to back: ``n`` calls captured in a
+    CUDA graph, replayed for ``seconds`` while ``nvidia-smi`` samples the SM clock, the board power,
+    the power limit and the active clock-event reasons every 50 ms. Samples from the first
+    ``settle_s`` seconds (the ramp up) are dropped. Returns ``{samples, sm_clock_MHz: {mean, min,
+    max}, power_W: {mean, max}, power_limit_W, power_capped_share}`` (the share of samples in which
+    the driver reported its software power cap lowering the clocks), or ``{"error": ...}`` where
+    nvidia-smi cannot be run."""
+    import subprocess
+    import threading
+    import time
+
+    require_gpu("power_probe")
+    cmd = ["nvidia-smi", "--query-gpu=clocks.sm,power.draw,power.limit,clocks_event_reasons.active",
+           "--format=csv,noheader,nounits", "-lms", "50"]
+    uuid = str(getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "uuid", "") or "")
+    if uuid:
+        cmd += ["-i", uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"]
+    g = capture_graph(fn, n)
+    torch.cuda.synchronize()
+    try:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    except OSError as e:
+        return {"error": f"nvidia-smi: {e}"}
+    lines: list[tuple[float, str]] = []
+    reader = threading.Thread(target=lambda: [lines.append((time.time(), ln)) for ln in proc.stdout], daemon=True)
+    reader.start()
+    time.sleep(0.3)
+    t0 = time.time()
+    while time.time() - t0 < seconds:
+        for _ in range(8):
+            g.replay()
+        torch.cuda.synchronize()
+    t1 = time.time()
+    proc.terminate()
+    proc.wait(timeout=5)
+    reader.join(timeout=5)
+    return power_summary(lines, t0 + settle_s, t1)
+
+
+def power_summary(lines: list[tuple[float, str]], t0: float, t1: float) -> dict:
+    """:func:`power_probe`'s summary of timestamped nvidia-smi lines ``(host time, "clock MHz, power W,
+    limit W, 0x<clock-event reasons>")``: only the lines stamped within [t0, t1] and readable count."""
+    rows = []
+    for t, ln in lines:
+        parts = [p.strip() for p in ln.split(",")]
+        if t0 <= t <= t1 and len(parts) == 4:
+            try:
+                rows.append((float(parts[0]), float(parts[1]), float(parts[2]), int(parts[3], 16)))
+            except ValueError:
+                continue
+    if not rows:
+        return {"error": "nvidia-smi gave no readable samples"}
+    clk, pw = [r[0] for r in rows], [r[1] for r in rows]
+    return {"samples": len(rows),
+            "sm_clock_MHz": {"mean": round(sum(clk) / len(clk)), "min": round(min(clk)), "max": round(max(clk))},
+            "power_W": {"mean": round(sum(pw) / len(pw), 1), "max": round(max(pw), 1)},
+            "power_limit_W": round(max(r[2] for r in rows), 1),
+            "power_capped_share": round(sum(1 for r in rows if r[3] & 0x4) / len(rows), 3)}
 
 
 def copy_ceiling_GBps(nbytes: int = 1 << 30) -> float:

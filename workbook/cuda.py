@@ -618,11 +618,18 @@ METHODS = {
                      "(128 x 8, a second launch; > 0 where the tail rule split a thin last wave, or a wave "
                      "that would leave more than half and at most 7/8 of the SMs a tile more), slots (wide "
                      "CTAs resident at once), sms",
+    "power": "workbook.bench.power_probe: a CUDA graph of the calls replayed back to back for 2.5 s while "
+             "nvidia-smi samples the SM clock, board power, power limit and clock-event reasons every 50 ms "
+             "(the first 0.5 s dropped); power_capped_share = the share of samples with the software power "
+             "cap active. The copy, then each size of POWER_SIZES with the CUDA and the Triton NVFP4 launcher",
     "sass_sm90": "CUDA kernels compiled for sm_90 here (nvcc, cuobjdump): static count of the instructions up "
                  "to the main path's EXIT (the out-of-line IEEE-division slow path excluded) / elements per thread",
     "sass_sm90_triton": "Triton kernels as this GPU compiled them (asm['sass']): static count of all "
                         "instructions but NOPs / elements per thread (workbook.nvfp4.sass_counts's method)",
 }
+
+
+POWER_SIZES = [(16384, 8192), (8192, 8192)]   # NVFP4 inputs (bf16) probed for power: many waves, 1.3 waves
 
 
 def benchmark() -> tuple[dict, dict]:
@@ -632,7 +639,7 @@ def benchmark() -> tuple[dict, dict]:
     fraction of the copy ceiling, and whether both gave the reference's bytes; and the CUDA NVFP4
     backend over the Triton record's heatmap grid (``nvfp4_heatmap``, GPU time from graph replay)."""
     from . import fp8, nvfp4
-    from .bench import copy_ceiling_GBps, graph_time_us, require_gpu, time_us
+    from .bench import copy_ceiling_GBps, graph_time_us, power_probe, require_gpu, time_us
 
     require_gpu("cuda.benchmark")
     build()
@@ -675,6 +682,24 @@ def benchmark() -> tuple[dict, dict]:
         plan = nvfp4_launch_plan(r["M"], r["K"], getattr(torch, r["dtype"]))
         r["plan"] = {k: plan[k] for k in ("wide", "pieces", "piece_rows", "narrow", "slots", "sms")}
 
+    # power: the SM clock and board power while a copy and the CUDA quantizer run back to back (the
+    # quantizer does arithmetic on every byte and can meet the power cap, which lowers the clock)
+    power = {}
+    try:
+        src = torch.randn(1 << 28, device="cuda")
+        dst = torch.empty_like(src)
+        power["copy 1 GiB (fp32)"] = power_probe(lambda: dst.copy_(src), n=5)
+        del src, dst
+        for M, K in POWER_SIZES:
+            x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+            gs = nvfp4.global_scale_of(x)
+            power[f"cuda nvfp4 {M}x{K} bf16"] = power_probe(lambda: _cuda_nvfp4_quant(x, gs))
+            power[f"triton nvfp4 {M}x{K} bf16"] = power_probe(lambda: nvfp4.nvfp4_quant(x, gs))
+            del x
+        torch.cuda.empty_cache()
+    except Exception as e:  # noqa: BLE001  (the timings are recorded regardless)
+        power = {"error": f"{type(e).__name__}: {e}"}
+
     f_rows = []
     n = fp8.BENCH_N
     for m in fp8.BENCH_M:
@@ -712,6 +737,7 @@ def benchmark() -> tuple[dict, dict]:
         "nvfp4": {"rows": nv_rows, "dtype": "bfloat16", "layout": "swizzled",
                   "bytes_model": "read M*K*2 (x) + write M*K/2 (codes) + the swizzled scales"},
         "nvfp4_heatmap": heat,
+        "power": power,
         "fp8": {"rows": f_rows, "op": "fused silu-mul + quant (silu_mul_quant_fp8_packed)",
                 "bytes_model": "read M*2N*2 (x, bf16) + write M*N (codes) + write M*ceil(N/512)*4 (scales)"},
         "sass_sm90": sass,
@@ -800,16 +826,16 @@ MAPPING = {
          "within one wave each CTA builds them while its first loads of x are in flight, past one wave a "
          "small first kernel builds them once per call (programmatic dependent launch); Triton multiplies "
          "them by each block's scale"),
-        ("index_pair: abs.bf16x2, then 7 x (set.gt.bf16x2.bf16x2, add.rn.bf16x2) on 128.0",
+        ("code_pair: abs.bf16x2, then 3 x set.gt.u32.bf16x2 (a binary search: each mask picks the next "
+         "threshold by a bitwise select and is one bit of the index)",
          "e2m1_pair_bits(tl.abs(b_lo*b_gs), tl.abs(b_hi*b_gs), ...): lt01 = tl.clamp(fma(a, -2^40, t), 0, 1)",
-         "the E2M1 index, exact either way: CUDA counts the thresholds below |x|, two elements per "
-         "instruction, without converting x; Triton compares RN(|x| gs) with the scaled decision points "
+         "the E2M1 index, exact either way: CUDA finds the number of thresholds below |x| by a binary "
+         "search, two elements per instruction, without converting x; Triton compares RN(|x| gs) with the scaled decision points "
          "(a binary search of saturating FMAs). On sm_100a+ the CUDA source converts with "
          "cvt.rn.satfinite.e2m1x2.f32 instead, under an arch guard: sm_90 has no such instruction"),
-        ("sign_index: idx | ((w >> 12) & 0x00080008u) (bf16); pack4_signs(a, w) (fp16); codes[blk] = quant_block(...)",
+        ("code_pair: ... | ((w >> 12) & 0x00080008u); pack4(a); codes[blk] = quant_block(...)",
          "b_nib = b_pair | ((b_w >> 12) & 0x80008); tl.store(codes + base + o_x, ..)",
-         "sign bits next to the indices (for bf16 the same shift in both; for fp16 CUDA takes them from the "
-         "words at the pack), two codes per byte, 8 bytes stored at once"),
+         "sign bits next to the indices (the same shift in both), two codes per byte, 8 bytes stored at once"),
         ("s_sf[(lane >> 2) * 512 + ...] = sf_byte; then each thread stores 16 bytes of whole 512-byte tiles",
          "tl.store(sf + o_sf.to(tl.int64), b_sf_byte.to(tl.uint8), mask=m_b); padding programs",
          "the scale bytes. CUDA gathers a tile's bytes (0 for padding) in shared memory and stores whole "

@@ -19,8 +19,8 @@
 //    RN(|x| gs) >= t_j sf (a tie goes up: 0.75, 1.75, 3.5). The Triton kernel's docstring proves that
 //    this is the rounding of RN(RN(|x| gs) / sf) (t_j sf is exact); RN(|x| gs) never decreases as |x|
 //    grows, so |x| passes exactly when |x| > X_j. So the index of an element is the number of
-//    thresholds below |x|, compared in x's own format, two elements per instruction (set.gt.bf16x2 /
-//    set.gt.f16x2): no conversion to fp32, no multiply, no division per element.
+//    thresholds below |x|, compared in x's own format, two elements per instruction (set.gt.u32.bf16x2 /
+//    set.gt.u32.f16x2): no conversion to fp32, no multiply, no division per element.
 //    X_j is found in closed form (threshold_word): p0 = the pattern of RN(T / gs) (T = t_j sf) rounded
 //    toward zero into x's format, and X_j is p0 - 1, p0 or p0 + 1, told apart by testing whether p0 and
 //    p0 + 1 pass. Why: neighbouring values of the format differ by at least 2^-11 relatively (fp16;
@@ -47,11 +47,19 @@
 //    next step's loads in flight during this one's arithmetic); for kC = 32 eight warps and 16 steps
 //    cover the 128 rows. The block amax (packed
 //    max.xorsign.abs), the scale byte (cvt.rn.satfinite.e4m3x2.f32), its 7 thresholds from shared
-//    memory, and per word of two elements 7 packed comparisons whose 1.0/0.0 results are added to a
-//    magic number (bf16 128.0, fp16 1024.0: one unit in the last place is 1, so the count lands in
-//    the low bits). The sign bits: bf16 folds them into each word's codes as the word is done
-//    (sign_index), fp16 takes them from the words at the pack (pack4_signs); on the H200, while this
-//    kernel was built (not part of the records), each was the faster for its dtype in the same run.
+//    memory, and per word of two elements a binary search (code_pair): 3 packed comparisons whose
+//    0xFFFF/0 masks pick the next threshold by bitwise selects and are the index's bits, the sign bit
+//    of x moved next to them.
+//    Why a search and not a count: this kernel is limited by the power cap as much as by DRAM. On the
+//    H200, while this kernel was built (nvidia-smi sampled every 50 ms during back-to-back graph
+//    replays; not part of the records, which hold the current kernel's probe under "power"): a 1 GiB
+//    copy drew about 505-535 W at an SM clock of 1980 MHz, while this kernel, then counting the
+//    thresholds (7 comparisons and 7 adds per word, 215 instructions per block), ran the card at its
+//    700 W cap with the SM clock between 1290 and 1845 MHz; at those clocks its instruction issue, not
+//    DRAM, sets the pace, and a replay window that lands in a dip comes out up to 10 points of the copy
+//    ceiling lower. The search takes 187 instructions per block; in the same run its SM clock averaged
+//    1720 MHz against the count's 1630, and over 40 inputs of 64-600 MiB (bf16 and fp16, each timed
+//    twice, alternating) the mean of two timings reached 85% of the copy ceiling on 23 against 15.
 //    One CTA per tile keeps the loop small: ptxas allocates about 40 registers per thread (the
 //    previous persistent version, which carried the next tile's indices and loads across tiles, took
 //    91), so 6 CTAs (48 warps) stay resident per SM instead of 2: three times the loads of x in flight.
@@ -295,61 +303,49 @@ __device__ __forceinline__ uint4 load_after_wait(const uint4* p) {
   return v;
 }
 
-// The E2M1 magnitude indices of one word (elements 2i, 2i+1) in bits 0-2 and 16-18: per half, the
-// number of thresholds below |x| (set.gt gives 1.0 or 0.0) added to a magic number whose unit in the
-// last place is 1 (bf16 128.0 = 0x4300, fp16 1024.0 = 0x6400), so bits 0-3 of each half hold the
-// count (<= 7) and bits 4-7 are 0.
+// Per 16-bit half of a word: 0xFFFF where |x| > X (the same half of X), else 0 (set.gt with a .u32
+// result: one HSET2 for two elements). a holds |x| (sign bits clear), X a pair of threshold patterns.
 template <bool IS_BF16>
-__device__ __forceinline__ uint32_t index_pair(uint32_t w, const uint32_t* X) {
-  uint32_t acc;
+__device__ __forceinline__ uint32_t gt_mask(uint32_t a, uint32_t X) {
+  uint32_t m;
   if (IS_BF16) {
-    asm("{\n\t.reg .b32 a, s;\n\t"
-        "abs.bf16x2 a, %1;\n\tmov.b32 %0, 0x43004300;\n\t"
-        "set.gt.bf16x2.bf16x2 s, a, %2;\n\tadd.rn.bf16x2 %0, %0, s;\n\t"
-        "set.gt.bf16x2.bf16x2 s, a, %3;\n\tadd.rn.bf16x2 %0, %0, s;\n\t"
-        "set.gt.bf16x2.bf16x2 s, a, %4;\n\tadd.rn.bf16x2 %0, %0, s;\n\t"
-        "set.gt.bf16x2.bf16x2 s, a, %5;\n\tadd.rn.bf16x2 %0, %0, s;\n\t"
-        "set.gt.bf16x2.bf16x2 s, a, %6;\n\tadd.rn.bf16x2 %0, %0, s;\n\t"
-        "set.gt.bf16x2.bf16x2 s, a, %7;\n\tadd.rn.bf16x2 %0, %0, s;\n\t"
-        "set.gt.bf16x2.bf16x2 s, a, %8;\n\tadd.rn.bf16x2 %0, %0, s;\n\t}"
-        : "=&r"(acc) : "r"(w), "r"(X[0]), "r"(X[1]), "r"(X[2]), "r"(X[3]), "r"(X[4]), "r"(X[5]), "r"(X[6]));
+    asm("set.gt.u32.bf16x2 %0, %1, %2;" : "=r"(m) : "r"(a), "r"(X));
   } else {
-    asm("{\n\t.reg .b32 a, s;\n\t"
-        "abs.f16x2 a, %1;\n\tmov.b32 %0, 0x64006400;\n\t"
-        "set.gt.f16x2.f16x2 s, a, %2;\n\tadd.rn.f16x2 %0, %0, s;\n\t"
-        "set.gt.f16x2.f16x2 s, a, %3;\n\tadd.rn.f16x2 %0, %0, s;\n\t"
-        "set.gt.f16x2.f16x2 s, a, %4;\n\tadd.rn.f16x2 %0, %0, s;\n\t"
-        "set.gt.f16x2.f16x2 s, a, %5;\n\tadd.rn.f16x2 %0, %0, s;\n\t"
-        "set.gt.f16x2.f16x2 s, a, %6;\n\tadd.rn.f16x2 %0, %0, s;\n\t"
-        "set.gt.f16x2.f16x2 s, a, %7;\n\tadd.rn.f16x2 %0, %0, s;\n\t"
-        "set.gt.f16x2.f16x2 s, a, %8;\n\tadd.rn.f16x2 %0, %0, s;\n\t}"
-        : "=&r"(acc) : "r"(w), "r"(X[0]), "r"(X[1]), "r"(X[2]), "r"(X[3]), "r"(X[4]), "r"(X[5]), "r"(X[6]));
+    asm("set.gt.u32.f16x2 %0, %1, %2;" : "=r"(m) : "r"(a), "r"(X));
   }
-  return acc;
+  return m;
+}
+
+// The 4-bit codes of one word's elements 2i, 2i+1 in bits 0-3 and 16-19 (bits 4-15, 20-31 clear): the
+// magnitude index by a binary search over the 7 thresholds X[0..6] (non-decreasing), per half: bit 2 =
+// |x| > X3; bit 1 = |x| > (bit 2 ? X5 : X1); bit 0 = |x| > the threshold that bits 2 and 1 pick of X0, X2,
+// X4, X6. For non-decreasing thresholds this is the number of thresholds below |x|. Three packed
+// comparisons per word; the picks are bitwise selects on the masks. The sign bit of x (bit 15 of each
+// half) becomes bit 3 of its code.
+template <bool IS_BF16>
+__device__ __forceinline__ uint32_t code_pair(uint32_t w, const uint32_t* X) {
+  uint32_t a;
+  if (IS_BF16) {
+    asm("abs.bf16x2 %0, %1;" : "=r"(a) : "r"(w));
+  } else {
+    asm("abs.f16x2 %0, %1;" : "=r"(a) : "r"(w));
+  }
+  const uint32_t m2 = gt_mask<IS_BF16>(a, X[3]);                       // index >= 4
+  const uint32_t t1 = (m2 & X[5]) | (~m2 & X[1]);
+  const uint32_t hi = (m2 & X[6]) | (~m2 & X[2]), lo = (m2 & X[4]) | (~m2 & X[0]);
+  const uint32_t m1 = gt_mask<IS_BF16>(a, t1);                         // bit 1 of the index
+  const uint32_t m0 = gt_mask<IS_BF16>(a, (m1 & hi) | (~m1 & lo));     // bit 0
+  const uint32_t b21 = (m2 & 0x00040004u) | (m1 & 0x00020002u);
+  return b21 | (m0 & 0x00010001u) | ((w >> 12) & 0x00080008u);
 }
 
 // Four words' codes -> one word of 8 codes (element order, element 2i in the low nibble of byte i):
-// bytes 0 and 2 of each word hold the 4-bit codes of its elements 2i and 2i+1 (sign_index below).
+// bytes 0 and 2 of each word hold the 4-bit codes of its elements 2i and 2i+1 (code_pair).
 __device__ __forceinline__ uint32_t pack4(const uint32_t* a) {
   const uint32_t p01 = __byte_perm(a[0], a[1], 0x6420), p23 = __byte_perm(a[2], a[3], 0x6420);
   const uint32_t lo = __byte_perm(p01, p23, 0x6420), hi = __byte_perm(p01, p23, 0x7531);  // elements 2i, 2i+1
   return hi * 16u + lo;
 }
-
-// The same from the magnitude indices alone (bits 0-2 of bytes 0 and 2) and the words, whose sign bits
-// (bits 15 and 31) become bit 3 of each code: the fp16 route (the words stay live until the pack).
-__device__ __forceinline__ uint32_t pack4_signs(const uint32_t* a, const uint32_t* w) {
-  const uint32_t p01 = __byte_perm(a[0], a[1], 0x6420), p23 = __byte_perm(a[2], a[3], 0x6420);
-  const uint32_t lo = __byte_perm(p01, p23, 0x6420), hi = __byte_perm(p01, p23, 0x7531);
-  const uint32_t s01 = __byte_perm(w[0], w[1], 0x7531), s23 = __byte_perm(w[2], w[3], 0x7531);  // the high bytes
-  const uint32_t slo = __byte_perm(s01, s23, 0x6420), shi = __byte_perm(s01, s23, 0x7531);      // of 2i, 2i+1
-  return (hi * 16u + lo) | (shi & 0x80808080u) | ((slo >> 4) & 0x08080808u);
-}
-
-// A word's two 4-bit codes in bits 0-3 and 16-19: the indices (bits 0-2, 16-18) and the sign bits of x
-// (bits 15 and 31) moved to bit 3 of each. Taken as each word is done, so the word need not stay live
-// until the pack (fewer registers).
-__device__ __forceinline__ uint32_t sign_index(uint32_t idx, uint32_t w) { return idx | ((w >> 12) & 0x00080008u); }
 
 #if NVFP4_HW_E2M1
 // Blackwell: the hardware conversion on y = RN(RN(x*gs)/sf) (signed; sf = 0: a zero with x's sign);
@@ -392,15 +388,9 @@ __device__ __forceinline__ uint2 quant_block(const uint32_t* w, float gs, const 
   const uint4 t0 = s_table[2 * sf_byte], t1 = s_table[2 * sf_byte + 1];
   const uint32_t X[7] = {t0.x, t0.y, t0.z, t0.w, t1.x, t1.y, t1.z};
   uint32_t a[8];
-  if constexpr (IS_BF16) {   // the signs folded in per word (bf16)
 #pragma unroll
-    for (int i = 0; i < 8; ++i) a[i] = sign_index(index_pair<IS_BF16>(w[i], X), w[i]);
-    return make_uint2(pack4(a), pack4(a + 4));
-  } else {                   // the signs from the words at the pack (fp16)
-#pragma unroll
-    for (int i = 0; i < 8; ++i) a[i] = index_pair<IS_BF16>(w[i], X);
-    return make_uint2(pack4_signs(a, w), pack4_signs(a + 4, w + 4));
-  }
+  for (int i = 0; i < 8; ++i) a[i] = code_pair<IS_BF16>(w[i], X);
+  return make_uint2(pack4(a), pack4(a + 4));
 #endif
 }
 
