@@ -790,3 +790,20 @@ def test_cuda_record_holds_the_nvfp4_heatmap_over_the_triton_grid():
     fig = nvfp4.plot_heatmap(rec, key="nvfp4_heatmap")
     assert len([a for a in fig.axes if a.get_title().endswith("input")]) == 2
 
+
+
+def test_cuda_record_holds_the_power_probe():
+    """cuda.json carries bench.power_probe's samples for the copy and, at each of POWER_SIZES, both NVFP4
+    launchers, each consistent (clock min <= mean <= max, mean power <= max, cap share in [0, 1]); notebook
+    02 prints them."""
+    from workbook import bench
+
+    power = bench.load_record("cuda")["results"]["power"]
+    want = {"copy 1 GiB (fp32)"} | {f"{who} nvfp4 {M}x{K} bf16" for M, K in cuda.POWER_SIZES for who in ("cuda", "triton")}
+    assert set(power) == want, sorted(power)
+    for name, s in power.items():
+        assert "error" not in s and s["samples"] >= 10, (name, s)
+        c = s["sm_clock_MHz"]
+        assert 0 < c["min"] <= c["mean"] <= c["max"], (name, s)
+        assert 0 < s["power_W"]["mean"] <= s["power_W"]["max"] <= 1.1 * s["power_limit_W"], (name, s)
+        assert 0 <= s["power_capped_share"] <= 1, (name, s)
