@@ -791,7 +791,6 @@ def test_cuda_record_holds_the_nvfp4_heatmap_over_the_triton_grid():
     assert len([a for a in fig.axes if a.get_title().endswith("input")]) == 2
 
 
-
 def test_cuda_record_holds_the_power_probe():
     """cuda.json carries bench.power_probe's samples for the copy and, at each of POWER_SIZES, both NVFP4
     launchers, each consistent (clock min <= mean <= max, mean power <= max, cap share in [0, 1]); notebook

@@ -54,12 +54,14 @@
 //    H200, while this kernel was built (nvidia-smi sampled every 50 ms during back-to-back graph
 //    replays; not part of the records, which hold the current kernel's probe under "power"): a 1 GiB
 //    copy drew about 505-535 W at an SM clock of 1980 MHz, while this kernel, then counting the
-//    thresholds (7 comparisons and 7 adds per word, 215 instructions per block), ran the card at its
-//    700 W cap with the SM clock between 1290 and 1845 MHz; at those clocks its instruction issue, not
-//    DRAM, sets the pace, and a replay window that lands in a dip comes out up to 10 points of the copy
-//    ceiling lower. The search takes 187 instructions per block; in the same run its SM clock averaged
-//    1720 MHz against the count's 1630, and over 40 inputs of 64-600 MiB (bf16 and fp16, each timed
-//    twice, alternating) the mean of two timings reached 85% of the copy ceiling on 23 against 15.
+//    thresholds (7 comparisons and 7 adds per word), ran the card at its 700 W cap with the SM clock
+//    between 1290 and 1845 MHz. At those clocks its instruction issue, not DRAM, sets the pace, and a
+//    replay window that lands in a dip came out as much as 13 points of the copy ceiling below the
+//    same input's other timing. The search cut the loop from 216 to 188 instructions per block (bf16,
+//    swizzled, wide tile; fp16 206 to 180: the static count of the records' sass_sm90 before and
+//    after). In one run, alternating the two kernels, the search's SM clock averaged about 1720 MHz
+//    against the count's 1630, and over 40 inputs of 64-600 MiB (bf16 and fp16, each timed twice) the
+//    mean of its two timings reached 85% of the copy ceiling on 23 inputs against 15.
 //    One CTA per tile keeps the loop small: ptxas allocates about 40 registers per thread (the
 //    previous persistent version, which carried the next tile's indices and loads across tiles, took
 //    91), so 6 CTAs (48 warps) stay resident per SM instead of 2: three times the loads of x in flight.
