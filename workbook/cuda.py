@@ -907,8 +907,8 @@ def show(topic: str):
 
 _NOTES = {
     "nvfp4": ("The same bytes as the Triton kernel, by another route (the header comment of the source says why "
-              "each step is exact): the E2M1 index is a count of thresholds below |x|, compared in x's own "
-              "format two elements at a time against a table of 128 scale bytes x 7 decision points (built by each CTA "
+              "each step is exact): the E2M1 index is the count of thresholds below |x|, found by a binary search "
+              "(three comparisons in x's own format, two elements at a time) against a table of 128 scale bytes x 7 decision points (built by each CTA "
               "while its first loads are in flight when the tiles fit in one wave, else once per call by a small "
               "first kernel); and each CTA quantizes a tile of 128 rows x 32 blocks and "
               "stores its scale bytes as whole 512-byte swizzled tiles. Blackwell has an instruction for the "

@@ -55,9 +55,10 @@
 //    replays; not part of the records, which hold the current kernel's probe under "power"): a 1 GiB
 //    copy drew about 505-535 W at an SM clock of 1980 MHz, while this kernel, then counting the
 //    thresholds (7 comparisons and 7 adds per word), ran the card at its 700 W cap with the SM clock
-//    between 1290 and 1845 MHz. At those clocks its instruction issue, not DRAM, sets the pace, and a
-//    replay window that lands in a dip came out as much as 13 points of the copy ceiling below the
-//    same input's other timing. The search cut the loop from 216 to 188 instructions per block (bf16,
+//    between 1290 and 1845 MHz. At those clocks its instruction issue, not DRAM, likely sets the pace
+//    (an inference: Nsight Compute, which runs the kernel alone and so at 1.95 GHz, saw its schedulers
+//    issue in 65% of the cycles, which would be about 90% at 1.4 GHz), and a replay window that lands in
+//    a dip came out as much as 13 points of the copy ceiling below the same input's other timing. The search cut the loop from 216 to 188 instructions per block (bf16,
 //    swizzled, wide tile; fp16 206 to 180: the static count of the records' sass_sm90 before and
 //    after). In one run, alternating the two kernels, the search's SM clock averaged about 1720 MHz
 //    against the count's 1630, and over 40 inputs of 64-600 MiB (bf16 and fp16, each timed twice) the
