@@ -765,6 +765,7 @@ def test_cuda_record_holds_the_nvfp4_heatmap_over_the_triton_grid():
     assert {(r["M"], r["K"], r["dtype"]) for r in heat} == want and len(heat) == len(want)
     for r in heat:
         assert r["timer"] == nvfp4.TIMER_GRAPH and r["config"] is None, r
+        assert r["settle_s"] == cuda.HEATMAP_SETTLE_S > 0, r   # each cell timed from a rested card
         assert r["bytes"] == nvfp4._bytes_moved(r["M"], r["K"]) and r["input_bytes"] == r["M"] * r["K"] * 2, r
         assert r["us"] > 0 and r["copy_same_bytes_us"] > 0, r
         ceiling = rec["ceilings"]["copy_GBps"]
@@ -789,6 +790,14 @@ def test_cuda_record_holds_the_nvfp4_heatmap_over_the_triton_grid():
             assert tiles >= plan["slots"] or rest == 0 or 8 * rest > 7 * sms, r
     fig = nvfp4.plot_heatmap(rec, key="nvfp4_heatmap")
     assert len([a for a in fig.axes if a.get_title().endswith("input")]) == 2
+
+
+def test_measure_heatmap_refuses_a_negative_or_missing_pause():
+    """The heatmap's pause before each cell is a number of seconds >= 0, refused with its name before any
+    GPU work (so on the CPU too)."""
+    for bad in (-0.5, float("nan"), None):
+        with pytest.raises((ValueError, TypeError), match="settle_s"):
+            nvfp4.measure_heatmap(4000.0, settle_s=bad)
 
 
 def test_cuda_record_holds_the_power_probe():

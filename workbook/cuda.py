@@ -612,7 +612,9 @@ METHODS = {
     "nvfp4_heatmap": "the CUDA backend (swizzled scales) on workbook.nvfp4's heatmap grid, bf16 and fp16: "
                      "us = GPU time from CUDA-graph replay (graph_time_us), frac_of_copy = bytes / us / the "
                      "copy ceiling; copy_same_bytes_us = a device copy of the same bytes, same timer "
-                     "(workbook.nvfp4.measure_heatmap); plan = the launch (nvfp4_launch_plan): wide CTAs "
+                     "(workbook.nvfp4.measure_heatmap); each quantizer timing after settle_s = HEATMAP_SETTLE_S "
+                     "seconds of idle GPU, so that no cell inherits the clock of a power-capped cell before it "
+                     "(the cells in order: K, then M, then bf16 before fp16); plan = the launch (nvfp4_launch_plan): wide CTAs "
                      "(whole tiles of 128 x 32 blocks), pieces (CTAs of the same launch on piece_rows rows of a "
                      "tile; > 0 where one wave would leave at most half the SMs a tile more), narrow CTAs "
                      "(128 x 8, a second launch; > 0 where the tail rule split a thin last wave, or a wave "
@@ -630,6 +632,7 @@ METHODS = {
 
 
 POWER_SIZES = [(16384, 8192), (8192, 8192)]   # NVFP4 inputs (bf16) probed for power: many waves, 1.3 waves
+HEATMAP_SETTLE_S = 0.5   # seconds the GPU idles before each heatmap cell's timing (METHODS["nvfp4_heatmap"])
 
 
 def benchmark() -> tuple[dict, dict]:
@@ -677,7 +680,7 @@ def benchmark() -> tuple[dict, dict]:
 
     # the CUDA backend over the Triton record's heatmap grid (every (M, K) of nvfp4.HEATMAP_M x
     # HEATMAP_K, bf16 and fp16; a device copy of the same bytes beside each), the issue's 85% target
-    heat = nvfp4.measure_heatmap(ceiling, quant=_cuda_nvfp4_quant)
+    heat = nvfp4.measure_heatmap(ceiling, quant=_cuda_nvfp4_quant, settle_s=HEATMAP_SETTLE_S)
     for r in heat:   # each cell's launch plan (the tail rule: whole tiles, row pieces, narrow CTAs, wave size)
         plan = nvfp4_launch_plan(r["M"], r["K"], getattr(torch, r["dtype"]))
         r["plan"] = {k: plan[k] for k in ("wide", "pieces", "piece_rows", "narrow", "slots", "sms")}
@@ -836,7 +839,8 @@ MAPPING = {
         ("code_pair: ... | ((w >> 12) & 0x00080008u); pack4(a); codes[blk] = quant_block(...)",
          "b_nib = b_pair | ((b_w >> 12) & 0x80008); tl.store(codes + base + o_x, ..)",
          "sign bits next to the indices (the same shift in both), two codes per byte, 8 bytes stored at once"),
-        ("s_sf[(lane >> 2) * 512 + ...] = sf_byte; then each thread stores 16 bytes of whole 512-byte tiles",
+        ("s_sf[sf_at(lr)] = sf_byte (row-major); then each thread gathers the words of 4 rows and stores 16 "
+         "bytes of whole 512-byte tiles",
          "tl.store(sf + o_sf.to(tl.int64), b_sf_byte.to(tl.uint8), mask=m_b); padding programs",
          "the scale bytes. CUDA gathers a tile's bytes (0 for padding) in shared memory and stores whole "
          "512-byte swizzled tiles, so no 32-byte L2 sector is written 4 bytes at a time; write_padding=False "

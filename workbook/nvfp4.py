@@ -1044,13 +1044,21 @@ def benchmark(sizes=BENCH_SIZES, zeros_sizes=ZEROS_EMPTY_SIZES, sweep_sizes=SWEE
              "targets": targets, "timers": TIMERS}, {"copy_GBps": ceiling})
 
 
-def measure_heatmap(ceiling: float, ks=HEATMAP_K, ms=HEATMAP_M, quant=None) -> list[dict]:
+def measure_heatmap(ceiling: float, ks=HEATMAP_K, ms=HEATMAP_M, quant=None, settle_s: float = 0.0) -> list[dict]:
     """GPU: the shipped launcher (launch rule's tile) on every (M, K), bf16 and fp16, GPU time from
     graph replay, as a share of the copy ceiling; beside it a device copy that moves the same number
     of bytes (read + written), timed the same way: what a copy achieves at that size. ``quant(x, gs)``
     times another launcher of the same bytes instead (workbook.cuda: the CUDA backend); its rows
-    carry ``config`` None."""
+    carry ``config`` None. ``settle_s`` > 0: the GPU idles that many seconds before each quantizer
+    timing, so that every cell starts from a rested card (a kernel that reaches the board's power cap
+    lowers the clock for what runs right after it; without a pause a cell also measures the cell
+    before it). Each row records its ``settle_s``."""
+    import time
+
     from .bench import graph_time_us
+
+    if not isinstance(settle_s, (int, float)) or not settle_s >= 0:
+        raise ValueError(f"settle_s must be a number of seconds >= 0, got {settle_s!r}")
 
     heat = []
     for K in ks:
@@ -1063,11 +1071,15 @@ def measure_heatmap(ceiling: float, ks=HEATMAP_K, ms=HEATMAP_M, quant=None) -> l
             for dtype in (torch.bfloat16, torch.float16):
                 x = torch.randn(M, K, device=DEVICE, dtype=dtype)
                 gs = global_scale_of(x)
+                (quant or nvfp4_quant)(x, gs)   # compiled, and built on first use, before the pause
+                torch.cuda.synchronize()
+                if settle_s:
+                    time.sleep(settle_s)
                 t = graph_time_us(lambda: (quant or nvfp4_quant)(x, gs))
                 heat.append({"M": M, "K": K, "dtype": str(dtype).removeprefix("torch."), "input_bytes": M * K * 2,
                              "bytes": nbytes, "us": t, "timer": TIMER_GRAPH, "frac_of_copy": nbytes / t / 1e3 / ceiling,
                              "copy_same_bytes_us": t_copy, "frac_of_same_size_copy": t_copy / t,
-                             "config": None if quant else list(_config(M, K))})
+                             "config": None if quant else list(_config(M, K)), "settle_s": settle_s})
                 print(f"  heatmap {M:>6}x{K:<5} {heat[-1]['dtype']}: {t:7.1f} us "
                       f"{100 * heat[-1]['frac_of_copy']:5.1f}% of copy (a copy of the same bytes: {t_copy:.1f} us)")
                 del x

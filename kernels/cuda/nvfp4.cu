@@ -65,11 +65,26 @@
 //    mean of its two timings reached 85% of the copy ceiling on 23 inputs against 15 (1.3 points higher
 //    on average), while the better of the two was about the same (0.4 points lower on average): the
 //    search loses less in the clock dips and gains little outside them.
+//    The loop's bookkeeping is cut for the same reason. A thread of a whole tile knows before its loop
+//    how many of its 16 (narrow: 4) steps hold a real block (rows below M, a column below K/16), walks
+//    them with a block index that grows by 8 rows (narrow: 32) per step, and stores each scale byte
+//    row-major in shared memory (row lr at lr (kC + 4): conflict-free, one address add per step);
+//    the gather at the end reads each 16-byte run of a swizzled tile as the 4-byte words of 4 rows. No
+//    row arithmetic, no 64-bit block number and no bounds test per step but the one for the next
+//    step's loads; the steps past M write their scale byte 0 in a second, short loop. That took the
+//    loop from 188 to 154 instructions per block (bf16, swizzled, wide tile; fp16 180 to 146: the
+//    static count of the records' sass_sm90 before and after), with no spill in the bf16 kernels. On
+//    the H200, while this kernel was built (not part of the records; one run, 48 inputs of 64-410 MiB,
+//    K in 2048-14336, bf16 and fp16, each timed twice alternating with the previous loop, graph
+//    replay after a 0.4 s idle pause): the 24 inputs of one wave gained 1.1 points of the copy ceiling
+//    on average (-0.5 to +2.4), the 24 of more waves lost 0.3 (-0.7 to +0.2), and 46 of the 48
+//    reached 85% against 41; at 16384x8192 bf16 the SM clock averaged 1863 MHz against 1822 (capped
+//    in 77% of the samples against 82%).
 //    One CTA per tile keeps the loop small: ptxas allocates about 40 registers per thread (the
 //    previous persistent version, which carried the next tile's indices and loads across tiles, took
 //    91), so 6 CTAs (48 warps) stay resident per SM instead of 2: three times the loads of x in flight.
-//    __launch_bounds__(256, 6) holds it there (the linear layout would take 41 registers; the spill
-//    is a few bytes). On the H200, while this kernel was built (not part of the records), a 40-register
+//    __launch_bounds__(256, 6) holds it there (fp16's linear layout would take 41 registers; the
+//    spill is 4 bytes). On the H200, while this kernel was built (not part of the records), a 40-register
 //    version was faster than the 91-register one on each of the 28 inputs of 64 MiB or more timed, in
 //    the same run.
 //    Prefetching more of the tile than the next step does not pay: in one run on the H200 (not part of
@@ -89,8 +104,8 @@
 // codes (8 sectors per 32 blocks either way). In an Nsight Compute profile on the H200 (taken while
 // building this kernel; not part of the records) such a kernel kept L2 near its peak throughput while
 // DRAM stayed well below the copy ceiling, even with the arithmetic removed. Here the CTA gathers its
-// 128 x 32 scale bytes in shared memory and stores them as eight whole 512-byte tiles, 16 bytes per
-// thread.
+// 128 x 32 scale bytes in shared memory (row-major) and stores them as eight whole 512-byte tiles, 16
+// bytes per thread: the words of rows r, r + 32, r + 64 and r + 96 of 4 columns.
 //
 // The tail (the launch rule). With 6 CTAs resident per SM the GPU runs P = 6 x SMs tiles at a time.
 // When the wide tiles fill one or more whole waves and leave a thin last one (at most 90% of P), that
@@ -402,10 +417,11 @@ __device__ __forceinline__ uint2 quant_block(const uint32_t* w, float gs, const 
 // One CTA's share of a tile: the whole tile (kPiece = false: kSteps steps of kStepRows rows, the loop
 // the kernel was tuned with), or a row piece of the wide launch (kPiece = true: 2^lj quarters from
 // quarter s0, quarter s being the rows 32g + 8s .. 32g + 8s + 7, g < 4; they fill the bytes
-// 128s .. 128s + 127 of each 512-byte scale tile). Two instantiations, so the whole-tile loop keeps
-// its compile-time trip count and stride: a first version with one loop for both (a runtime step
-// pattern) ran whole tiles 2-6% slower on the H200 (one run against the record of the previous
-// kernel, whose device copies it matched within 0.5%; not part of the records).
+// 128s .. 128s + 127 of each 512-byte scale tile). Two loops, so the whole tile's keeps a compile-time
+// row stride and no per-step row arithmetic (the header, "The loop's bookkeeping"): a first version
+// with one loop for both (a runtime step pattern) ran whole tiles 2-6% slower on the H200 (one run
+// against the record of the previous kernel, whose device copies it matched within 0.5%; not part of
+// the records).
 template <bool IS_BF16, bool SWIZZLED, bool WRITE_PADDING, int kC, bool kPiece>
 __device__ __forceinline__ void quant_tile(const uint4* __restrict__ xw, const uint4* table, bool own_table,
                                            const float* __restrict__ global_scale, uint2* __restrict__ codes,
@@ -421,17 +437,17 @@ __device__ __forceinline__ void quant_tile(const uint4* __restrict__ xw, const u
   const uint32_t c0 = (wide - rg * n_wide) * kWide + c0_off;
   if (!kIsWide && c0 >= n_blocks) return;   // a piece past the last column: no block, no scale column
   const uint32_t c = c0 + lane;
-  // step j's row: whole tile rows j kStepRows + wrow; piece rows 32 (j % 4) + 8 (s0 + j / 4) + wrow
+  // step j's row: whole tile r0 + j kStepRows; piece rows 32 (j % 4) + 8 (s0 + j / 4) + wrow of the tile
   const uint32_t r0 = rg * kRows + wrow + (kPiece ? 8 * s0 : 0u);
-  const uint32_t n_steps = kPiece ? 4u << lj : (uint32_t)kSteps;
-  auto row = [&](uint32_t j) -> uint32_t { return kPiece ? r0 + 32 * (j & 3) + 8 * (j >> 2) : r0 + j * kStepRows; };
 
+  // whole tile: the steps j < n_real have their row below M (none in a column past K/16)
+  const uint32_t n_real = kPiece || c >= n_blocks || r0 >= M ? 0u : min((uint32_t)kSteps, (M - r0 + kStepRows - 1) / kStepRows);
+  const size_t b0 = (size_t)r0 * n_blocks + c;   // step 0's block
   // the first step's row: loaded before the table is built or waited for
   uint4 nxt0 = make_uint4(0, 0, 0, 0), nxt1 = nxt0;
-  if (r0 < M && c < n_blocks) {
-    const size_t b = (size_t)r0 * n_blocks + c;
-    nxt0 = __ldcs(xw + 2 * b);
-    nxt1 = __ldcs(xw + 2 * b + 1);
+  if (kPiece ? r0 < M && c < n_blocks : n_real > 0) {
+    nxt0 = __ldcs(xw + 2 * b0);
+    nxt1 = __ldcs(xw + 2 * b0 + 1);
   }
   const float gs = __ldg(global_scale);
   if (own_table) {   // one wave: thread t builds words 4t .. 4t + 3 (scale byte t / 2, points 4 (t % 2) ..)
@@ -448,24 +464,53 @@ __device__ __forceinline__ void quant_tile(const uint4* __restrict__ xw, const u
   }
   __syncthreads();
 
+  // the scale byte of the tile's row lr (< 128), column lane: row-major in shared memory, kC + 4 bytes a row
+  // (a warp's 32 bytes of one row share 8 words; the final gather's 32 rows fall in 32 different banks)
+  constexpr uint32_t kSfRow = kC + 4;
+  auto sf_at = [&](uint32_t lr) -> uint32_t { return lr * kSfRow + lane; };
+  if constexpr (kPiece) {
+    const uint32_t n_steps = 4u << lj;
+    auto row = [&](uint32_t j) -> uint32_t { return r0 + 32 * (j & 3) + 8 * (j >> 2); };
 #pragma unroll 1
-  for (uint32_t j = 0; j < n_steps; ++j) {
-    const uint32_t r = row(j), rn = row(j + 1);
-    const uint32_t w[8] = {nxt0.x, nxt0.y, nxt0.z, nxt0.w, nxt1.x, nxt1.y, nxt1.z, nxt1.w};
-    if (j + 1 < n_steps && rn < M && c < n_blocks) {   // the next step's loads go out first
-      const size_t b = (size_t)rn * n_blocks + c;
-      nxt0 = __ldcs(xw + 2 * b);
-      nxt1 = __ldcs(xw + 2 * b + 1);
+    for (uint32_t j = 0; j < n_steps; ++j) {
+      const uint32_t r = row(j), rn = row(j + 1);
+      const uint32_t w[8] = {nxt0.x, nxt0.y, nxt0.z, nxt0.w, nxt1.x, nxt1.y, nxt1.z, nxt1.w};
+      if (j + 1 < n_steps && rn < M && c < n_blocks) {   // the next step's loads go out first
+        const size_t b = (size_t)rn * n_blocks + c;
+        nxt0 = __ldcs(xw + 2 * b);
+        nxt1 = __ldcs(xw + 2 * b + 1);
+      }
+      uint32_t sf_byte = 0;                                      // padded entries: 0
+      if (r < M && c < n_blocks) {
+        const size_t blk = (size_t)r * n_blocks + c;
+        codes[blk] = quant_block<IS_BF16>(w, gs, s_table, sf_byte);
+        if (!SWIZZLED) sf[blk] = (uint8_t)sf_byte;
+      }
+      if (SWIZZLED) s_sf[sf_at(r & 127)] = (uint8_t)sf_byte;
     }
-    uint32_t sf_byte = 0;                                      // padded entries: 0
-    if (r < M && c < n_blocks) {
-      const size_t blk = (size_t)r * n_blocks + c;
+  } else {
+    // A whole tile: the thread's steps 0 .. n_real - 1 hold real blocks (rows below M of a column below
+    // K/16); its block index steps kStepRows rows at a time: no row arithmetic or bounds test per step
+    // but the one for the next step's loads (the header, "The loop's bookkeeping").
+    const uint32_t stride = kStepRows * n_blocks;        // blocks from one step's row to the next
+    const uint32_t lr_end = wrow + n_real * kStepRows;    // the row in the tile counts the steps
+    uint32_t lr = wrow, blk = (uint32_t)b0;               // M * K/16 < 2^31: a block index fits
+#pragma unroll 1
+    for (; lr < lr_end; lr += kStepRows, blk += stride) {
+      const uint32_t w[8] = {nxt0.x, nxt0.y, nxt0.z, nxt0.w, nxt1.x, nxt1.y, nxt1.z, nxt1.w};
+      if (lr + kStepRows < lr_end) {   // the next step's loads go out first
+        const uint4* px = xw + 2 * (size_t)(blk + stride);
+        nxt0 = __ldcs(px);
+        nxt1 = __ldcs(px + 1);
+      }
+      uint32_t sf_byte;
       codes[blk] = quant_block<IS_BF16>(w, gs, s_table, sf_byte);
-      if (!SWIZZLED) sf[blk] = (uint8_t)sf_byte;
+      if (SWIZZLED) s_sf[sf_at(lr)] = (uint8_t)sf_byte;
+      else sf[blk] = (uint8_t)sf_byte;
     }
-    if (SWIZZLED) {   // the byte's place in the tile's 512-byte tile lane/4: row r%128, column lane%4
-      const uint32_t lr = r & 127;
-      s_sf[(lane >> 2) * 512 + (lr & 31) * 16 + (lr >> 5) * 4 + (lane & 3)] = (uint8_t)sf_byte;
+    if (SWIZZLED) {   // the padded entries of the tile (rows >= M, columns >= K/16): 0
+#pragma unroll 1
+      for (; lr < kRows; lr += kStepRows) s_sf[sf_at(lr)] = 0;
     }
   }
   if (SWIZZLED) {   // complete: store the tile's whole 512-byte tiles (a piece: its runs of them), 16 bytes per thread
@@ -476,7 +521,12 @@ __device__ __forceinline__ void quant_tile(const uint4* __restrict__ xw, const u
     const uint32_t off = kPiece ? t * 512 + 128 * s0 + (threadIdx.x & ((8u << lj) - 1)) * 16 : threadIdx.x * 16;
     if (t < n_cg) {
       uint8_t* dst = sf + ((size_t)rg * (sf_cols >> 2) + cg0) * 512 + off;
-      const uint4 v = *reinterpret_cast<const uint4*>(&s_sf[off]);
+      // the 16 bytes at `off` of a 512-byte tile hold its rows rr + 32 q (q < 4), 4 columns each: the word
+      // of each row in shared memory
+      const uint32_t rr = (off & 511) >> 4;
+      const uint32_t* rw = reinterpret_cast<const uint32_t*>(s_sf + rr * kSfRow + 4 * t);
+      constexpr uint32_t kQ = 32 * kSfRow / 4;   // words from row rr to row rr + 32
+      const uint4 v = make_uint4(rw[0], rw[kQ], rw[2 * kQ], rw[3 * kQ]);
       if (WRITE_PADDING) {
         *reinterpret_cast<uint4*>(dst) = v;
       } else {   // the regression: padded entries (row >= M or column >= K/16) left as they were
@@ -505,7 +555,7 @@ __global__ void __launch_bounds__(kThreads, IS_BF16 || kC == kWide ? kMinBlocks 
     uint32_t n_whole,                      // wide launch: CTAs < n_whole quantize whole tiles, the rest
     uint32_t piece_lj) {                   //   row pieces of 2^piece_lj quarters of the tiles n_whole..
   __shared__ __align__(16) uint4 s_table[256];        // the threshold table: 128 scale bytes x 8 words
-  __shared__ __align__(16) uint8_t s_sf[kRows * kC];   // the tile's kC/4 swizzled 512-byte tiles, in order
+  __shared__ __align__(16) uint8_t s_sf[kRows * (kC + 4)];   // the tile's scale bytes, row-major (quant_tile)
   if (kC == kWide && blockIdx.x >= n_whole) {   // a row piece: 2^(2 - piece_lj) pieces per tile
     const uint32_t p = blockIdx.x - n_whole, per_tile = 2 - piece_lj;
     quant_tile<IS_BF16, SWIZZLED, WRITE_PADDING, kC, true>(xw, table, own_table != 0, global_scale, codes, sf, M,
