@@ -72,7 +72,7 @@ def test_sm90_sass_uses_the_hardware_conversions():
     """In the sm_90 SASS: the E4M3 conversions are F2FP instructions (cvt.rn.satfinite.e4m3x2.f32), the
     NVFP4 amax is HMNMX2 on packed pairs, and the NVFP4 quantizer's per-block loop divides nothing and
     converts no element: 8 words x 3 packed comparisons (HSET2, the binary search of code_pair) against
-    the threshold table."""
+    the threshold table; its loads of the next step come first in the loop."""
     if cuda._cuobjdump() is None:
         pytest.skip("no cuobjdump (CUDA toolkit or Triton's bundled copy) to read the SASS")
     counts = cuda.sass_counts()
@@ -84,6 +84,10 @@ def test_sm90_sass_uses_the_hardware_conversions():
         assert v["ops"].get("HSET2", 0) == 8 * 3 and v["ops"].get("LDS", 0) == 2, v["ops"]
         assert "MUFU" not in v["ops"] and "FCHK" not in v["ops"], v["ops"]
         assert v["main_per_element"] < 16, v
+        # the next step's two 16-byte loads go out first, before the step's own arithmetic: a loop that
+        # issues them at its end leaves their latency exposed where few CTAs share an SM (nvfp4.cu's
+        # header, "The loop's bookkeeping")
+        assert len(v["loads_at"]) == 2 and max(v["loads_at"]) < v["main"] // 8, v["loads_at"]
     for v in f8:
         assert v["ops"].get("F2FP", 0) >= 8, v["ops"]   # 2 x 4 e4m3x2 (+ the bf16x2 roundings)
 

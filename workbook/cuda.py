@@ -455,7 +455,8 @@ def sass_counts(out_dir=None) -> dict:
     quantizer loops over blocks: its ``main`` is the loop body that quantizes one block
     (:func:`_block_loop`); the threshold table, built before it (by a one-wave CTA, or by the table
     kernel once per call), is left out. A static count: every
-    instruction of that path once, as a thread of a real block executes it."""
+    instruction of that path once, as a thread of a real block executes it. For a loop, ``loads_at``
+    lists the positions in it of its global loads (the next step's x)."""
     tool = _cuobjdump()
     if tool is None:
         raise RuntimeError("no cuobjdump found (CUDA toolkit or Triton's bundled copy)")
@@ -492,6 +493,8 @@ def sass_counts(out_dir=None) -> dict:
                     "main_per_element": round(len(main) / per_thread, 2),
                     "ops": _op_histogram(main),
                 }
+                if loop is not None:   # where the loop issues its global loads (the next block's x)
+                    out[f"{topic}:{short}"]["loads_at"] = [i for i, s in enumerate(main) if "LDG" in s]
     return out
 
 

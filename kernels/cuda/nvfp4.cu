@@ -66,25 +66,27 @@
 //    on average), while the better of the two was about the same (0.4 points lower on average): the
 //    search loses less in the clock dips and gains little outside them.
 //    The loop's bookkeeping is cut for the same reason. A thread of a whole tile knows before its loop
-//    how many of its 16 (narrow: 4) steps hold a real block (rows below M, a column below K/16), walks
-//    them with a block index that grows by 8 rows (narrow: 32) per step, and stores each scale byte
-//    row-major in shared memory (row lr at lr (kC + 4): conflict-free, one address add per step);
-//    the gather at the end reads each 16-byte run of a swizzled tile as the 4-byte words of 4 rows. No
-//    row arithmetic, no 64-bit block number and no bounds test per step but the one for the next
-//    step's loads; the steps past M write their scale byte 0 in a second, short loop. That took the
-//    loop from 188 to 154 instructions per block (bf16, swizzled, wide tile; fp16 180 to 146: the
-//    static count of the records' sass_sm90 before and after), with no spill in the bf16 kernels. On
-//    the H200, while this kernel was built (not part of the records; one run, 48 inputs of 64-410 MiB,
-//    K in 2048-14336, bf16 and fp16, each timed twice alternating with the previous loop, graph
-//    replay after a 0.4 s idle pause): the 24 inputs of one wave gained 1.1 points of the copy ceiling
-//    on average (-0.5 to +2.4), the 24 of more waves lost 0.3 (-0.7 to +0.2), and 46 of the 48
-//    reached 85% against 41; at 16384x8192 bf16 the SM clock averaged 1863 MHz against 1822 (capped
-//    in 77% of the samples against 82%).
+//    how many of its 16 (narrow: 4) steps hold a real block (n_real: rows below M, a column below
+//    K/16), walks its steps with a block index that grows by 8 rows (narrow: 32) per step, and stores
+//    each scale byte row-major in shared memory (row lr at lr (kC + 4): conflict-free, one address add
+//    per step); the gather at the end reads each 16-byte run of a swizzled tile as the 4-byte words of
+//    4 rows. No row arithmetic and no 64-bit block number per step. That took the loop from 188 to 171
+//    instructions per block (bf16, swizzled, wide tile; fp16 180 to 163: the static count of the
+//    records' sass_sm90 before and after). The loop keeps its compile-time trip count on purpose: a
+//    tighter version that looped over the n_real steps only (154 instructions) let ptxas, short of
+//    registers, issue the next step's loads near the end of the loop body instead of at its start, and
+//    lost 8 to 12 points of the copy ceiling on inputs of 16-40 MiB (1 to 3 CTAs per SM, where the
+//    loads' latency is not hidden); check where the LDGs sit in the SASS after any change here. On the
+//    H200, while this kernel was built (not part of the records; one run, bf16, each input timed twice,
+//    alternating the three loops, graph replay after a 0.3 s idle pause): against the previous loop
+//    this one gained 2.2 points on average on the 6 one-wave inputs of 64-82 MiB (+1.1 to +3.2; all
+//    6 at 85% or more, against 3), 1.2 on the 10 inputs of 16-40 MiB (-0.2 to +2.9), and changed the
+//    4 of 168-410 MiB by -0.5 to +0.4.
 //    One CTA per tile keeps the loop small: ptxas allocates about 40 registers per thread (the
 //    previous persistent version, which carried the next tile's indices and loads across tiles, took
 //    91), so 6 CTAs (48 warps) stay resident per SM instead of 2: three times the loads of x in flight.
-//    __launch_bounds__(256, 6) holds it there (fp16's linear layout would take 41 registers; the
-//    spill is 4 bytes). On the H200, while this kernel was built (not part of the records), a 40-register
+//    __launch_bounds__(256, 6) holds it there (fp16's linear layout would take more; its spill is 8
+//    bytes). On the H200, while this kernel was built (not part of the records), a 40-register
 //    version was faster than the 91-register one on each of the 28 inputs of 64 MiB or more timed, in
 //    the same run.
 //    Prefetching more of the tile than the next step does not pay: in one run on the H200 (not part of
@@ -490,27 +492,24 @@ __device__ __forceinline__ void quant_tile(const uint4* __restrict__ xw, const u
     }
   } else {
     // A whole tile: the thread's steps 0 .. n_real - 1 hold real blocks (rows below M of a column below
-    // K/16); its block index steps kStepRows rows at a time: no row arithmetic or bounds test per step
-    // but the one for the next step's loads (the header, "The loop's bookkeeping").
+    // K/16); its block index steps kStepRows rows at a time, no row arithmetic per step; the trip count
+    // stays kSteps, so that ptxas issues the next step's loads first (the header, "The loop's bookkeeping").
     const uint32_t stride = kStepRows * n_blocks;        // blocks from one step's row to the next
-    const uint32_t lr_end = wrow + n_real * kStepRows;    // the row in the tile counts the steps
-    uint32_t lr = wrow, blk = (uint32_t)b0;               // M * K/16 < 2^31: a block index fits
+    uint32_t blk = (uint32_t)b0;                          // M * K/16 < 2^31: a block index fits
 #pragma unroll 1
-    for (; lr < lr_end; lr += kStepRows, blk += stride) {
+    for (uint32_t j = 0; j < kSteps; ++j, blk += stride) {
       const uint32_t w[8] = {nxt0.x, nxt0.y, nxt0.z, nxt0.w, nxt1.x, nxt1.y, nxt1.z, nxt1.w};
-      if (lr + kStepRows < lr_end) {   // the next step's loads go out first
+      if (j + 1 < n_real) {   // the next step's loads go out first
         const uint4* px = xw + 2 * (size_t)(blk + stride);
         nxt0 = __ldcs(px);
         nxt1 = __ldcs(px + 1);
       }
-      uint32_t sf_byte;
-      codes[blk] = quant_block<IS_BF16>(w, gs, s_table, sf_byte);
-      if (SWIZZLED) s_sf[sf_at(lr)] = (uint8_t)sf_byte;
-      else sf[blk] = (uint8_t)sf_byte;
-    }
-    if (SWIZZLED) {   // the padded entries of the tile (rows >= M, columns >= K/16): 0
-#pragma unroll 1
-      for (; lr < kRows; lr += kStepRows) s_sf[sf_at(lr)] = 0;
+      uint32_t sf_byte = 0;   // padded entries: 0
+      if (j < n_real) {
+        codes[blk] = quant_block<IS_BF16>(w, gs, s_table, sf_byte);
+        if (!SWIZZLED) sf[blk] = (uint8_t)sf_byte;
+      }
+      if (SWIZZLED) s_sf[sf_at(wrow + j * kStepRows)] = (uint8_t)sf_byte;
     }
   }
   if (SWIZZLED) {   // complete: store the tile's whole 512-byte tiles (a piece: its runs of them), 16 bytes per thread
