@@ -58,7 +58,8 @@
 //    between 1290 and 1845 MHz. At those clocks its instruction issue, not DRAM, likely sets the pace
 //    (an inference: Nsight Compute, which runs the kernel alone and so at 1.95 GHz, saw its schedulers
 //    issue in 65% of the cycles, which would be about 90% at 1.4 GHz), and a replay window that lands in
-//    a dip came out as much as 13 points of the copy ceiling below the same input's other timing. The search cut the loop from 216 to 188 instructions per block (bf16,
+//    a dip came out as much as 13 points of the copy ceiling below the same input's other timing.
+//    The search cut the loop from 216 to 188 instructions per block (bf16,
 //    swizzled, wide tile; fp16 206 to 180: the static count of the records' sass_sm90 before and
 //    after). In one run, alternating the two kernels, the search's SM clock averaged about 1720 MHz
 //    against the count's 1630, and over 40 inputs of 64-600 MiB (bf16 and fp16, each timed twice) the
@@ -74,14 +75,14 @@
 //    instructions per block (bf16, swizzled, wide tile; fp16 180 to 163: the static count of the
 //    records' sass_sm90 before and after). The loop keeps its compile-time trip count on purpose: a
 //    tighter version that looped over the n_real steps only (154 instructions) let ptxas, short of
-//    registers, issue the next step's loads near the end of the loop body instead of at its start, and
-//    lost 8 to 12 points of the copy ceiling on inputs of 16-40 MiB (1 to 3 CTAs per SM, where the
-//    loads' latency is not hidden); check where the LDGs sit in the SASS after any change here. On the
-//    H200, while this kernel was built (not part of the records; one run, bf16, each input timed twice,
-//    alternating the three loops, graph replay after a 0.3 s idle pause): against the previous loop
-//    this one gained 2.2 points on average on the 6 one-wave inputs of 64-82 MiB (+1.1 to +3.2; all
-//    6 at 85% or more, against 3), 1.2 on the 10 inputs of 16-40 MiB (-0.2 to +2.9), and changed the
-//    4 of 168-410 MiB by -0.5 to +0.4.
+//    registers, issue the next step's loads near the end of the loop body instead of at its start; check
+//    where the LDGs sit in the SASS after any change here. On the H200, while this kernel was built (not
+//    part of the records; one run, bf16, each input timed twice, alternating the three loops, graph
+//    replay after a 0.3 s idle pause), that version was 8.1 to 11.5 points of the copy ceiling below
+//    this loop on all 10 inputs of 16-40 MiB (1 to 3 CTAs per SM, where nothing hides the loads'
+//    latency); against the previous loop, this one gained 2.2 points on average on the 6 one-wave
+//    inputs of 64-82 MiB (+1.1 to +3.2; all 6 at 85% or more, against 3), 1.2 on the 10 inputs of
+//    16-40 MiB (-0.2 to +2.9), and changed the 4 of 168-410 MiB by -0.5 to +0.4.
 //    One CTA per tile keeps the loop small: ptxas allocates about 40 registers per thread (the
 //    previous persistent version, which carried the next tile's indices and loads across tiles, took
 //    91), so 6 CTAs (48 warps) stay resident per SM instead of 2: three times the loads of x in flight.
