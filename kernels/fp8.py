@@ -3,6 +3,14 @@
 Device code only: the launchers, the allocation policy and the input checks live in
 ``workbook/fp8.py``.
 
+Layout and mapping: ``silu_mul_quant_fp8_kernel`` runs on a grid (ceil(M / BLOCK_M), P = ceil(N / 512)).
+Program (i, p) owns rows [i*BLOCK_M, +BLOCK_M) and groups 4p..4p+3 (columns [512p, 512p+512), masked at
+M and N): exactly the four exponent bytes of packed word p, assembled in registers. It stores its tile
+of codes (E4M3 bytes, row-major [M, N]) and, per row m < M, word p whole at ``scales + p * stride_sp + m``
+(the MN-major storage int32 [P, round_up(M, 4)]; bytes of groups >= G are 0). Coverage: the programs
+tile the codes exactly and write every element of the view ``storage.T[:M, :]``; storage rows
+M..round_up(M, 4)-1 are no element of it and are never written (the launcher says why that is safe).
+
 Rounding, and where it happens (``EMULATE`` is the house's one compile-time switch, see
 ``kernels/__init__.py``):
 

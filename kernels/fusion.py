@@ -8,6 +8,14 @@ One program normalises ``BLOCK_M`` rows. Per row::
     out = weight * h * rsqrt(mean(h^2) + eps)      (fp32 inside)
 
 It returns both: ``residual_out`` (h) feeds the next residual add, ``out`` feeds the next layer.
+
+Mapping: program i takes rows [i*BLOCK_M, (i+1)*BLOCK_M), a whole row in registers (BLOCK_D = next
+power of two >= D, masked past D), so the mean is one in-register reduction per row.
+Coverage: every program writes all D columns of its rows of ``out`` and ``residual_out`` (masked only
+past M and D) and the grid cdiv(M, BLOCK_M) covers all M rows, so the launcher allocates both with
+``empty``. Decisions: the new residual is rounded to the tensor dtype before the norm reads it (the
+unfused chain's numbers); EMULATE does the bf16 conversions with integer ops (Triton's interpreter
+gets the hardware casts wrong, e.g. it loses bf16 subnormals).
 """
 import workbook.device  # noqa: F401  (TRITON_INTERPRET before triton on CPU-only machines)
 

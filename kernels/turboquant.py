@@ -31,7 +31,7 @@ operands are upcast to fp32 and multiplied exactly (``input_precision="ieee"``).
 ``EMULATE`` into ``OP`` (operand dtype) and ``PREC`` (dot precision).
 
 Designed for the H200 (132 SMs, HBM3e), where decode is a stream over the cache: the launcher
-splits each context so that about ``WAVES`` x 132 programs run (``DECODE_CONFIG``); the G query
+splits each context so that about ``WAVES`` x 132 programs run (``CONFIG["decode"]``); the G query
 heads of one KV head share a program, so each cache byte is read once per KV head. The decode kernel
 reads each token's codes as 16 words of 32 bits (64 contiguous bytes; the next tile's loads go out
 before the current tile's math) and unpacks every word into 8 fp16 values in registers: keys with

@@ -1,6 +1,6 @@
-"""The static audit (workbook/audit.py): every pattern found in a small fixture, the zero fills that
+"""The static audit (workbook/audit/): every pattern found in a small fixture, the zero fills that
 are part of the result not reported, helpers followed across files, the reverse risk, broken files,
-the JSON schema, exit codes and --exclude."""
+the JSON schema, exit codes and --exclude; and notebook 07's graders (workbook/graders/audit.py)."""
 import json
 import textwrap
 from pathlib import Path
@@ -343,6 +343,14 @@ def test_add_arguments_and_run_for_the_workbook_cli(capsys):
     assert "layers.py" in out and "[high]" in out
 
 
+def test_python_dash_m_workbook_audit_runs_the_package():
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-m", "workbook.audit", str(SAMPLE), "--min-confidence", "high"],
+                       capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
+    assert r.returncode == 1 and "[high]" in r.stdout, r.stderr
+
+
 def test_sample_project_findings():
     """The sample engine of notebook 07: its true and false candidates, as the notebook relies on."""
     res = A.audit([str(SAMPLE)])
@@ -355,8 +363,12 @@ def test_sample_project_findings():
 
 # ---- graders of notebook 07 -------------------------------------------------------------------------
 
-def _solution_verdicts():
-    return {k: v for k, (v, _) in A.SAMPLE_VERDICTS.items()}
+from workbook.graders import audit as G  # noqa: E402
+
+
+def test_the_verdicts_cover_what_the_audit_reports_on_the_sample():
+    res = A.audit([str(SAMPLE)])
+    assert set(G.SAMPLE_VERDICTS) == set(_by_func(res)) | set(_necessary(res))
 
 
 def _stub(*args):
@@ -365,34 +377,26 @@ def _stub(*args):
 
 def test_check_verdicts():
     from workbook.check import grade
-    A.check_verdicts(_solution_verdicts)
-    assert not grade("stub", lambda: A.check_verdicts(_stub))
-    padding_empty = dict(_solution_verdicts(), row_scales="empty")
+    G.check_verdicts(G.solution_verdicts)
+    assert not grade("stub", lambda: G.check_verdicts(_stub))
+    padding_empty = dict(G.solution_verdicts(), row_scales="empty")
     with pytest.raises(AssertionError, match="row_scales: 'empty' would change results.*padding"):
-        A.check_verdicts(lambda: padding_empty)
-    atomics_empty = dict(_solution_verdicts(), token_histogram="empty")
+        G.check_verdicts(lambda: padding_empty)
+    atomics_empty = dict(G.solution_verdicts(), token_histogram="empty")
     with pytest.raises(AssertionError, match="atomic_adds"):
-        A.check_verdicts(lambda: atomics_empty)
-    all_zeros = {k: "zeros" for k in A.SAMPLE_VERDICTS}
+        G.check_verdicts(lambda: atomics_empty)
+    all_zeros = {k: "zeros" for k in G.SAMPLE_VERDICTS}
     with pytest.raises(AssertionError, match="memset for nothing"):
-        A.check_verdicts(lambda: all_zeros)
+        G.check_verdicts(lambda: all_zeros)
     with pytest.raises(AssertionError, match="missing"):
-        A.check_verdicts(lambda: {"scale_rows": "empty"})
-
-
-def _writer_ok(dec, pre):
-    import torch
-    out = torch.empty(dec.shape[0] + pre.shape[0], dec.shape[1], dtype=dec.dtype)
-    out[:dec.shape[0]] = dec
-    out[dec.shape[0]:] = pre
-    return out
+        G.check_verdicts(lambda: {"scale_rows": "empty"})
 
 
 def test_check_mixed_batch_writer():
     import torch
     from workbook.check import grade
-    A.check_mixed_batch_writer(_writer_ok)
-    assert not grade("stub", lambda: A.check_mixed_batch_writer(_stub))
+    G.check_mixed_batch_writer(G.solution_mixed_batch_writer)
+    assert not grade("stub", lambda: G.check_mixed_batch_writer(_stub))
 
     def zeros_writer(dec, pre):
         out = torch.zeros(dec.shape[0] + pre.shape[0], dec.shape[1])
@@ -418,10 +422,10 @@ def test_check_mixed_batch_writer():
         return torch.cat([pre, dec])
 
     with pytest.raises(AssertionError, match="zero-fills"):
-        A.check_mixed_batch_writer(zeros_writer)
+        G.check_mixed_batch_writer(zeros_writer)
     with pytest.raises(AssertionError, match="padded batch|never written"):
-        A.check_mixed_batch_writer(padded_writer)
+        G.check_mixed_batch_writer(padded_writer)
     with pytest.raises(AssertionError, match="never written"):
-        A.check_mixed_batch_writer(gap_writer)
+        G.check_mixed_batch_writer(gap_writer)
     with pytest.raises(AssertionError, match="decode outputs go first"):
-        A.check_mixed_batch_writer(swapped_writer)
+        G.check_mixed_batch_writer(swapped_writer)

@@ -38,11 +38,11 @@ def test_doctor_reports_device_versions_and_a_smoke_run(capsys):
 def test_doctor_checks_the_bench_records_and_only_them(capsys, monkeypatch, tmp_path):
     import shutil
 
-    import workbook.bench as bench
+    import workbook.records as records
 
-    shutil.copy(bench.DATA_DIR / "alloc.json", tmp_path / "alloc.json")
+    shutil.copy(records.DATA_DIR / "alloc.json", tmp_path / "alloc.json")
     (tmp_path / "notes.json").write_text('{"not": "a bench record"}')   # other data: not checked
-    monkeypatch.setattr(bench, "DATA_DIR", tmp_path)
+    monkeypatch.setattr(records, "DATA_DIR", tmp_path)
     rc, out, _ = run(capsys, "doctor", "start_here")
     assert rc == 0 and "recorded GPU results (workbook/data/): alloc\n" in out, out
     assert "not recorded yet: " in out and "nvfp4" in out
@@ -70,11 +70,11 @@ def test_doctor_fails_on_a_broken_topic_and_a_missing_package(capsys, monkeypatc
     assert "MISSING: no-such-distribution-here" in out and "NOT READY" in out
 
 
-def test_topics_are_found_from_the_files():
+def test_topics_come_from_the_registries():
     assert {"start_here", "nvfp4", "fp8", "gdn"} <= set(cli.topic_modules())
     assert cli.topic_modules()[0] == "start_here"                      # in the notebooks' order
-    assert cli.bench_topics()[0] == "alloc" and {"nvfp4", "fp8", "gdn"} <= set(cli.bench_topics())
-    assert "start_here" not in cli.bench_topics()   # no benchmark() there
+    assert cli.bench_topics()[0] == "alloc" and {"nvfp4", "fp8", "gdn", "cuda"} <= set(cli.bench_topics())
+    assert "start_here" not in cli.bench_topics()   # no benchmark there
 
 
 def test_doctor_unknown_topic_lists_the_known_ones(capsys):
@@ -97,21 +97,28 @@ def test_bench_without_a_gpu_is_one_line(capsys):
 def test_bench_counts_measurements_and_writes_the_record(capsys, monkeypatch, tmp_path):
     import triton.testing
 
-    import workbook.bench as bench
+    from workbook import benchmarks
+    from workbook.records import Measurement
 
     monkeypatch.setattr(triton.testing, "do_bench", lambda fn, **k: 1.0)
+    seen = {}
 
-    def fake_benchmark():
-        from triton.testing import do_bench  # as workbook.bench.time_us does, at call time
-        return {"t_ms": [do_bench(None) for _ in range(3)]}, {"copy_GBps": 1.0}
+    def fake_run(*, budget_s=None, smoke=False):
+        from triton.testing import do_bench  # as workbook.timing.time_us does, at call time
+        seen.update(budget_s=budget_s, smoke=smoke)
+        return Measurement({"rows": [{"t_eager_us": 1e3 * do_bench(None)} for _ in range(3)]},
+                           {"eager": "do_bench"}, {"copy_GBps": 1.0})
 
-    monkeypatch.setattr(bench, "benchmark", fake_benchmark)
+    monkeypatch.setattr(benchmarks.module("alloc"), "run", fake_run)
     monkeypatch.setattr(cli, "_gpu_present", lambda: True)
-    rc, out, err = run(capsys, "bench", "alloc", "--data", str(tmp_path))
+    rc, out, err = run(capsys, "bench", "alloc", "--data", str(tmp_path), "--budget", "30", "--smoke")
     assert rc == 0, err
+    assert seen == {"budget_s": 30.0, "smoke": True}
     assert "[alloc] 3 measurements" in out and "measurements" in err   # the tqdm bar is on stderr
     assert str(tmp_path / "alloc.json") in out and "recorded " in out
-    assert json.loads((tmp_path / "alloc.json").read_text())["results"] == {"t_ms": [1.0, 1.0, 1.0]}
+    assert json.loads((tmp_path / "alloc.json").read_text())["results"] == {"rows": [{"t_eager_us": 1e3}] * 3}
+    rc, _, err = run(capsys, "bench", "alloc", "--budget", "-1")
+    assert rc == 2 and "--budget must be a positive number" in err
     assert triton.testing.do_bench.__name__ == "<lambda>"               # restored afterwards
 
 

@@ -5,14 +5,21 @@ sm_100a, where its hardware E2M1 conversion is compiled in), and holds no torch 
 the Python side imports without CUDA and refuses backend='cuda' without a GPU, clearly. On a GPU:
 the CUDA backend's bytes equal the Triton kernel's and the pure-torch reference's on odd shapes,
 both scale layouts, fp16 and bf16; the whole storage is written (two poisons); bad inputs; CUDA
-graphs."""
-import inspect
+graphs. The build is workbook.nvcc, the launchers' CUDA halves live in workbook.nvfp4 / fp8, the SASS
+counts in workbook.sass, the benchmark in workbook.benchmarks.cuda, the notebook section in
+workbook.plots.cuda."""
+import json
+import re
+from pathlib import Path
 
 import pytest
 import torch
 
 import workbook  # noqa: F401  (device choice before triton)
-from workbook import cuda, fp8, nvfp4
+from workbook import fp8, nvcc, nvfp4, records, sass
+from workbook.benchmarks import cuda as bench_cuda
+from workbook.benchmarks import nvfp4 as nvfp4_bench
+from workbook.plots import cuda as plots_cuda
 from workbook.check import assert_exact
 from workbook.coverage import assert_fully_written, coverage, poisoned_allocations
 from workbook.device import DEVICE, ON_GPU
@@ -21,17 +28,14 @@ from test_fp8 import check_against_reference, make_x as make_gate_up
 from test_nvfp4 import make_x
 
 gpu = pytest.mark.skipif(not ON_GPU, reason="the CUDA kernels run only on a GPU (their compile check runs here)")
-NVCC = cuda.find_nvcc()
+NVCC = nvcc.find_nvcc()
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="no nvcc found ($NVCC, $CUDA_HOME/bin, PATH, /usr/local/cuda/bin, "
                                                      "pip's nvidia-cuda-nvcc): the compile check needs one")
-WIRED_NVFP4 = "backend" in inspect.signature(nvfp4.nvfp4_quant).parameters
 
 
 def nvfp4_cuda(x, gs, **kw):
-    """The CUDA backend of nvfp4_quant (through the launcher where it has the backend keyword)."""
-    if WIRED_NVFP4:
-        return nvfp4.nvfp4_quant(x, gs, backend="cuda", **kw)
-    return cuda._cuda_nvfp4_quant(x, gs, **kw)
+    """The CUDA backend of nvfp4_quant, through the public launcher."""
+    return nvfp4.nvfp4_quant(x, gs, backend="cuda", **kw)
 
 
 def _u8(t):
@@ -45,7 +49,7 @@ def _u8(t):
 @needs_nvcc
 @pytest.mark.parametrize("topic", ["nvfp4", "fp8", "turboquant"])
 def test_source_compiles_for_sm90(topic, tmp_path):
-    cubin = cuda.compile_check(topic, tmp_path, arch="sm_90")
+    cubin = nvcc.compile_check(topic, tmp_path, arch="sm_90")
     assert cubin.stat().st_size > 0
 
 
@@ -53,7 +57,7 @@ def test_source_compiles_for_sm90(topic, tmp_path):
 def test_nvfp4_hardware_e2m1_path_compiles_for_sm100a(tmp_path):
     """cvt.rn.satfinite.e2m1x2.f32 exists only on arch-specific Blackwell targets: the source uses it
     under its arch guard there (and the exact emulation on sm_90, which the H200 runs)."""
-    cubin = cuda.compile_check("nvfp4", tmp_path, arch="sm_100a")
+    cubin = nvcc.compile_check("nvfp4", tmp_path, arch="sm_100a")
     assert cubin.stat().st_size > 0
 
 
@@ -62,9 +66,9 @@ def test_compile_check_reports_nvcc_errors(tmp_path, monkeypatch):
         pytest.skip("no nvcc found: nothing to report errors")
     bad = tmp_path / "bad.cu"
     bad.write_text("__global__ void k() { this is not C++; }\n")
-    monkeypatch.setitem(cuda.SOURCES, "bad", bad)
+    monkeypatch.setitem(nvcc.SOURCES, "bad", bad)
     with pytest.raises(RuntimeError, match="nvcc failed"):
-        cuda.compile_check("bad", tmp_path)
+        nvcc.compile_check("bad", tmp_path)
 
 
 @needs_nvcc
@@ -73,9 +77,9 @@ def test_sm90_sass_uses_the_hardware_conversions():
     NVFP4 amax is HMNMX2 on packed pairs, and the NVFP4 quantizer's per-block loop divides nothing and
     converts no element: 8 words x 3 packed comparisons (HSET2, the binary search of code_pair) against
     the threshold table; its loads of the next step come first in the loop."""
-    if cuda._cuobjdump() is None:
+    if nvcc.cuobjdump() is None:
         pytest.skip("no cuobjdump (CUDA toolkit or Triton's bundled copy) to read the SASS")
-    counts = cuda.sass_counts()
+    counts = sass.sass_counts()
     nv = [v for k, v in counts.items() if "nvfp4_quant_kernel" in k]
     f8 = [v for k, v in counts.items() if "silu_mul_quant_fp8_kernel" in k]
     assert len(nv) == 12 and len(f8) == 3, sorted(counts)   # 2 dtypes x 3 layouts x 2 tile widths
@@ -98,9 +102,9 @@ def test_tq_decode_loop_feeds_the_tensor_cores_without_moving_operands():
     no block barrier and no shared-memory store (the operands never go through shared memory: only
     cp.async writes it), shuffles only for the softmax max (3 per head) and the page index (2); the
     key and value unpacking is 16 words x 10 PRMT + 8 value pairs x 2 PRMT."""
-    if cuda._cuobjdump() is None:
+    if nvcc.cuobjdump() is None:
         pytest.skip("no cuobjdump (CUDA toolkit or Triton's bundled copy) to read the SASS")
-    s = cuda.tq_decode_sass()
+    s = sass.tq_decode_sass()
     ops = s["ops"]
     assert ops.get("HMMA") == 32 and ops.get("MOVM") == 4, ops
     assert "BAR" not in ops and "STS" not in ops, ops
@@ -111,7 +115,7 @@ def test_tq_decode_loop_feeds_the_tensor_cores_without_moving_operands():
 
 @pytest.mark.parametrize("topic", ["nvfp4", "fp8", "turboquant"])
 def test_sources_are_torch_free_and_packaged(topic):
-    text = cuda.SOURCES[topic].read_text()
+    text = nvcc.SOURCES[topic].read_text()
     for needle in ("torch/", "ATen", "c10/", "pybind11"):
         assert needle not in text, f"kernels/cuda/{topic}.cu must not include {needle} headers"
     assert 'extern "C"' in text and "cudaStream_t stream" in text
@@ -207,7 +211,7 @@ def test_nvfp4_threshold_closed_form_is_the_search(dtype):
 
 
 def test_nvfp4_source_guards_the_blackwell_conversion():
-    text = cuda.SOURCES["nvfp4"].read_text()
+    text = nvcc.SOURCES["nvfp4"].read_text()
     i = text.index("cvt.rn.satfinite.e2m1x2.f32 q")
     guard = text.rfind("#if NVFP4_HW_E2M1", 0, i)
     assert guard != -1 and text.find("#else", guard) > i, "the e2m1x2 cvt must sit under the arch guard"
@@ -222,10 +226,9 @@ def test_backend_argument():
         fp8.silu_mul_quant_fp8_packed(x, backend="cuda", emulate=True)
     with pytest.raises(ValueError, match="backend='cuda' takes neither"):
         fp8.quant_fp8_packed(x[:, :128].contiguous(), backend="cuda", config={"BLOCK_M": 4})
-    if WIRED_NVFP4:
-        xn = make_x(2, 32, torch.bfloat16)
-        with pytest.raises(ValueError, match="backend must be 'triton' or 'cuda'"):
-            nvfp4.nvfp4_quant(xn, nvfp4.global_scale_of(xn), backend="CUDA")
+    xn = make_x(2, 32, torch.bfloat16)
+    with pytest.raises(ValueError, match="backend must be 'triton' or 'cuda'"):
+        nvfp4.nvfp4_quant(xn, nvfp4.global_scale_of(xn), backend="CUDA")
 
 
 @pytest.mark.skipif(ON_GPU, reason="on a GPU backend='cuda' runs")
@@ -253,7 +256,7 @@ def test_nvfp4_cuda_threshold_table_is_the_search(dtype):
     """The table kernel's words, built on the GPU in closed form, against the binary search in torch,
     for global scales of every fp32 exponent and the edge values: rows 1-126 the thresholds in both
     halves, rows 0 and 127 (sf = 0, NaN) the largest finite pattern, word 7 of every row 0."""
-    from workbook.cuda import _nvfp4_threshold_tables
+    from workbook.nvfp4 import _nvfp4_threshold_tables
     gss = _global_scales(400, seed=2)
     with poisoned_allocations("a5"):                    # the whole storage is written (empty is safe)
         tables = _nvfp4_threshold_tables(gss.cuda(), dtype).cpu()                  # [n, 128, 8]
@@ -349,7 +352,7 @@ def _split_shape(dtype, one_wave=False):
     whole tile per SM). Found from the GPU's own plan, not assumed."""
     for K in (14352, 5136, 2064):                       # K/16 = 897, 321, 129: a partial last column tile
         n_wide = -(-(K // 16) // 32)
-        p0 = cuda.nvfp4_launch_plan(128, K, dtype)
+        p0 = nvfp4.nvfp4_launch_plan(128, K, dtype)
         slots, sms = p0["slots"], p0["sms"]
         for rows in range(1, 2048):
             M = 128 * rows - 37
@@ -360,7 +363,7 @@ def _split_shape(dtype, one_wave=False):
             else:                                        # a last wave of 10% .. 60% of the slots
                 want = tiles > slots and 0.1 * slots <= tiles % slots <= 0.6 * slots and M * K * 2 <= 1 << 28
             if want:
-                plan = cuda.nvfp4_launch_plan(M, K, dtype)
+                plan = nvfp4.nvfp4_launch_plan(M, K, dtype)
                 if plan["narrow"]:
                     return M, K, plan
     pytest.fail(f"no input of at most 256 MiB is split {'within one wave' if one_wave else 'past one wave'} "
@@ -374,7 +377,7 @@ def _piece_shape(dtype, piece_rows):
     own plan."""
     for K in (14352, 5136, 2064):                       # K/16 = 897, 321, 129: a partial last column tile
         n_wide = -(-(K // 16) // 32)
-        p0 = cuda.nvfp4_launch_plan(128, K, dtype)
+        p0 = nvfp4.nvfp4_launch_plan(128, K, dtype)
         sms, slots = p0["sms"], p0["slots"]
         for rows in range(1, 2048):
             M, tiles = 128 * rows - 37, rows * n_wide
@@ -383,7 +386,7 @@ def _piece_shape(dtype, piece_rows):
             r = tiles % sms
             fits = 4 * r <= sms if piece_rows == 32 else sms < 4 * r <= 2 * sms
             if tiles > sms and r and fits:                  # whole tiles and pieces in one launch
-                return M, K, cuda.nvfp4_launch_plan(M, K, dtype)
+                return M, K, nvfp4.nvfp4_launch_plan(M, K, dtype)
     pytest.fail(f"no one-wave input with pieces of {piece_rows} rows on this GPU")
 
 
@@ -441,9 +444,9 @@ def test_nvfp4_cuda_one_wave_narrow_plan_and_bytes(dtype):
     # one column tile (K = 512), so M / 128 tiles, none whole per SM: r just past half the SMs is cut
     # into narrow tiles, r just past 7/8 of them stays whole
     just_half, just_7_8 = sms // 2 + 1, 7 * sms // 8 + 1
-    p = cuda.nvfp4_launch_plan(128 * just_half, 512, dtype)
+    p = nvfp4.nvfp4_launch_plan(128 * just_half, 512, dtype)
     assert p["wide"] == 0 and p["narrow"] == 4 * just_half and p["pieces"] == 0, p
-    p = cuda.nvfp4_launch_plan(128 * just_7_8, 512, dtype)
+    p = nvfp4.nvfp4_launch_plan(128 * just_7_8, 512, dtype)
     assert p["wide"] == just_7_8 and p["narrow"] == 0 and p["pieces"] == 0, p
     n_wide = -(-(K // 16) // 32)
     rows = next(rw for rw in range(1, 64) if sms < 2 * rw * n_wide <= 7 * sms // 4)
@@ -464,9 +467,9 @@ def test_nvfp4_cuda_one_wave_pieces_plan_and_bytes(dtype, piece_rows):
     assert plan["narrow"] == 0 and plan["piece_rows"] == piece_rows, plan
     assert plan["wide"] == tiles // sms * sms and plan["pieces"] == (tiles % sms) * 128 // piece_rows, plan
     assert plan["pieces"] <= sms, plan
-    small = cuda.nvfp4_launch_plan(128, 512, dtype)          # one tile: four quarter pieces
+    small = nvfp4.nvfp4_launch_plan(128, 512, dtype)          # one tile: four quarter pieces
     assert small["wide"] == 0 and small["pieces"] == 4 and small["piece_rows"] == 32, small
-    whole = cuda.nvfp4_launch_plan(128 * sms, 512, dtype)    # one tile per SM: whole tiles, no piece
+    whole = nvfp4.nvfp4_launch_plan(128 * sms, 512, dtype)    # one tile per SM: whole tiles, no piece
     assert whole["wide"] == sms and whole["pieces"] == 0 and whole["narrow"] == 0, whole
     _check_all_bytes(M, K, dtype)
 
@@ -581,15 +584,15 @@ def test_fp8_cuda_silu_sequences_and_the_proof(monkeypatch):
     g = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
     g = g[torch.isfinite(g.float())].to(DEVICE)
     ref = torch.nn.functional.silu(g.float()).to(torch.bfloat16).view(torch.int16)
-    exact = cuda.silu_mul_bf16_cuda(g, torch.ones_like(g), fast=False)
+    exact = fp8.silu_mul_bf16_cuda(g, torch.ones_like(g), fast=False)
     assert torch.equal(exact.view(torch.int16), ref), "torch's silu sequence must match torch on every gate"
-    fast = cuda.silu_mul_bf16_cuda(g, torch.ones_like(g), fast=True)
-    assert torch.equal(fast.view(torch.int16), ref) == cuda.silu_fast_is_exact()
+    fast = fp8.silu_mul_bf16_cuda(g, torch.ones_like(g), fast=True)
+    assert torch.equal(fast.view(torch.int16), ref) == fp8.silu_fast_is_exact()
     up = torch.randn(g.shape, device=DEVICE).to(torch.bfloat16)
     want = (torch.nn.functional.silu(g.float()).to(torch.bfloat16) * up).view(torch.int16)
-    got = cuda.silu_mul_bf16_cuda(g, up, fast=cuda.silu_fast_is_exact())
+    got = fp8.silu_mul_bf16_cuda(g, up, fast=fp8.silu_fast_is_exact())
     assert torch.equal(got.view(torch.int16), want)
-    monkeypatch.setattr(cuda, "_silu_fast", False)
+    monkeypatch.setattr(fp8, "_silu_fast", False)
     x = make_gate_up(7, 384, seed=4)
     cq, cs = fp8.silu_mul_quant_fp8_packed(x, backend="cuda")
     q_ref, s_ref = fp8.silu_mul_quant_fp8_reference(x)
@@ -691,9 +694,9 @@ def test_cuda_kernels_replay_from_a_cuda_graph():
 
 @gpu
 def test_build_is_cached():
-    lib = cuda.build()
-    assert cuda.build() is lib
-    assert any(cuda.cache_dir().glob("*/workbook_cuda.so"))
+    lib = nvcc.build()
+    assert nvcc.build() is lib
+    assert any(nvcc.cache_dir().glob("*/workbook_cuda.so"))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -703,56 +706,60 @@ def test_build_is_cached():
 @pytest.mark.skipif(ON_GPU, reason="on a GPU the benchmark runs (python -m workbook bench cuda)")
 def test_benchmark_needs_a_gpu():
     with pytest.raises(RuntimeError, match="measures a GPU and none is present"):
-        cuda.benchmark()
+        bench_cuda.run(smoke=True)
+    with pytest.raises(RuntimeError, match="measures a GPU and none is present"):
+        bench_cuda.live("nvfp4")
 
 
 def _fake_record():
-    """A record shaped as benchmark() writes it, with made-up timings (for the display code only)."""
+    """A record shaped as benchmarks.cuda.run() writes it, with made-up timings (for the display code only)."""
     def row(size_key, size, us_c, us_t):
-        return {"M": 64, size_key: size, "bytes": 1000, "cuda_us": us_c, "triton_us": us_t,
+        return {"M": 64, size_key: size, "bytes": 1000, "cuda_graph_us": us_c, "triton_graph_us": us_t,
                 "cuda_eager_us": 20.0, "triton_eager_us": 30.0, "cuda_frac_of_copy": 0.5,
                 "triton_frac_of_copy": 0.25, "cuda_speedup_vs_triton": us_t / us_c,
                 "exact_cuda": True, "exact_triton": True, "cuda_equals_triton": True}
-    return {"schema": 1, "name": "cuda", "recorded": "2026-01-01",
-            "meta": {"torch": "t", "triton": "t", "device": "cuda", "gpu": "FAKE GPU"}, "ceilings": {"copy_GBps": 1.0},
-            "results": {"nvfp4": {"rows": [row("K", 4096, 2.0, 4.0)]}, "fp8": {"rows": [row("N", 7168, 3.0, 6.0)]},
-                        "sass_sm90": {"nvfp4:nvfp4_quant_kernel<bf16=1,swizzled=1,write_padding=1>": {"main_per_element": 20.1}}}}
+    rec = {"schema": 2, "name": "cuda", "recorded": "2026-01-01",
+           "machine": {"torch": "t", "triton": "t", "python": "3", "device": "cuda", "gpu": "FAKE GPU"},
+           "timers": {"graph": "fake", "eager": "fake"}, "ceilings": {"copy_GBps": 1.0},
+           "results": {"nvfp4": {"rows": [row("K", 4096, 2.0, 4.0)]}, "fp8": {"rows": [row("N", 7168, 3.0, 6.0)]},
+                       "sass_sm90": {"nvfp4:nvfp4_quant_kernel<bf16=1,swizzled=1,write_padding=1>":
+                                     {"main_per_element": 20.1}}}}
+    records.validate_record(rec)
+    return rec
 
 
 @pytest.mark.parametrize("topic", ["nvfp4", "fp8"])
 def test_show_labels_the_timers_and_says_when_nothing_is_recorded(topic, monkeypatch, capsys):
     pytest.importorskip("IPython")
-    import workbook.bench as bench
 
     def missing(name, directory=None):
         raise FileNotFoundError(name)
 
-    monkeypatch.setattr(bench, "load_record", missing)
-    monkeypatch.setattr(cuda, "ON_GPU", False)        # no live timing here
-    cuda.show(topic)
+    monkeypatch.setattr(records, "load_record", missing)
+    monkeypatch.setattr(plots_cuda, "ON_GPU", False)        # no live timing here
+    plots_cuda.show(topic)
     assert "not recorded yet" in capsys.readouterr().out
     rec = _fake_record()
-    monkeypatch.setattr(bench, "load_record", lambda name, directory=None: rec)
-    cuda.show(topic)
+    monkeypatch.setattr(records, "load_record", lambda name, directory=None: rec)
+    plots_cuda.show(topic)
     out = capsys.readouterr().out
     assert "FAKE GPU" in out and "CUDA-graph replay" in out and "eager" in out
     assert ("4096" if topic == "nvfp4" else "7168") in out
     assert ("SASS" in out) == (topic == "nvfp4")
-    table = cuda.benchmark_table(rec, topic)
+    table = bench_cuda.table(rec, topic)
     assert "2.00" in table.splitlines()[2] and "True" in table.splitlines()[2]
+    with pytest.raises(ValueError, match="topic must be"):
+        plots_cuda.show("turboquant")
 
 
-def test_mapping_names_real_lines_of_both_kernels():
-    """Each row of the line-by-line mapping quotes identifiers that exist in both sources."""
-    import re
-    from pathlib import Path
-    for topic, rows in cuda.MAPPING.items():
-        cu = cuda.SOURCES[topic].read_text()
-        tri = (Path(cuda.CUDA_DIR).parent / f"{topic}.py").read_text() + (Path(cuda.CUDA_DIR).parent / "common.py").read_text()
-        for c, t, _ in rows:
-            for src, text in ((cu, c), (tri, t)):
-                names = [w for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]{3,}", text) if "_" in w]
-                assert all(n in src for n in names), (topic, text, [n for n in names if n not in src])
+def test_recorded_table_reads_the_record():
+    """The recorded comparison of both topics prints from workbook/data/cuda.json, every row exact."""
+    rec = records.load_record("cuda")
+    for topic, size in (("nvfp4", "K"), ("fp8", "N")):
+        lines = bench_cuda.table(rec, topic).splitlines()
+        rows = rec["results"][topic]["rows"]
+        assert len(lines) == 2 + len(rows) and all(ln.rstrip().endswith("True") for ln in lines[2:]), lines
+        assert all(r["cuda_graph_us"] > 0 and r["triton_eager_us"] > 0 for r in rows)
 
 
 def test_cuda_record_holds_the_nvfp4_heatmap_over_the_triton_grid():
@@ -761,19 +768,19 @@ def test_cuda_record_holds_the_nvfp4_heatmap_over_the_triton_grid():
     plot draws it (one panel per dtype)."""
     import matplotlib
     matplotlib.use("Agg")
-    from workbook import bench
+    from workbook.plots import nvfp4 as plots_nvfp4
 
-    rec = bench.load_record("cuda")
+    rec = records.load_record("cuda")
     heat = rec["results"]["nvfp4_heatmap"]
-    want = {(m, k, d) for m in nvfp4.HEATMAP_M for k in nvfp4.HEATMAP_K for d in ("bfloat16", "float16")}
+    want = {(m, k, d) for m in nvfp4_bench.HEATMAP_M for k in nvfp4_bench.HEATMAP_K for d in ("bfloat16", "float16")}
     assert {(r["M"], r["K"], r["dtype"]) for r in heat} == want and len(heat) == len(want)
     for r in heat:
-        assert r["timer"] == nvfp4.TIMER_GRAPH and r["config"] is None, r
-        assert r["settle_s"] == cuda.HEATMAP_SETTLE_S > 0, r   # each cell timed from a rested card
-        assert r["bytes"] == nvfp4._bytes_moved(r["M"], r["K"]) and r["input_bytes"] == r["M"] * r["K"] * 2, r
-        assert r["us"] > 0 and r["copy_same_bytes_us"] > 0, r
+        assert r["config"] is None, r   # GPU time from graph replay: the record's "graph" timer (the key)
+        assert r["settle_s"] == bench_cuda.HEATMAP_SETTLE_S > 0, r   # each cell timed from a rested card
+        assert r["bytes"] == nvfp4_bench.bytes_moved(r["M"], r["K"]) and r["input_bytes"] == r["M"] * r["K"] * 2, r
+        assert r["graph_us"] > 0 and r["copy_same_bytes_graph_us"] > 0, r
         ceiling = rec["ceilings"]["copy_GBps"]
-        assert r["frac_of_copy"] == pytest.approx(r["bytes"] / r["us"] / 1e3 / ceiling, rel=1e-4), r   # ceiling rounded
+        assert r["frac_of_copy"] == pytest.approx(r["bytes"] / r["graph_us"] / 1e3 / ceiling, rel=1e-4), r   # ceiling rounded
         plan = r["plan"]   # the tail rule's launch (kernels/cuda/nvfp4.cu, plan())
         tiles = -(-r["M"] // 128) * -(-(r["K"] // 16) // 32)
         sms, rest = plan["sms"], tiles % plan["sms"]
@@ -792,7 +799,7 @@ def test_cuda_record_holds_the_nvfp4_heatmap_over_the_triton_grid():
         else:
             assert plan["wide"] == tiles and plan["piece_rows"] == 0, r
             assert tiles >= plan["slots"] or rest == 0 or 8 * rest > 7 * sms, r
-    fig = nvfp4.plot_heatmap(rec, key="nvfp4_heatmap")
+    fig = plots_nvfp4.plot_heatmap(rec, key="nvfp4_heatmap")
     assert len([a for a in fig.axes if a.get_title().endswith("input")]) == 2
 
 
@@ -801,17 +808,16 @@ def test_measure_heatmap_refuses_a_negative_or_missing_pause():
     GPU work (so on the CPU too)."""
     for bad in (-0.5, float("nan"), None):
         with pytest.raises((ValueError, TypeError), match="settle_s"):
-            nvfp4.measure_heatmap(4000.0, settle_s=bad)
+            nvfp4_bench.measure_heatmap(4000.0, settle_s=bad)
 
 
 def test_cuda_record_holds_the_power_probe():
-    """cuda.json carries bench.power_probe's samples for the copy and, at each of POWER_SIZES, both NVFP4
+    """cuda.json carries timing.power_probe's samples for the copy and, at each of POWER_SIZES, both NVFP4
     launchers, each consistent (clock min <= mean <= max, mean power <= max, cap share in [0, 1]); notebook
     02 prints them."""
-    from workbook import bench
-
-    power = bench.load_record("cuda")["results"]["power"]
-    want = {"copy 1 GiB (fp32)"} | {f"{who} nvfp4 {M}x{K} bf16" for M, K in cuda.POWER_SIZES for who in ("cuda", "triton")}
+    power = records.load_record("cuda")["results"]["power"]
+    want = {"copy 1 GiB (fp32)"} | {f"{who} nvfp4 {M}x{K} bf16" for M, K in bench_cuda.POWER_SIZES
+                                    for who in ("cuda", "triton")}
     assert set(power) == want, sorted(power)
     for name, s in power.items():
         assert "error" not in s and s["samples"] >= 10, (name, s)
@@ -819,3 +825,34 @@ def test_cuda_record_holds_the_power_probe():
         assert 0 < c["min"] <= c["mean"] <= c["max"], (name, s)
         assert 0 < s["power_W"]["mean"] <= s["power_W"]["max"] <= 1.1 * s["power_limit_W"], (name, s)
         assert 0 <= s["power_capped_share"] <= 1, (name, s)
+
+
+# The line-by-line tables of notebooks 02 and 03 (markdown) name real lines of both kernels.
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+
+
+def _mapping_rows(notebook: str):
+    """(CUDA cell, Triton cell) of every row of the notebook's '| CUDA C++ | Triton | what |' tables."""
+    nb = json.loads((NOTEBOOKS / notebook).read_text())
+    rows = []
+    for cell in nb["cells"]:
+        text = "".join(cell["source"])
+        if cell["cell_type"] != "markdown" or "| CUDA C++ | Triton | what |" not in text:
+            continue
+        for line in text.splitlines():
+            parts = re.split(r"(?<!\\)\|", line)[1:-1]          # cells, '\|' inside code kept
+            if len(parts) == 3 and parts[0].strip().startswith("`"):
+                rows.append(tuple(p.strip().strip("`").replace("\\|", "|") for p in parts[:2]))
+    return rows
+
+
+@pytest.mark.parametrize("topic,notebook", [("nvfp4", "02_nvfp4_quant.ipynb"), ("fp8", "03_fp8_silu_mul_quant.ipynb")])
+def test_mapping_names_real_lines_of_both_kernels(topic, notebook):
+    rows = _mapping_rows(notebook)
+    assert len(rows) >= 8, f"{notebook}: the line-by-line table of the CUDA kernel is missing"
+    cu = nvcc.SOURCES[topic].read_text()
+    tri = (nvcc.CUDA_DIR.parent / f"{topic}.py").read_text() + (nvcc.CUDA_DIR.parent / "common.py").read_text()
+    for c, t in rows:
+        for src, text in ((cu, c), (tri, t)):
+            names = [w for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]{3,}", text) if "_" in w]
+            assert all(n in src for n in names), (topic, text, [n for n in names if n not in src])

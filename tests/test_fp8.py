@@ -7,6 +7,7 @@ import workbook  # noqa: F401  (device choice before triton)
 import triton
 import triton.language as tl
 from workbook import fp8
+from workbook.graders import fp8 as graders
 from workbook.check import assert_exact, assert_rel_close
 from workbook.coverage import (
     assert_fully_written, consumer_differential, coverage, poisoned_allocations,
@@ -230,6 +231,17 @@ def test_config_and_emulate_arguments():
         f(x, emulate=1)
 
 
+def test_one_config_dict_and_its_size_rule():
+    """CONFIG is the one dict of defaults; launch_config fills BLOCK_M by M and SILU_IMPL by the proof."""
+    assert fp8.CONFIG == {"BLOCK_M": None, "num_warps": 2, "SILU_IMPL": None}
+    cap = 2 if ON_GPU else 64
+    for m, bm in ((1, 1), (2, 2), (3, min(cap, 4)), (4096, cap)):
+        assert fp8.launch_config(m) == {"BLOCK_M": bm, "num_warps": 2, "SILU_IMPL": fp8.silu_impl()}
+    assert fp8.launch_config(4096, {"BLOCK_M": 8})["BLOCK_M"] == 8
+    assert fp8.CONFIG["BLOCK_M"] is None, "resolving a config must not change the defaults"
+    assert "interpreter" in fp8.EMULATE_WHY   # the one reason, given to device.resolve_emulate
+
+
 # ------------------------------------------------------------------------------------------------
 # Coverage: poison the whole storage
 # ------------------------------------------------------------------------------------------------
@@ -386,26 +398,26 @@ def _fails(check, answer, *phrases):
 
 
 def test_grader_exponent_byte():
-    fp8.check_exponent_byte(fp8.solution_exponent_byte)
+    graders.check_exponent_byte(graders.solution_exponent_byte)
     with pytest.raises(NotImplementedError):
-        fp8.check_exponent_byte(_stub)
+        graders.check_exponent_byte(_stub)
     log2 = lambda a: torch.log2(torch.clamp(a / 448, min=1e-10))  # noqa: E731
     # floor instead of ceil: the values a hair around 224 = 448/2 are printed apart, not both as 224
-    msg = _fails(fp8.check_exponent_byte, lambda a: torch.floor(log2(a)) + 127, "round UP (ceil)")
+    msg = _fails(graders.check_exponent_byte, lambda a: torch.floor(log2(a)) + 127, "round UP (ceil)")
     assert "amax = 223.99998 " in msg and "224.00002" not in msg.replace("amax = 224.00002 (amax/448 = 0.50000006)", "")
-    _fails(fp8.check_exponent_byte, lambda a: torch.round(log2(a)) + 127, "round UP (ceil)")
-    _fails(fp8.check_exponent_byte, lambda a: torch.ceil(log2(a)), "e + 127")
-    _fails(fp8.check_exponent_byte, lambda a: torch.ceil(torch.log2(a / 448)) + 127, "log2(0) = -inf")
-    _fails(fp8.check_exponent_byte, lambda a: torch.ceil(torch.log2(a / 448)).clamp(-127, 128) + 127,
+    _fails(graders.check_exponent_byte, lambda a: torch.round(log2(a)) + 127, "round UP (ceil)")
+    _fails(graders.check_exponent_byte, lambda a: torch.ceil(log2(a)), "e + 127")
+    _fails(graders.check_exponent_byte, lambda a: torch.ceil(torch.log2(a / 448)) + 127, "log2(0) = -inf")
+    _fails(graders.check_exponent_byte, lambda a: torch.ceil(torch.log2(a / 448)).clamp(-127, 128) + 127,
            "all-zero group")
-    _fails(fp8.check_exponent_byte, lambda a: torch.ceil(log2(a)).to(torch.int8) + 127, "int8 wraps")
+    _fails(graders.check_exponent_byte, lambda a: torch.ceil(log2(a)).to(torch.int8) + 127, "int8 wraps")
 
 
 def test_grader_pack():
-    fp8.check_pack(fp8.solution_pack)
-    fp8.check_pack(fp8.pack_ue8m0_reference)
+    graders.check_pack(graders.solution_pack)
+    graders.check_pack(fp8.pack_ue8m0_reference)
     with pytest.raises(NotImplementedError):
-        fp8.check_pack(_stub)
+        graders.check_pack(_stub)
 
     def words(e, shifts, n_words=None):
         m, g = e.shape
@@ -415,8 +427,8 @@ def test_grader_pack():
         w = (padded.view(m, p, 4) << torch.tensor(shifts)).sum(-1)
         return (w - ((w >> 31) << 32)).to(torch.int32)
 
-    _fails(fp8.check_pack, lambda e: words(e, [24, 16, 8, 0]), "bytes are reversed")
-    _fails(fp8.check_pack, lambda e: words(e, [0, 8, 16, 24], n_words=e.shape[1] // 4), "need ceil(")
+    _fails(graders.check_pack, lambda e: words(e, [24, 16, 8, 0]), "bytes are reversed")
+    _fails(graders.check_pack, lambda e: words(e, [0, 8, 16, 24], n_words=e.shape[1] // 4), "need ceil(")
 
     def uint8_shifts(e):  # shifting uint8 bytes: everything above bit 7 falls off
         m, g = e.shape
@@ -424,7 +436,7 @@ def test_grader_pack():
         padded[:, :g] = e
         return (padded.view(m, -1, 4) << torch.tensor([0, 8, 16, 24], dtype=torch.uint8)).sum(-1).to(torch.int32)
 
-    _fails(fp8.check_pack, uint8_shifts, "Byte 0 is right")
+    _fails(graders.check_pack, uint8_shifts, "Byte 0 is right")
 
     def garbage_past_g(e):  # the missing groups of the last word filled with 0xFF
         m, g = e.shape
@@ -432,7 +444,7 @@ def test_grader_pack():
         padded[:, :g] = e
         return padded.view(torch.int32)
 
-    _fails(fp8.check_pack, garbage_past_g, "past G) must leave their bytes 0")
+    _fails(graders.check_pack, garbage_past_g, "past G) must leave their bytes 0")
 
 
 @triton.jit
@@ -464,14 +476,54 @@ def _learner_pack(write_padding=False, reversed_bytes=False, alloc=torch.empty, 
 
 
 def test_grader_pack_kernel():
-    fp8.check_pack_kernel(fp8.pack_ue8m0_mn_major)
-    fp8.check_pack_kernel(_learner_pack())
+    graders.check_pack_kernel(fp8.pack_ue8m0_mn_major)
+    graders.check_pack_kernel(_learner_pack())
     # writing zeros into the TMA padding rows is allowed (not required): it passes
-    fp8.check_pack_kernel(_learner_pack(write_padding=True))
+    graders.check_pack_kernel(_learner_pack(write_padding=True))
     with pytest.raises(NotImplementedError):
-        fp8.check_pack_kernel(_stub)
-    _fails(fp8.check_pack_kernel, lambda e: fp8.solution_pack(e.cpu()).to(DEVICE), "strides (1, ")
-    _fails(fp8.check_pack_kernel, _learner_pack(one_block=True), "never written", "ceil(M / BLOCK_M)")
-    _fails(fp8.check_pack_kernel, _learner_pack(reversed_bytes=True), "bytes are reversed")
-    _fails(fp8.check_pack_kernel, _learner_pack(write_padding=True, alloc=torch.zeros), "zero-filled",
+        graders.check_pack_kernel(_stub)
+    _fails(graders.check_pack_kernel, lambda e: graders.solution_pack(e.cpu()).to(DEVICE), "strides (1, ")
+    _fails(graders.check_pack_kernel, _learner_pack(one_block=True), "never written", "ceil(M / BLOCK_M)")
+    _fails(graders.check_pack_kernel, _learner_pack(reversed_bytes=True), "bytes are reversed")
+    _fails(graders.check_pack_kernel, _learner_pack(write_padding=True, alloc=torch.zeros), "zero-filled",
            "torch.empty")
+
+
+# ------------------------------------------------------------------------------------------------
+# The benchmark and its record (workbook/benchmarks/fp8.py, workbook/data/fp8.json)
+# ------------------------------------------------------------------------------------------------
+
+def test_recorded_benchmark_table_and_plot():
+    import matplotlib
+    matplotlib.use("Agg")
+    from workbook.benchmarks import fp8 as bench
+    from workbook.plots import fp8 as plots
+    from workbook.records import load_record
+
+    rec = load_record("fp8")
+    rows = rec["results"]["rows"]
+    assert [r["M"] for r in rows] == list(bench.BENCH_M) and {r["N"] for r in rows} == {bench.BENCH_N}
+    for r in rows:
+        assert r["bytes"] == bench.bytes_moved(r["M"], r["N"])
+        for peer in bench.PEERS:
+            assert r[f"{peer}_graph_us"] > 0 and r[f"{peer}_eager_us"] > 0 and r[f"{peer}_GBps"] > 0
+    assert set(rec["timers"]) == {"graph", "eager"} and "bytes_model" in rec["results"]["notes"]
+    assert all("graph_us" in s for s in rec["results"]["config_sweep"])
+    text = bench.table(rec)
+    assert len(text.splitlines()) == 2 + len(rows) and "fused graph us" in text
+    assert plots.plot_bandwidth(rec) is not None
+    assert bench.bytes_moved(1, 7168) == 35896
+
+
+@pytest.mark.skipif(not ON_GPU, reason="the benchmark measures a GPU")
+def test_benchmark_measures_a_valid_record():
+    from workbook.benchmarks import fp8 as bench
+    from workbook.records import validate_record
+
+    m = bench.measure((1, 64), 256, ())
+    rec = {"schema": 2, "name": "fp8", "recorded": "2026-01-01", "timers": m.timers, "ceilings": m.ceilings,
+           "results": m.results, "machine": {"device": "cuda", "gpu": "gpu", "torch": "", "triton": "", "python": ""}}
+    validate_record(rec)
+    assert [r["M"] for r in m.results["rows"]] == [1, 64]
+    assert all(r["exact"] and r["exact_integer_roundings"] for r in m.results["rows"])
+    assert len(bench.table(rec).splitlines()) == 4

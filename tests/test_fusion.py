@@ -1,6 +1,8 @@
 """Buffers block fusion: the pass's replacement counts (0 with buffer passing, one per attention site
 with the return style), both styles equal, the fused add + RMSNorm kernel against the unfused chain,
-tensor parallel TP=2 over gloo against TP=1, bad input.
+tensor parallel TP=2 over gloo against TP=1, bad input; the benchmark's profile summaries
+(workbook.benchmarks.fusion), the notebook's readings of them (workbook.plots.fusion), the tensor-parallel
+command line's answers to bad input, and the record's keys.
 
 torch.compile is slow on a small CPU, mostly because Inductor compiles C++ kernels there: on a CPU the
 tests compile with ``codegen=False`` (Inductor's graph passes, the fusion pass among them, then the
@@ -8,13 +10,17 @@ post-grad graph run op by op; the same graphs and the same log), on a GPU with f
 Notebook 06 compiles with full code generation on both. The decoder is tiny and each style compiles
 once per process (module fixture); the TP=2 run compiles both styles once in each of its two ranks.
 """
+import json
+
 import pytest
 import torch
 
 from workbook import fusion as fu
+from workbook.benchmarks import fusion as fb
 from workbook.check import assert_rel_close
 from workbook.coverage import assert_fully_written, poisoned_allocations
 from workbook.device import DEVICE, ON_GPU
+from workbook.plots import fusion as fp
 
 T_PAD, N = 12, 9          # a batch padded to 12 rows, 9 real tokens
 
@@ -49,6 +55,18 @@ def test_add_rmsnorm_both_paths_on_gpu():
     w = torch.randn(2049, device=DEVICE, dtype=torch.bfloat16)
     a, b = fu.add_rmsnorm(x, r, w, emulate=True), fu.add_rmsnorm(x, r, w, emulate=False)
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+def test_add_rmsnorm_config():
+    """CONFIG's None entries are the launch rule; a given BLOCK_M / num_warps changes the grid, not the result."""
+    x, r = (torch.randn(9, 40, device=DEVICE) for _ in range(2))
+    w = torch.randn(40, device=DEVICE)
+    ref = fu.add_rmsnorm(x, r, w)
+    got = fu.add_rmsnorm(x, r, w, config={"BLOCK_M": 2, "num_warps": 2})
+    assert torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1])
+    assert fu.CONFIG == {"BLOCK_M": None, "num_warps": None}      # not changed by a launch
+    with pytest.raises(ValueError, match="power of two"):
+        fu.add_rmsnorm(x, r, w, config={"BLOCK_M": 3})
 
 
 def test_fused_op_equals_unfused_chain_with_one_rank():
@@ -217,7 +235,7 @@ def test_compiled_equals_eager_and_styles_equal(demo, compiled):
 # --------------------------------------------------------------------------------------------------
 
 @pytest.mark.skipif(ON_GPU, reason="the spawned ranks run on the CPU (gloo, Triton interpreter); on GPUs the "
-                                   "NCCL run is `torchrun --nproc-per-node 2 -m workbook.fusion --bench`")
+                                   "NCCL run is `torchrun --nproc-per-node 2 -m workbook.benchmarks.fusion`")
 def test_tp2_gloo_equals_tp1():
     cfg = fu.SMOKE          # shard_mlp=True: the MLP sites are all-reduce sites too
     weights = fu.make_decoder_weights(cfg, device="cpu")
@@ -243,39 +261,97 @@ def _events(names_us, steps=2):
 
 
 def test_kernel_groups_and_site_costs():
-    assert fu.kernel_group("ncclDevKernel_AllReduce_Sum_bf16_RING_LL") == "all-reduce (NCCL)"
-    assert fu.kernel_group("triton_per_fused_add_mean_mul_pow_rsqrt_slice_scatter_2") == "Inductor: norm kernels"
-    assert fu.kernel_group("nvjet_sm90_tst_64x8_64x16_4x1_v_bz_TNT") == "matmul (cuBLAS)"
-    assert fu.kernel_group("add_rmsnorm_kernel") == "fused add+RMSNorm (ours)"
-    assert fu.kernel_group("Memcpy DtoD (Device -> Device)") == "device copies (memcpy)"
+    assert fb.kernel_group("ncclDevKernel_AllReduce_Sum_bf16_RING_LL") == "all-reduce (NCCL)"
+    assert fb.kernel_group("triton_per_fused_add_mean_mul_pow_rsqrt_slice_scatter_2") == "Inductor: norm kernels"
+    assert fb.kernel_group("nvjet_sm90_tst_64x8_64x16_4x1_v_bz_TNT") == "matmul (cuBLAS)"
+    assert fb.kernel_group("add_rmsnorm_kernel") == "fused add+RMSNorm (ours)"
+    assert fb.kernel_group("Memcpy DtoD (Device -> Device)") == "device copies (memcpy)"
     # two attention sites: the buffer style runs Inductor's norm kernel there (3 us), the return style ours (2 us)
     common = [("nvjet_a", 10.0), ("triton_red_fused_mean_rsqrt_0", 1.0), ("ncclDevKernel_AllReduce", 5.0)]
-    b = fu.summarize_kernels(_events(common + [("triton_per_fused_add_rsqrt_slice_scatter_1", 3.0)] * 2), 2)
-    r = fu.summarize_kernels(_events(common + [("add_rmsnorm_kernel", 2.0)] * 2), 2)
-    assert b["kernels_per_step"] == 5 and b["kernel_us_per_step"] == 22.0      # the CPU op is not a kernel
+    b = fb.summarize_kernels(_events(common + [("triton_per_fused_add_rsqrt_slice_scatter_1", 3.0)] * 2), 2)
+    r = fb.summarize_kernels(_events(common + [("add_rmsnorm_kernel", 2.0)] * 2), 2)
+    assert b["kernels_per_step"] == 5 and b["kernel_profiler_us"] == 22.0      # the CPU op is not a kernel
     block = {"passes": {"return": {"expected": {"attention": 2, "mlp": 0}}},
              "sizes": [{"T_pad": 8, "buffer": {"kernels": b, "graph_us": 30.0}, "return": {"kernels": r, "graph_us": 28.0}}]}
-    c = fu.site_costs(block, 8)
+    c = fp.site_costs(block, 8)
     assert c["inductor_per_site_us"] == 3.0 and c["ours_per_site_us"] == 2.0
     assert c["nccl_us"] == {"buffer": 5.0, "return": 5.0} and c["other_us"] == {"buffer": 10.0, "return": 10.0}
     assert c["comparable"]
     # Inductor fused the return style's other norm differently (heavier): the difference is not the sites'
-    r2 = fu.summarize_kernels(_events([("nvjet_a", 10.0), ("triton_red_fused_mean_rsqrt_silu_0", 8.0),
+    r2 = fb.summarize_kernels(_events([("nvjet_a", 10.0), ("triton_red_fused_mean_rsqrt_silu_0", 8.0),
                                        ("ncclDevKernel_AllReduce", 5.0)] + [("add_rmsnorm_kernel", 2.0)] * 2), 2)
     block2 = {"passes": block["passes"], "sizes": [{"T_pad": 8, "buffer": block["sizes"][0]["buffer"],
                                                     "return": {"kernels": r2, "graph_us": 33.0}}]}
-    c2 = fu.site_costs(block2, 8)
+    c2 = fp.site_costs(block2, 8)
     assert not c2["comparable"] and c2["inductor_per_site_us"] < 0
     assert c2["inductor_norm_us"] == {"buffer": 7.0, "return": 8.0}
-    table = fu.kernel_table(block, 8)
+    table = fp.kernel_table(block, 8)
     assert "Inductor: norm kernels" in table and "fused add+RMSNorm (ours)" in table and "30.0" in table
     with pytest.raises(ValueError, match="no size T_pad=9"):
-        fu.site_costs(block, 9)
+        fp.site_costs(block, 9)
 
 
 @pytest.mark.skipif(not ON_GPU, reason="torch.profiler's CUDA activities need a GPU")
 def test_kernel_profile_on_gpu():
     x, r = (torch.randn(8, 2048, device=DEVICE, dtype=torch.bfloat16) for _ in range(2))
     w = torch.randn(2048, device=DEVICE, dtype=torch.bfloat16)
-    p = fu.kernel_profile(lambda: fu.add_rmsnorm(x, r, w))
+    p = fb.kernel_profile(lambda: fu.add_rmsnorm(x, r, w))
     assert p["groups"]["fused add+RMSNorm (ours)"]["calls"] == 1 and p["kernels_per_step"] == 1
+
+
+# --------------------------------------------------------------------------------------------------
+# The record and its readers; the benchmark's command line
+# --------------------------------------------------------------------------------------------------
+
+def test_recorded_tables_read_the_record():
+    """The record (schema 2) holds what the notebook's readers ask for: the timing tables of both
+    blocks, the per-kernel table and the site costs at the first decode and prefill sizes."""
+    rec = fp.load_timings()
+    assert rec is not None and set(rec["timers"]) == {"graph", "eager", "profiler"}
+    text = fb.table(rec)
+    assert text.startswith("one GPU: pass logs buffer ['Replaced 4 patterns'], return ['Replaced 8 patterns']")
+    assert "tensor parallel, 2 GPUs (NCCL): pass logs" in text and "speedup" in text
+    for key in ("tp1", "tp2"):
+        for T in (fb.DECODE_TOKENS[0], fb.PREFILL_TOKENS[0]):
+            assert "all kernels (sum of GPU times)" in fp.kernel_table(rec["results"][key], T)
+            assert fp.site_costs(rec["results"][key], T)["sites"] == 4
+    assert "not recorded yet" in fb.table({"results": {"tp1": rec["results"]["tp1"]}})
+
+
+@pytest.mark.skipif(ON_GPU, reason="checks the answer without a GPU")
+def test_benchmark_needs_a_gpu():
+    with pytest.raises(RuntimeError, match="measures a GPU"):
+        fb.run(smoke=True)
+
+
+def test_tp_command_line_answers_bad_input(tmp_path, capsys):
+    for argv in (["--out", str(tmp_path / "missing" / "tp2.json")], ["--out", str(tmp_path)],
+                 ["--smoke", "--check"], ["--bench"]):
+        with pytest.raises(SystemExit) as e:
+            fb.main(argv)
+        assert e.value.code == 2, argv
+        assert "usage:" in capsys.readouterr().err
+    if not ON_GPU:
+        with pytest.raises(SystemExit, match="needs GPUs"):
+            fb.main([])
+
+
+def test_tp2_record_merge(tmp_path, monkeypatch):
+    """What rank 0 writes is a schema-2 record; run() merges its tp2 block and refuses anything else."""
+    block = {"sizes": [], "backend": "nccl"}
+    path = tmp_path / "tp2.json"
+    path.write_text(json.dumps(fb._tp_record(block, 2, "nccl")))
+    monkeypatch.setenv("WORKBOOK_FUSION_TP2", str(path))
+    got, notes = fb._load_tp2()
+    assert got == block and "NCCL" in notes["tp2"]
+    path.write_text('{"tp2": {"sizes": []}}')          # the old (schema 1) file
+    with pytest.raises(ValueError, match="not a tensor-parallel record"):
+        fb._load_tp2()
+    path.write_text(json.dumps(fb._tp_record(block, 1, "nccl")))
+    with pytest.raises(ValueError, match="holds no 'tp2' block"):
+        fb._load_tp2()
+    path.write_text(json.dumps(fb._tp_record({"sizes": [], "backend": "gloo"}, 2, "gloo")))
+    with pytest.raises(ValueError, match="CPU smoke run"):
+        fb._load_tp2()
+    monkeypatch.setenv("WORKBOOK_FUSION_TP2", str(tmp_path / "absent.json"))
+    assert fb._load_tp2() is None

@@ -10,11 +10,15 @@ import inspect
 import pytest
 import torch
 
-from workbook import gdn
+from workbook import device, gdn, timing
+from workbook.benchmarks import gdn as bench
 from workbook.check import assert_rel_close
 from workbook.coverage import (assert_fully_written, bounds_checked, consumer_differential, find_redundant_zero_fills,
                                poison_)
 from workbook.device import DEVICE, ON_GPU
+from workbook.graders import gdn as graders
+from workbook.plots import gdn as plots
+from workbook.records import Measurement, load_record
 
 REC_BOUND, CHUNK_BOUND = 2e-3, 5e-3
 KERNELS = {"recurrent": (gdn.fused_recurrent_gated_delta_rule, REC_BOUND),
@@ -659,10 +663,10 @@ def _fails(check, fn, match):
 
 
 @pytest.mark.parametrize("check,solution", [
-    (gdn.check_decode_step, gdn.solution_decode_step),
-    (gdn.check_ut_transform, gdn.solution_ut_transform),
-    (gdn.check_chunk_spans, gdn.solution_chunk_spans),
-    (gdn.check_state_pass, gdn.solution_state_pass),
+    (graders.check_decode_step, graders.solution_decode_step),
+    (graders.check_ut_transform, graders.solution_ut_transform),
+    (graders.check_chunk_spans, graders.solution_chunk_spans),
+    (graders.check_state_pass, graders.solution_state_pass),
 ])
 def test_grader_passes_solution_and_stub_is_not_attempted(check, solution):
     check(solution)
@@ -675,7 +679,7 @@ def test_grader_passes_solution_and_stub_is_not_attempted(check, solution):
 
 def _decode(heads="group", order="decay_first", scale=True, read_old=False, inplace=True, out_k=False):
     def fn(h, q, k, v, g, beta):
-        o, hn = gdn._decode_step_torch(h, q, k, v, g, beta, heads=heads, order=order, scale=scale)
+        o, hn = graders._decode_step_torch(h, q, k, v, g, beta, heads=heads, order=order, scale=scale)
         if read_old:
             H, HV, K = q.shape[1], v.shape[1], q.shape[2]
             kh = torch.arange(HV) // (HV // H)
@@ -689,22 +693,22 @@ def _decode(heads="group", order="decay_first", scale=True, read_old=False, inpl
 
 
 def test_decode_grader_catches_wrong_answers():
-    _fails(gdn.check_decode_step, _decode(out_k=True), "VALUE space")
-    _fails(gdn.check_decode_step, _decode(heads="mod"), r"hv // \(HV // H\)")
-    _fails(gdn.check_decode_step, _decode(order="decay_after"), "decay FIRST")
-    _fails(gdn.check_decode_step, _decode(inplace=False), "not updated in place")
-    _fails(gdn.check_decode_step, _decode(read_old=True), "BEFORE this token's write")
-    _fails(gdn.check_decode_step, _decode(scale=False), "sqrt")
+    _fails(graders.check_decode_step, _decode(out_k=True), "VALUE space")
+    _fails(graders.check_decode_step, _decode(heads="mod"), r"hv // \(HV // H\)")
+    _fails(graders.check_decode_step, _decode(order="decay_after"), "decay FIRST")
+    _fails(graders.check_decode_step, _decode(inplace=False), "not updated in place")
+    _fails(graders.check_decode_step, _decode(read_old=True), "BEFORE this token's write")
+    _fails(graders.check_decode_step, _decode(scale=False), "sqrt")
 
     # h @ k contracts h's V axis with k: a shape error when K != V, reported, not raised
-    _fails(gdn.check_decode_step, lambda h, q, k, v, g, beta: h @ k[:, :, :, None], "raised")
+    _fails(graders.check_decode_step, lambda h, q, k, v, g, beta: h @ k[:, :, :, None], "raised")
 
     def skips_heads(h, q, k, v, g, beta):       # writes only the first H value heads of o
         o_ref = _decode()(h, q, k, v, g, beta)
         o = torch.empty_like(o_ref)
         o[:, :q.shape[1]] = o_ref[:, :q.shape[1]]
         return o
-    _fails(gdn.check_decode_step, skips_heads, "poison")
+    _fails(graders.check_decode_step, skips_heads, "poison")
 
 
 def _ut(beta_side="row", strict=True, how="mask_first", inverse=True):
@@ -725,12 +729,12 @@ def _ut(beta_side="row", strict=True, how="mask_first", inverse=True):
 
 
 def test_ut_grader_catches_wrong_answers():
-    gdn.check_ut_transform(_ut())
-    _fails(gdn.check_ut_transform, _ut(how="exp_then_tril"), "exponentiated a positive number")
-    _fails(gdn.check_ut_transform, _ut(how="exp_times_mask"), "exponentiated a positive number")
-    _fails(gdn.check_ut_transform, _ut(beta_side="col"), "wrong side")
-    _fails(gdn.check_ut_transform, _ut(strict=False), "STRICTLY lower")
-    _fails(gdn.check_ut_transform, _ut(inverse=False), "I - L")
+    graders.check_ut_transform(_ut())
+    _fails(graders.check_ut_transform, _ut(how="exp_then_tril"), "exponentiated a positive number")
+    _fails(graders.check_ut_transform, _ut(how="exp_times_mask"), "exponentiated a positive number")
+    _fails(graders.check_ut_transform, _ut(beta_side="col"), "wrong side")
+    _fails(graders.check_ut_transform, _ut(strict=False), "STRICTLY lower")
+    _fails(graders.check_ut_transform, _ut(inverse=False), "I - L")
 
 
 def test_chunk_spans_grader_catches_wrong_answers():
@@ -746,21 +750,21 @@ def test_chunk_spans_grader_catches_wrong_answers():
     def empty_gets_a_chunk(cu, C):
         return [(s, min(s + C, b)) for a, b in zip(cu, cu[1:]) for s in (range(a, b, C) if b > a else [a])]
 
-    _fails(gdn.check_chunk_spans, whole_batch_grid, "never spans two sequences")
-    _fails(gdn.check_chunk_spans, floor_count, r"ceil\(L / chunk\)")
-    _fails(gdn.check_chunk_spans, not_cut, "runs past the end of its sequence")
-    _fails(gdn.check_chunk_spans, empty_gets_a_chunk, "zero-length sequence has no chunks")
-    _fails(gdn.check_chunk_spans, lambda cu, C: list(reversed(gdn.solution_chunk_spans(cu, C))), "not in order")
+    _fails(graders.check_chunk_spans, whole_batch_grid, "never spans two sequences")
+    _fails(graders.check_chunk_spans, floor_count, r"ceil\(L / chunk\)")
+    _fails(graders.check_chunk_spans, not_cut, "runs past the end of its sequence")
+    _fails(graders.check_chunk_spans, empty_gets_a_chunk, "zero-length sequence has no chunks")
+    _fails(graders.check_chunk_spans, lambda cu, C: list(reversed(graders.solution_chunk_spans(cu, C))), "not in order")
 
 
 def test_state_pass_grader_catches_wrong_answers():
     def variant(name):
-        return lambda k, w, u, G, h0, cu, C: gdn._state_pass_torch(k, w, u, G, h0, cu, C, variant=name)
+        return lambda k, w, u, G, h0, cu, C: graders._state_pass_torch(k, w, u, G, h0, cu, C, variant=name)
 
-    _fails(gdn.check_state_pass, variant("carry"), "leaked from one sequence")
-    _fails(gdn.check_state_pass, variant("batch_end"), "SEQUENCE end")
-    _fails(gdn.check_state_pass, variant("first"), "LAST row")
-    _fails(gdn.check_state_pass, variant("no_weights"), r"exp\(G_C - G\)")
+    _fails(graders.check_state_pass, variant("carry"), "leaked from one sequence")
+    _fails(graders.check_state_pass, variant("batch_end"), "SEQUENCE end")
+    _fails(graders.check_state_pass, variant("first"), "LAST row")
+    _fails(graders.check_state_pass, variant("no_weights"), r"exp\(G_C - G\)")
 
     def skips_partial_chunk(k, w, u, G, h0, cu, C):   # floor: the partial last chunk is never processed
         v_new, finals = torch.empty_like(u), []
@@ -773,33 +777,41 @@ def test_state_pass_grader_catches_wrong_answers():
             finals.append(h)
         return v_new, torch.stack(finals)
 
-    _fails(gdn.check_state_pass, skips_partial_chunk, "never written")
+    _fails(graders.check_state_pass, skips_partial_chunk, "never written")
 
 
-def test_benchmark_table_reads_old_and_new_records():
-    from workbook.bench import load_record
+def test_benchmark_table_reads_the_record_and_new_rows():
     rec = load_record("gdn")
-    text = gdn.benchmark_table(rec)
-    if not gdn.has_timing_methods(rec):
-        assert "not recorded yet" in text and gdn.plot_benchmark(rec) is None
+    text = bench.table(rec)
+    if not bench.has_timing_methods(rec):
+        assert "not recorded yet" in text and plots.plot_benchmark(rec) is None
+    else:   # the record's per-kernel times (profiler) are printed under their rows
+        assert "ours kernels, GPU time per call in us (torch.profiler): chunk_gdn_solve_kernel" in text, text
+        assert set(rec["timers"]) == {"graph", "eager", "profiler"} and "state_rule" in rec["results"]["notes"]
     row = {"B": 1, "T": 64, "H": 1, "D": 16, "l2norm_in_kernel": False, "ours_graph_us": 10.0, "ours_eager_us": 30.0,
            "fla_graph_us": 8.0, "fla_eager_us": 60.0, "ratio_ours_over_fla_graph": 1.25, "ratio_ours_over_fla_eager": 0.5}
     drow = {"B": 2, "T": 1, "H": 1, "D": 16, "ours_graph_us": 5.0, "ours_eager_us": 20.0, "ours_graph_GBps": 100.0}
     rule, prev = {"BV": 16, "num_warps": 4, "num_stages": 3}, {"BV": 32, "num_warps": 4, "num_stages": 2}
     srows = [{"B": 1, "T": 64, "H": 1, "HV": 2, "rule": rule, "rule_graph_us": 6.0, "previous": prev,
               "previous_graph_us": 8.0, "ratio_rule_over_previous": 0.75,
-              "grid": [{**prev, "graph_us": 8.0}, {**rule, "graph_us": "failed: X"}]},
+              "grid": [{**prev, "graph_us": 8.0}, {**rule, "graph_error": "RuntimeError: X"}]},
              {"B": 1, "T": 64, "H": 1, "HV": 2, "cu_seqlens": [0, 1, 64], "rule": rule, "rule_graph_us": 7.0,
               "previous": "same as the rule's pick"}]
     new = {"results": {"chunk": [row], "state_alone": srows, "decode": [drow]}, "ceilings": {"copy_GBps": 200.0}}
-    text = gdn.benchmark_table(new)
+    text = bench.table(new)
+    assert bench.table(Measurement(new["results"], {}, new["ceilings"])) == text   # a live run's result reads alike
     assert "ours/fla on GPU time 1.25x" in text and "eager 0.50x" in text and "50% of the 200 GB/s" in text
     assert "launch rule BV16 ns3 nw4      6.0 us | previous default BV32 ns2 nw4      8.0 us | rule/previous 0.75x" \
         in text, text
     assert "BV32 ns2 8.0 us, BV16 ns3 n/a" in text and "varlen N=2 T=64" in text and "the same configuration" in text
     import matplotlib
     matplotlib.use("Agg")
-    assert gdn.plot_benchmark(new) is not None
+    assert plots.plot_benchmark(new) is not None
+    # a capture that failed is recorded as <who>_graph_error: the row is shown, its GPU time as n/a
+    failed = {**row, "ours_graph_error": "RuntimeError: capture"}
+    del failed["ours_graph_us"], failed["ratio_ours_over_fla_graph"]
+    text = bench.table({"results": {"chunk": [failed], "decode": [drow]}})
+    assert "ours graph      n/a   , eager     30.0 us" in text, text
 
 
 def test_config_is_checked():
@@ -809,7 +821,7 @@ def test_config_is_checked():
     with pytest.raises(ValueError, match=r"\['state'\] has unknown keys \['bv'\]"):
         gdn.chunk_gated_delta_rule(**x, config={"state": {"bv": 16}})
     if not ON_GPU:
-        with pytest.raises(ValueError, match="emulate=False"):
+        with pytest.raises(ValueError, match="emulate=False needs a GPU: " + gdn.EMULATE_WHY):
             gdn.chunk_gated_delta_rule(**x, emulate=False)
 
 
@@ -844,6 +856,9 @@ def test_state_launch_rule():
         u, vl = gdn.state_launch(N, HV, 128, 128, 2, n_sm=132), gdn.state_launch(N, HV, 128, 128, 2, n_sm=132, varlen=True)
         assert vl["BV"] == u["BV"] and vl["num_stages"] == 3, (N, HV, u, vl)
     assert gdn.state_launch(4, 32, 256, 256, 4, n_sm=132, varlen=True)["num_stages"] == 2   # 3 x 192 KB tiles do not fit
+    # the GPU's figures by default (without a GPU: an H200's, as the recorded runs)
+    assert gdn.state_launch(1, 16, 128, 128, 2) == gdn.state_launch(
+        1, 16, 128, 128, 2, n_sm=device.sm_count(), smem_per_sm=device.shared_memory_per_sm())
     # the rule fills only what config['state'] leaves None
     cs = {**gdn.CONFIG["chunk"]["state"], "BV": None, "num_warps": None, "num_stages": None}
     assert gdn._state_cfg({**cs, "num_stages": 2}, 1, 16, 128, 128, 2)["num_stages"] == 2
@@ -864,7 +879,7 @@ def test_state_pass_alone_rewrites_the_call_state_and_previous_default():
     x = gdn.make_inputs(1, 90, 1, 32, HV=2, gate="mixed", seed=25)
     x["initial_state"] = torch.randn(3, 2, 32, 32, device=DEVICE)
     args = dict(**x, output_final_state=True, cu_seqlens=torch.tensor([0, 1, 70, 90], device=DEVICE))
-    run = gdn.state_pass_alone(args, {"BV": 16, "num_stages": 2})
+    run = bench.state_pass_alone(args, {"BV": 16, "num_stages": 2})
     ht = run.call_outputs[1]   # the whole call's, at the default configuration (BV 128 in the interpreter)
     assert run.config == {"BV": 16, "num_warps": 4, "num_stages": 2}
     for pattern in ("nan", "7f"):
@@ -877,11 +892,11 @@ def test_state_pass_alone_rewrites_the_call_state_and_previous_default():
     assert prev(4, 32, 128)["num_stages"] == 2
     # the compile warm-up's call for the varlen batch keeps what the kernels specialise on (heads,
     # flags, the number of sequences, none empty), at WARM_T tokens
-    spec = gdn._SPECS[-1]
-    w = gdn._bench_args(spec, warm=True)
+    spec = bench._SPECS[-1]
+    w = bench._bench_args(spec, warm=True)
     cu = w["cu_seqlens"].tolist()
     assert w["q"].shape[-2:] == (spec[2], spec[4]) and w["initial_state"].shape[:2] == (len(spec[6]), spec[3])
-    assert len(cu) == len(spec[6]) + 1 and cu[-1] == gdn.WARM_T and min(b - a for a, b in zip(cu, cu[1:])) >= 1
+    assert len(cu) == len(spec[6]) + 1 and cu[-1] == bench.WARM_T and min(b - a for a, b in zip(cu, cu[1:])) >= 1
 
 
 # --------------------------------------------------------------------------------------------------
@@ -921,6 +936,18 @@ def test_chunk_state_launch_rule_on_gpu(B, T, H, HV, dtype):
 def test_time_both_times_graph_replay_and_eager():
     x = gdn.make_inputs(1, 256, 2, 64, dtype=torch.bfloat16, gate="mixed", initial_state=True, seed=23)
     for fn in (gdn.chunk_gated_delta_rule, gdn.fused_recurrent_gated_delta_rule):
-        t = gdn.time_both(lambda: fn(**x, output_final_state=True))
-        assert isinstance(t["graph_us"], float) and t["graph_us"] > 0, t   # the launcher is capturable
+        t = timing.time_both(lambda: fn(**x, output_final_state=True))
+        assert "graph_error" not in t and isinstance(t["graph_us"], float) and t["graph_us"] > 0, t   # capturable
         assert t["eager_us"] > 0
+
+
+@pytest.mark.skipif(not ON_GPU, reason="the benchmark measures a GPU")
+def test_benchmark_smoke_run_fits_the_record_schema():
+    """What notebook 05 times live: one chunk shape and the decode call, both timers, a valid record."""
+    from workbook.records import validate_record
+
+    m = bench.run(smoke=True)
+    assert len(m.results["chunk"]) == 1 and len(m.results["decode"]) == 1 and set(m.timers) == {"graph", "eager"}
+    validate_record({"schema": 2, "name": "gdn", "recorded": "2026-01-01", "machine": device.describe(),
+                     "timers": m.timers, "ceilings": m.ceilings, "results": m.results})
+    assert "ours graph" in bench.table(m)

@@ -10,13 +10,16 @@ import triton.language as tl
 from workbook.check import assert_exact, assert_rel_close
 from workbook.coverage import assert_fully_written, consumer_differential
 from workbook.device import DEVICE, ON_GPU
+from workbook.benchmarks.nvfp4 import SWEEP_CONFIGS
+from workbook.graders.nvfp4 import check_e2m1_round, check_quant, check_swizzle_offset
 from workbook.kernels.nvfp4 import e2m1_pair_bits
 from workbook.nvfp4 import (
-    E2M1_VALUES, check_e2m1_round, check_quant, check_swizzle_offset, dequantize_ref, e2m1_decode,
-    e2m1_encode, e2m1_round_brute, e4m3_round_brute, global_scale_of, logical_scale_coverage,
-    TUNE_CONFIGS, nvfp4_gemm_ref, nvfp4_gemm_small_m_model, nvfp4_quant, nvfp4_quant_plain,
-    padded_scale_shape, quant_coverage, quantize_ref, swizzle_offset, swizzle_scales, unswizzle_scales,
+    E2M1_VALUES, dequantize_ref, e2m1_decode, e2m1_encode, e2m1_round_brute, e4m3_round_brute,
+    global_scale_of, logical_scale_coverage, nvfp4_gemm_ref, nvfp4_gemm_small_m_model, nvfp4_quant,
+    nvfp4_quant_plain, padded_scale_shape, quant_coverage, quantize_ref, swizzle_offset, swizzle_scales,
+    unswizzle_scales,
 )
+from workbook.records import load_record
 
 
 def _u8(t):
@@ -110,7 +113,7 @@ def test_kernel_e2m1_without_division_is_exact():
 @pytest.mark.skipif(not ON_GPU, reason="the GPU instructions (inline PTX, hardware E4M3 conversion) "
                                        "run only on a GPU; the interpreter runs the emulation")
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("cfg", [None] + TUNE_CONFIGS)
+@pytest.mark.parametrize("cfg", [None] + SWEEP_CONFIGS)
 def test_gpu_instructions_match_their_emulation(cfg, dtype):
     """On a GPU the kernel takes the block amax with packed max.xorsign.abs and converts to E4M3 in
     hardware (emulate=False); the interpreter path (emulate=True) emulates both. Same bytes, and both
@@ -220,7 +223,7 @@ def test_whole_storage_written(M, K, swizzled):
 
 
 @pytest.mark.parametrize("shape", ["straddling", "one_wrap", "exact"])
-@pytest.mark.parametrize("cfg", TUNE_CONFIGS)
+@pytest.mark.parametrize("cfg", SWEEP_CONFIGS)
 def test_every_tile_size_writes_everything(cfg, shape):
     """Each tile size the sweep times (every one the launch rule can pick among them) must write every
     byte and give the reference's bytes: tiles wider than a row (K/16 = 5 of 8 padded scale columns,
@@ -276,10 +279,9 @@ def test_launch_rule():
     """The GPU's default tile is a rule of the input's size (no per-shape table): wide tiles for large
     inputs whatever K is, narrower ones when the grid would not give every SM enough programs, always
     one of the tile sizes the tests run; and the recorded heatmap used that rule."""
-    from workbook.bench import load_record
     from workbook.nvfp4 import launch_rule
 
-    tiles = {(c["BLOCK_S"], c["num_warps"]) for c in TUNE_CONFIGS}
+    tiles = {(c["BLOCK_S"], c["num_warps"]) for c in SWEEP_CONFIGS}
     for M in (1, 3, 128, 3000, 4096, 12288, 16384):
         for K in (16, 2048, 4096, 5120, 7168, 8192, 14336):
             assert launch_rule(M, K, 132) in tiles
@@ -287,7 +289,7 @@ def test_launch_rule():
     assert launch_rule(1, 4096, 132)[0] < launch_rule(512, 4096, 132)[0] <= launch_rule(8192, 4096, 132)[0]
     rec = load_record("nvfp4")
     for r in rec["results"].get("heatmap", []):
-        assert tuple(r["config"]) == launch_rule(r["M"], r["K"], rec["meta"]["sm_count"]), r
+        assert tuple(r["config"]) == launch_rule(r["M"], r["K"], rec["machine"]["sm_count"]), r
 
 
 @pytest.mark.parametrize("M,K", [(90, 80), (5, 48), (200, 208)])
@@ -381,7 +383,7 @@ def test_grader_swizzle_offset():
 
 
 def _nan_padding(x, g):
-    from workbook.nvfp4 import quant_with_nan_padding
+    from workbook.graders.nvfp4 import quant_with_nan_padding
 
     codes, sf = quant_with_nan_padding(x, g)
     # the helper does what it says: real entries as the kernel's, every padded entry 0xFF
@@ -624,33 +626,85 @@ def test_device_global_scale_is_not_read_unless_asked():
             nvfp4_quant(x, gs, check_finite=True)
 
 
-def test_record_says_which_timer_produced_each_figure():
-    from workbook.bench import load_record
-    from workbook.nvfp4 import TIMER_EAGER, TIMER_EAGER_FALLBACK, TIMER_GRAPH, TIMERS
+def test_record_names_the_timer_of_each_figure():
+    """nvfp4.json (schema 2): every time figure's key names its timer; the compiled reference's graph
+    time is absent exactly where its eager time stands in; the derived figures are the keyed ones."""
+    from workbook.benchmarks.nvfp4 import TIMERS, bytes_moved, compiled_ref_timer
 
-    rec = load_record("nvfp4")["results"]
-    assert set(rec["timers"]) >= {TIMER_GRAPH, TIMER_EAGER, TIMER_EAGER_FALLBACK, "fields"}
-    assert TIMERS["fields"] == rec["timers"]["fields"]
-    for r in rec["sizes"]:
-        assert r["triton_timer"] == TIMER_GRAPH
-        assert r["compiled_ref_timer"] in (TIMER_GRAPH, TIMER_EAGER_FALLBACK)
-        # a fallback is exactly an eager time standing in for the graph time
-        assert (r["compiled_ref_timer"] == TIMER_EAGER_FALLBACK) == (r["compiled_ref_us"] == r["compiled_ref_eager_us"])
-    assert all(r["timer"] == TIMER_GRAPH for r in rec["config_sweep"])
-    for r in rec["heatmap"]:
-        assert r["timer"] == TIMER_GRAPH
-        assert r["frac_of_copy"] == pytest.approx(r["bytes"] / r["us"] / 1e3 / load_record("nvfp4")["ceilings"]["copy_GBps"])
-    assert all(r["timer"] == TIMER_GRAPH for r in rec["small_m"]["rows"]) and rec["small_m"]["empty_kernel_us"] > 0
+    rec = load_record("nvfp4")
+    res, ceiling = rec["results"], rec["ceilings"]["copy_GBps"]
+    assert set(TIMERS) <= set(rec["timers"]) and "ncu" in rec["timers"]
+    for r in res["sizes"]:
+        assert r["bytes"] == bytes_moved(r["M"], r["K"])
+        assert r["triton_graph_us"] > 0 and r["triton_eager_us"] > 0 and r["compiled_ref_eager_us"] > 0
+        t_ref = r["compiled_ref_graph_us"] if compiled_ref_timer(r) == "graph" else r["compiled_ref_eager_us"]
+        assert r["triton_GBps"] == pytest.approx(r["bytes"] / r["triton_graph_us"] / 1e3)
+        assert r["speedup_vs_compiled"] == pytest.approx(t_ref / r["triton_graph_us"])
+    for r in res["zeros_vs_empty"]:
+        assert {"zeros_eager_us", "empty_eager_us", "zeros_graph_us", "empty_graph_us", "memset_alone_eager_us"} <= set(r)
+    assert all(r["graph_us"] > 0 for r in res["config_sweep"])
+    for r in res["heatmap"]:
+        assert r["frac_of_copy"] == pytest.approx(r["bytes"] / r["graph_us"] / 1e3 / ceiling)
+        assert r["frac_of_same_size_copy"] == pytest.approx(r["copy_same_bytes_graph_us"] / r["graph_us"])
+    assert all(r["graph_us"] > 0 for r in res["small_m"]["rows"]) and res["small_m"]["empty_kernel_graph_us"] > 0
+    assert all(r["ncu_us"] > 0 for r in res["profile"]["rows"])
     # the target line of the record counts what the rows say
-    large = [r for r in rec["heatmap"] if r["input_bytes"] >= 64 << 20]
-    assert rec["targets"]["large_inputs"] == len(large)
-    assert rec["targets"]["large_inputs_at_85pct"] == sum(r["frac_of_copy"] >= 0.85 for r in large)
+    large = [r for r in res["heatmap"] if r["input_bytes"] >= 64 << 20]
+    assert res["targets"]["large_inputs"] == len(large)
+    assert res["targets"]["large_inputs_at_85pct"] == sum(r["frac_of_copy"] >= 0.85 for r in large)
 
+
+def test_table_and_record_plots_read_the_record():
+    """What the notebook shows without a GPU: the benchmark's table and every record plot, drawn from
+    nvfp4.json; a compiled reference timed eagerly is labelled so."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from workbook.benchmarks.nvfp4 import table
+    from workbook.plots import nvfp4 as nvfp4_plots
+
+    rec = load_record("nvfp4")
+    text = table(rec)
+    assert "copy ceiling" in text and "16384x8192" in text and "graph" in text, text
+    for plot in (nvfp4_plots.plot_benchmark, nvfp4_plots.plot_heatmap, nvfp4_plots.plot_small_m,
+                 nvfp4_plots.plot_zeros_vs_empty):
+        plt.close(plot(rec, label="test"))
+    eager = {**rec, "results": {**rec["results"], "sizes": [dict(r) for r in rec["results"]["sizes"]]}}
+    del eager["results"]["sizes"][0]["compiled_ref_graph_us"]
+    assert table(eager).splitlines()[2].split()[5] == "eager"
+    plt.close(nvfp4_plots.plot_benchmark(eager))
+
+
+def test_benchmark_contract_without_a_gpu():
+    from workbook import benchmarks
+    from workbook.benchmarks import nvfp4 as nvfp4_bench
+
+    assert benchmarks.module("nvfp4") is nvfp4_bench
+    if not ON_GPU:
+        with pytest.raises(RuntimeError, match="measures a GPU"):
+            nvfp4_bench.run(smoke=True)
+
+
+@pytest.mark.skipif(not ON_GPU, reason="the benchmark measures a GPU")
+def test_smoke_run_on_the_gpu():
+    """run(smoke=True): the two sizes notebook 02 times live, a valid record, a table."""
+    from workbook.benchmarks.nvfp4 import SMOKE_SIZES, run, table
+    from workbook.records import save_record
+
+    m = run(smoke=True)
+    assert [(r["M"], r["K"]) for r in m.results["sizes"]] == SMOKE_SIZES
+    assert all(r["exact_vs_ref"] and r["compiled_ref_mismatched_bytes"] == 0 for r in m.results["sizes"])
+    assert "16384x8192" in table({"results": m.results, "ceilings": m.ceilings})
+    import tempfile
+    from pathlib import Path
+    with tempfile.TemporaryDirectory() as d:
+        assert load_record("nvfp4", save_record("nvfp4", m, Path(d)).parent)["results"]["sizes"]
 
 
 @pytest.mark.skipif(not ON_GPU, reason="SASS exists only for a compiled GPU kernel")
 def test_sass_counts_on_the_gpu():
-    from workbook.nvfp4 import sass_counts
+    from workbook.benchmarks.nvfp4 import sass_counts
 
     c = sass_counts()
     if c is None:
@@ -661,8 +715,8 @@ def test_sass_counts_on_the_gpu():
 def test_cast_probe_and_instruction_budget():
     """The notebook's two computed figures: the cast-error count (0 on a GPU, whose cast is RNE; the
     examples it lists really are wrong) and the instruction budget from the record."""
-    from workbook.bench import load_record
-    from workbook.nvfp4 import e4m3_cast_errors, instruction_budget
+    from workbook.benchmarks.nvfp4 import instruction_budget
+    from workbook.nvfp4 import e4m3_cast_errors
 
     c = e4m3_cast_errors(n=2048)
     assert c["n"] == 2048 and 0 <= c["wrong"] <= 2048
@@ -673,4 +727,4 @@ def test_cast_probe_and_instruction_budget():
     rec = load_record("nvfp4")
     b = instruction_budget(rec, clock_GHz=1.0, bytes_per_element=2.0)
     assert b["instructions_per_element"] == pytest.approx(
-        rec["meta"]["sm_count"] * 128 * 1e9 / (rec["ceilings"]["copy_GBps"] * 1e9 / 2.0))
+        rec["machine"]["sm_count"] * 128 * 1e9 / (rec["ceilings"]["copy_GBps"] * 1e9 / 2.0))

@@ -35,6 +35,14 @@ def test_bad_input():
         iota(-1)
 
 
+def test_the_default_config_is_CONFIG():
+    from workbook.start_here import CONFIG
+
+    assert CONFIG == {"BLOCK": 64, "num_warps": 4}
+    (cov,) = coverage(iota, 200, grid=triton.cdiv(200, CONFIG["BLOCK"]))   # the default grid and config
+    assert cov.view_fully_written
+
+
 def test_environment_report():
     assert "a Triton kernel ran and wrote the right values: yes" in environment_report()
 
@@ -42,7 +50,7 @@ def test_environment_report():
 # ---- the grader of exercise 0 (notebook 00) --------------------------------------------------------
 
 from workbook.check import grade  # noqa: E402
-from workbook.start_here import check_iota_grid  # noqa: E402
+from workbook.graders.start_here import check_iota_grid, solution_iota_grid  # noqa: E402
 
 
 def _verdict(capsys, fn):
@@ -60,7 +68,7 @@ def test_grid_grader_passes_the_solutions(capsys):
     import numpy as np
     import triton
 
-    for fn in (lambda n, b: (n + b - 1) // b, triton.cdiv, lambda n, b: math.ceil(n / b),
+    for fn in (solution_iota_grid, triton.cdiv, lambda n, b: math.ceil(n / b),
                lambda n, b: np.int64(-(-n // b))):
         v, out = _verdict(capsys, fn)
         assert v and v.status == "passed", out

@@ -1,5 +1,5 @@
 """TurboQuant 4bit_nc: codebook, quantizers, store kernel, decode/prefill kernels on mixed batches,
-the coverage proof, poisoned buffers, bad inputs, graders, the benchmark's code path (smoke)."""
+the coverage proof, poisoned buffers, bad inputs, graders, pictures, the benchmark's code path."""
 import contextlib
 import dataclasses
 import math
@@ -12,6 +12,9 @@ import triton
 import triton.language as tl
 from workbook import turboquant as tq
 import workbook.kernels.turboquant as kernels
+from workbook.benchmarks import turboquant as tq_bench
+from workbook.graders import turboquant as tq_graders
+from workbook.plots import turboquant as tq_plots
 from workbook.check import grade, rel_err
 from workbook.coverage import bounds_checked, poison_, poisons_for
 from workbook.device import DEVICE, ON_GPU
@@ -72,11 +75,11 @@ def test_centroids_are_conditional_means():
 
 
 def test_key_mse_within_paper_bounds_and_near_quoted_figures():
-    for row in tq.mse_table(128, n=3000):
+    for row in tq_plots.mse_table(128, n=3000):
         b = row["bits"]
         assert row["lower_bound"] < row["mse"] < row["upper_bound"], row
         assert row["lower_bound"] < row["mse_nc"] < row["upper_bound"], row
-        assert abs(row["mse"] - tq.PAPER_MSE[b]) / tq.PAPER_MSE[b] < 0.15, row
+        assert abs(row["mse"] - tq_plots.PAPER_MSE[b]) / tq_plots.PAPER_MSE[b] < 0.15, row
 
 
 def test_quantize_dequantize_keys_shapes_and_norm_correction():
@@ -258,6 +261,18 @@ def test_splits_and_select_lookup_and_small_tiles():
     assert rel_err(out, ref) <= BOUND
 
 
+def test_config_is_one_dict_with_a_part_per_kernel():
+    """CONFIG has one part per kernel; mixed_attention's config= reaches each (store, decode, prefill)."""
+    assert set(tq.CONFIG) == {"store", "decode", "cuda_decode", "prefill"}
+    cfg = {"store": {"BLOCK_R": 4}, "decode": {"NUM_SPLITS": 2}, "prefill": {"BLOCK_M": 16}}
+    out, ref, (q, k, v, cache, batch) = _run([1, 3], [40, 3], 1, config=cfg)
+    assert rel_err(out, ref) <= BOUND
+    with pytest.raises(ValueError, match="config takes the keys 'store', 'decode' and 'prefill'"):
+        tq.mixed_attention(q, k, v, cache, batch, config={"merge": {}})
+    with pytest.raises(ValueError, match="unknown keys"):
+        tq.mixed_attention(q, k, v, cache, batch, config={"store": {"BLOCK_M": 4}})
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_half_inputs(dtype):
     cfg = {"decode": {"NUM_SPLITS": 2, "BLOCK_N": 16}}  # the merge kernel's store too
@@ -428,14 +443,6 @@ def test_bad_inputs():
 
 # ---------------------------------------------------------------------------------------------- graders
 
-def _value_quant_solution(v):
-    vmax, vmin = v.amax(-1), v.amin(-1)
-    scale, zero = ((vmax - vmin) / 15).half(), vmin.half()
-    s = scale.float()[:, None]
-    q = torch.floor((v - zero.float()[:, None]) / torch.where(s > 0, s, torch.ones_like(s)) + 0.5).clamp(0, 15)
-    return torch.where(s > 0, q, torch.zeros_like(q)).to(torch.uint8), scale, zero
-
-
 def _stub(*a):
     raise NotImplementedError
 
@@ -446,49 +453,46 @@ def _verdict(check, fn, capsys):
 
 
 def test_grader_value_quant(capsys):
-    assert _verdict(tq.check_value_quant, _value_quant_solution, capsys)[0]
-    ok, msg = _verdict(tq.check_value_quant, _stub, capsys)
+    assert _verdict(tq_graders.check_value_quant, tq_graders.solution_value_quant, capsys)[0]
+    ok, msg = _verdict(tq_graders.check_value_quant, _stub, capsys)
     assert not ok and "not attempted" in msg
 
     def sixteen_levels(v):
-        c, s, z = _value_quant_solution(v)
+        c, s, z = tq_graders.solution_value_quant(v)
         return c, ((v.amax(-1) - v.amin(-1)) / 16).half(), z
 
     def truncate(v):
-        c, s, z = _value_quant_solution(v)
+        c, s, z = tq_graders.solution_value_quant(v)
         sf = s.float()[:, None]
         q = torch.floor((v - z.float()[:, None]) / torch.where(sf > 0, sf, torch.ones_like(sf))).clamp(0, 15)
         return q.to(torch.uint8), s, z
 
     def divide_by_zero(v):
-        c, s, z = _value_quant_solution(v)
+        c, s, z = tq_graders.solution_value_quant(v)
         q = torch.floor((v - z.float()[:, None]) / s.float()[:, None] + 0.5).nan_to_num(0).clamp(0, 15)
         q[3] = 7
         return q.to(torch.uint8), s, z
 
     for wrong, words in ((sixteen_levels, "/ 15"), (truncate, "do not truncate"), (divide_by_zero, "constant row")):
-        ok, msg = _verdict(tq.check_value_quant, wrong, capsys)
+        ok, msg = _verdict(tq_graders.check_value_quant, wrong, capsys)
         assert not ok and words in msg, msg
 
 
-def _unwritten_solution(qsl, nd, n):
-    return list(range(qsl[-1], n))
-
-
 def test_grader_unwritten_rows(capsys):
-    assert _verdict(tq.check_unwritten_rows, _unwritten_solution, capsys)[0]
-    ok, msg = _verdict(tq.check_unwritten_rows, _stub, capsys)
+    assert _verdict(tq_graders.check_unwritten_rows, tq_graders.solution_unwritten_rows, capsys)[0]
+    ok, msg = _verdict(tq_graders.check_unwritten_rows, _stub, capsys)
     assert not ok and "not attempted" in msg
     for wrong, words in ((lambda qsl, nd, n: [], "padding added for a CUDA graph"),
                          (lambda qsl, nd, n: list(range(qsl[-1] + 1, n)), "Off by one"),
                          (lambda qsl, nd, n: list(range(nd, n)), "all written")):
-        ok, msg = _verdict(tq.check_unwritten_rows, wrong, capsys)
+        ok, msg = _verdict(tq_graders.check_unwritten_rows, wrong, capsys)
         assert not ok and words in msg, msg
 
 
 def test_grader_merge_splits(capsys):
-    assert _verdict(tq.check_merge_splits, tq.merge_splits_reference, capsys)[0]
-    ok, msg = _verdict(tq.check_merge_splits, _stub, capsys)
+    assert tq_graders.solution_merge_splits is tq_graders.merge_splits_reference
+    assert _verdict(tq_graders.check_merge_splits, tq_graders.solution_merge_splits, capsys)[0]
+    ok, msg = _verdict(tq_graders.check_merge_splits, _stub, capsys)
     assert not ok and "not attempted" in msg
 
     def natural_exp(o, lse):
@@ -500,21 +504,71 @@ def test_grader_merge_splits(capsys):
         return (w[:, None] * o).sum(0) / w.sum()
 
     for wrong, words in ((lambda o, lse: o.mean(0), "plain average"), (natural_exp, "base 2"), (no_max, "NaN")):
-        ok, msg = _verdict(tq.check_merge_splits, wrong, capsys)
+        ok, msg = _verdict(tq_graders.check_merge_splits, wrong, capsys)
         assert not ok and words in msg, msg
 
 
 # ---------------------------------------------------------------------------------------------- benchmark / GPU
 
-def test_benchmark_smoke():
-    res, ceilings = tq.benchmark(smoke=True)
-    row = res["shapes"][0]
-    for key in ("sdpa_graph_us", "ours_graph_us", "ours_eager_us", "speedup_vs_sdpa", "ours_read_TBps",
-                "rel_err_vs_sdpa_bf16"):
+def _calls(fn):
+    """Stands in for a timer on tiny sizes: calls ``fn`` once and measures nothing (the figures of the
+    benchmark come from workbook.timing, on a GPU)."""
+    fn()
+    return 1.0
+
+
+_ROW_KEYS = ("sdpa_graph_us", "sdpa_eager_us", "ours_graph_us", "ours_eager_us", "speedup_vs_sdpa",
+             "ours_read_TBps", "sdpa_read_TBps", "best_config", "rel_err_vs_sdpa_bf16")
+
+
+def test_benchmark_code_path_on_tiny_sizes():
+    """The benchmark's decode point and mixed step on tiny sizes, any device (GPU timing aside)."""
+    configs = {"n32_w1": {}, "n64_w2": {"BLOCK_N": 64, "num_warps": 2}}
+    row = tq_bench.decode_point(2, 64, 4, 2, 32, 16, _calls, _calls, configs)
+    for key in _ROW_KEYS + ("ours_n32_w1_graph_us", "ours_n64_w2_graph_us", "triton_best_graph_us"):
         assert key in row, row
     assert row["rel_err_vs_sdpa_bf16"] < 0.2
-    assert len(res["mse"]) == 3
-    assert {"empty_graph_us", "zeros_graph_us", "zeros_over_empty"} <= set(res["mixed_step"])
+    ms = tq_bench._mixed_step_point(_calls, dict(nd=2, ctx=20, pre_q=[5], pre_ctx=[7], hq=4, hkv=2, d=32))
+    assert {"empty_graph_us", "zeros_graph_us", "zeros_over_empty"} <= set(ms)
+    if not ON_GPU:
+        with pytest.raises(RuntimeError, match="GPU"):
+            tq_bench.run(smoke=True)
+
+
+def test_record_reads_back_into_table_and_plot():
+    """The recorded H200 figures (schema 2) as notebook 04 shows them: the table and the picture."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from workbook.records import load_record
+
+    rec = load_record("turboquant")
+    text = tq_bench.table(rec)
+    assert "SDPA graph us" in text and "mixed step" in text and len(text.splitlines()) >= 1 + len(rec["results"]["shapes"])
+    for r in rec["results"]["shapes"]:
+        assert all(k in r for k in _ROW_KEYS), r
+    assert {"graph", "eager", "ncu"} <= set(rec["timers"])
+    assert rec["results"]["profile"]["gpu_time_ncu_us"] > 0
+    for fig in (tq_plots.plot_benchmark(rec, "recorded"), tq_plots.plot_rotation_histograms(dim=16, n=50),
+                tq_plots.plot_centroids(32), tq_plots.draw_cache_layout(128, 16)):
+        plt.close(fig)
+
+
+@pytest.mark.skipif(not ON_GPU, reason="the benchmark times a GPU")
+def test_benchmark_smoke_run_records(tmp_path):
+    """run(smoke=True): what notebook 04 times live (both backends at batch 8 x 4k), saved and read
+    back as a schema-2 record, then tabled."""
+    from workbook.records import load_record, save_record
+
+    m = tq_bench.run(smoke=True)
+    row = m.results["shapes"][0]
+    for key in _ROW_KEYS + ("ours_triton_graph_us",):
+        assert key in row, row
+    assert row["rel_err_vs_sdpa_bf16"] < 0.2
+    save_record("turboquant", m, tmp_path)
+    assert "SDPA graph us" in tq_bench.table(load_record("turboquant", tmp_path))
 
 
 @pytest.mark.skipif(not ON_GPU, reason="the fp16 tensor-core path exists only on a GPU")

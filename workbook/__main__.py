@@ -9,10 +9,10 @@
     python -m workbook audit PATH ... [--json] [--min-confidence high|medium|low] [--exclude GLOB]
                                                   allocate-then-overwrite candidates in Python sources
 
-Bench topics: alloc (zeros vs empty), and every topic module with a ``benchmark()`` function
-(nvfp4, fp8, gdn, ...); ``benchmark()`` returns ``(results, ceilings)``. A command never answers with
-a traceback: an unexpected error prints one line; add --traceback (or set WORKBOOK_DEBUG=1) for the
-full trace.
+Bench topics: the registry of :mod:`workbook.benchmarks` (alloc, nvfp4, fp8, turboquant, gdn,
+fusion, cuda); each runs ``workbook.benchmarks.<topic>.run()`` and writes its record. A command never
+answers with a traceback: an unexpected error prints one line; add --traceback (or set
+WORKBOOK_DEBUG=1) for the full trace.
 """
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ import argparse
 import contextlib
 import importlib
 import os
-import pkgutil
 import sys
 import time
 from pathlib import Path
@@ -45,31 +44,16 @@ def _one_line(e: BaseException, limit: int = 300) -> str:
 # topics
 # --------------------------------------------------------------------------------------------------
 
-def _package_dir() -> Path:
-    return Path(__file__).resolve().parent
-
-
 def topic_modules() -> list[str]:
-    """Topic stems: companion modules ``workbook.<stem>`` that have a kernels module of the same stem."""
-    from workbook import kernels_dir
-
-    stems = {m.name for m in pkgutil.iter_modules([str(kernels_dir())])} - {"common"}
-    found = [s for s in stems if (_package_dir() / f"{s}.py").exists()]
-    return sorted(found, key=lambda s: (_SERIES.index(s) if s in _SERIES else len(_SERIES), s))
-
-
-_SERIES = ["start_here", "nvfp4", "fp8", "turboquant", "gdn", "fusion"]   # the notebooks' order
+    """The topics ``doctor`` smoke-tests, in the notebooks' order (the keys of :data:`SMOKE`)."""
+    return list(SMOKE)
 
 
 def bench_topics() -> list[str]:
-    """Topics ``bench`` knows: ``alloc`` (workbook.bench) and every companion module that defines
-    ``benchmark()`` (found in the source, without importing it)."""
-    found = []
-    for m in pkgutil.iter_modules([str(_package_dir())]):
-        path = _package_dir() / f"{m.name}.py"
-        if m.name not in ("bench", "__main__") and path.exists() and "\ndef benchmark(" in path.read_text():
-            found.append(m.name)
-    return ["alloc"] + sorted(found)
+    """The topics ``bench`` knows: the registry of :mod:`workbook.benchmarks`."""
+    from workbook import benchmarks
+
+    return benchmarks.topics()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -177,19 +161,16 @@ def _smoke_fusion():
     return f"add_rmsnorm [3, 40]: relative error {e:.1e} against the unfused chain"
 
 
-# A topic module may define its own ``smoke() -> str`` (raise on failure); these cover the rest.
-SMOKE = {"start_here": _smoke_start_here, "nvfp4": _smoke_nvfp4, "fp8": _smoke_fp8, "gdn": _smoke_gdn,
-         "turboquant": _smoke_turboquant, "fusion": _smoke_fusion}
+# One small launch per topic against its reference, in the notebooks' order (raise on failure).
+SMOKE = {"start_here": _smoke_start_here, "nvfp4": _smoke_nvfp4, "fp8": _smoke_fp8,
+         "turboquant": _smoke_turboquant, "gdn": _smoke_gdn, "fusion": _smoke_fusion}
 
 
 def run_smoke(topic: str) -> tuple[bool, str]:
     """Import ``workbook.<topic>`` and launch one small kernel against its reference: (ok, verdict)."""
     try:
-        module = importlib.import_module(f"workbook.{topic}")
-        fn = getattr(module, "smoke", None) or SMOKE.get(topic)
-        if fn is None:
-            return True, "imported (no smoke launch defined for this topic yet)"
-        return True, fn()
+        importlib.import_module(f"workbook.{topic}")
+        return True, SMOKE[topic]()
     except Exception as e:  # noqa: BLE001 - doctor reports every failure as a verdict
         return False, _one_line(e)
 
@@ -237,7 +218,7 @@ def _cmd_doctor(args) -> int:
     for m in missing_optional:
         print(f"missing (optional): {m}")
     broken += [f"missing {m}" for m in missing_required]
-    from workbook.cuda import find_nvcc   # the CUDA C++ backends (backend="cuda"): optional, GPU only
+    from workbook.nvcc import find_nvcc   # the CUDA C++ backends (backend="cuda"): optional, GPU only
 
     nvcc = find_nvcc()
     print("CUDA C++ kernels (backend=\"cuda\", optional): " + (
@@ -245,14 +226,14 @@ def _cmd_doctor(args) -> int:
         if nvcc else "no nvcc found; backend=\"cuda\" is unavailable, the Triton kernels need none"))
 
     # the recorded GPU results the notebooks fall back to
-    from workbook import bench
+    from workbook import records
 
-    topics = bench_topics()   # data/ may hold other JSON too (not bench records): only these are checked
-    names = sorted(p.stem for p in Path(bench.DATA_DIR).glob("*.json") if p.stem in topics)
+    topics = bench_topics()   # data/ holds other records too (audit, cpu_times): only these are listed
+    names = sorted(p.stem for p in Path(records.DATA_DIR).glob("*.json") if p.stem in topics)
     bad = []
     for name in names:
         try:
-            bench.load_record(name)
+            records.load_record(name)
         except Exception as e:  # noqa: BLE001
             bad.append(f"{name}.json ({_one_line(e, 120)})")
     print("recorded GPU results (workbook/data/): " + (", ".join(names) or "none")
@@ -284,7 +265,7 @@ def _cmd_doctor(args) -> int:
 @contextlib.contextmanager
 def _count_measurements(bar):
     """Advance ``bar`` once per ``triton.testing.do_bench`` call (every timing in the workbook goes
-    through it: workbook.bench.time_us and graph_time_us import it at call time)."""
+    through it: workbook.timing.time_us and graph_time_us import it at call time)."""
     import triton.testing
 
     original = triton.testing.do_bench
@@ -340,19 +321,19 @@ def _cmd_bench(args) -> int:
     if unknown:
         raise CommandError(f"unknown topic{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
                            f"known topics: {', '.join(known)}", 2)
+    if args.budget is not None and not args.budget > 0:
+        raise CommandError(f"--budget must be a positive number of seconds, got {args.budget}", 2)
     if not _gpu_present():
         raise CommandError("bench measures GPU time and this machine has no GPU (kernels run in Triton's "
                            "interpreter here); the notebooks show the H200 results recorded in workbook/data/.", 2)
-    from workbook import bench
+    from workbook import benchmarks, records
 
+    directory = Path(args.data) if args.data else None
     for topic in args.topics:
-        module = importlib.import_module("workbook.bench" if topic == "alloc" else f"workbook.{topic}")
         t0 = time.time()
         with _progress(f"bench {topic}") as bar, _count_measurements(bar):
-            results, ceilings = module.benchmark()
-        directory = Path(args.data) if args.data else None
-        path = bench.save_record(topic, results, ceilings, directory)
-        label = bench.recorded_label(bench.load_record(topic, directory))   # read back: the schema holds
+            path = benchmarks.record(topic, budget_s=args.budget, smoke=args.smoke, directory=directory)
+        label = records.recorded_label(records.load_record(topic, directory))   # read back: the schema holds
         print(f"[{topic}] {bar.n} measurements in {time.time() - t0:.0f} s -> {path} ({label})")
     return 0
 
@@ -450,11 +431,16 @@ def _parser() -> argparse.ArgumentParser:
         d.add_argument("topics", nargs="*", help="topics to smoke-test (default: every topic)")
         d.set_defaults(fn=_cmd_doctor)
     b = sub.add_parser("bench", help="run GPU benchmarks and record them as JSON",
-                       description="Run each topic's benchmark() on the GPU with a progress bar over the "
-                                   "measurements and write workbook/data/<topic>.json. Needs a GPU (exit "
-                                   "code 2 without one, or for an unknown topic).")
-    b.add_argument("topics", nargs="+", metavar="TOPIC", help="alloc, or a topic with a benchmark()")
+                       description="Run each topic's benchmark (workbook.benchmarks.<topic>.run) on the GPU "
+                                   "with a progress bar over the measurements and write "
+                                   "workbook/data/<topic>.json. Needs a GPU (exit code 2 without one, or for "
+                                   "an unknown topic).")
+    b.add_argument("topics", nargs="+", metavar="TOPIC",
+                   help="alloc, nvfp4, fp8, turboquant, gdn, fusion or cuda (workbook.benchmarks.REGISTRY)")
     b.add_argument("--data", help="directory for the JSON records (default workbook/data)")
+    b.add_argument("--budget", type=float, metavar="SECONDS",
+                   help="time budget of each topic's run, where it can trade rows for time")
+    b.add_argument("--smoke", action="store_true", help="the small set each notebook times live (seconds)")
     b.set_defaults(fn=_cmd_bench)
     e = sub.add_parser("execute", help="execute notebooks top to bottom and save them with outputs",
                        description="Execute each notebook with nbclient and save it, outputs included, "

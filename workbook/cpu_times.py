@@ -48,7 +48,6 @@ RECORD = Path(__file__).resolve().parent / "data" / "cpu_times.json"
 ROOT = Path(__file__).resolve().parent.parent          # the repository (editable install)
 README = ROOT / "README.md"
 NOTEBOOKS = ROOT / "notebooks"
-SCHEMA = 1
 
 READ_WPM = 150
 MIN_PER_CODE_CELL = 0.5
@@ -185,15 +184,36 @@ def estimate_minutes(nb_path: Path) -> dict:
 
 
 def load(path: Path = RECORD) -> dict:
+    """The figures of the record (its ``results``: notebooks, commands, install, disk); the file is a
+    record of :mod:`workbook.records`' schema, validated on reading."""
     if path.exists():
+        from .records import validate_record
+
         rec = json.loads(path.read_text())
-        if rec.get("schema") != SCHEMA:
-            raise ValueError(f"{path}: schema {rec.get('schema')!r}, expected {SCHEMA}")
-        return rec
-    return {"schema": SCHEMA, "notebooks": {}, "commands": {}, "install": {}}
+        validate_record(rec)
+        return rec["results"]
+    return {"notebooks": {}, "commands": {}, "install": {}}
 
 
-def save(rec: dict, path: Path = RECORD) -> Path:
+def _newest(results: dict) -> dict:
+    """The newest measurement of ``results`` that names its machine (a notebook or a command)."""
+    rows = [r for part in ("notebooks", "commands") for r in results.get(part, {}).values() if r.get("machine")]
+    return max(rows, key=lambda r: r.get("measured", ""), default={})
+
+
+def save(results: dict, path: Path = RECORD) -> Path:
+    """Write ``results`` as a record (:mod:`workbook.records`): dated and placed by its newest
+    measurement; each figure keeps its own ``measured`` time and machine."""
+    from .records import SCHEMA as RECORD_SCHEMA, validate_record
+
+    newest = _newest(results)
+    m = newest.get("machine") or machine()
+    rec = {"schema": RECORD_SCHEMA, "name": "cpu_times",
+           "recorded": (newest.get("measured") or _now())[:10],
+           "machine": {"device": "cpu", "gpu": m.get("gpu"), "cpu": m.get("cpu"), "torch": str(m.get("torch")),
+                       "triton": str(m.get("triton")), "python": str(m.get("python"))},
+           "timers": {}, "ceilings": {}, "results": results}
+    validate_record(rec)
     path.write_text(json.dumps(rec, indent=1, sort_keys=False) + "\n")
     return path
 

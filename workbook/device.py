@@ -10,6 +10,7 @@ participant without a GPU sees).
 """
 from __future__ import annotations
 
+import functools
 import os
 import sys
 
@@ -18,6 +19,7 @@ import torch
 __all__ = [
     "DEVICE", "ON_GPU", "INTERPRETED", "TritonImportOrderError",
     "describe", "require_launchable", "check_tensor", "same_device", "resolve_config", "resolve_emulate",
+    "sm_count", "shared_memory_per_sm", "SM_COUNT_WITHOUT_GPU",
 ]
 
 
@@ -149,6 +151,29 @@ def resolve_config(config, defaults: dict, *, name: str = "config", pow2=()) -> 
         if k in out and v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1 or v & (v - 1)):
             raise ValueError(f"{name}[{k!r}] must be a positive power of two (tl.arange sizes and warps are), got {v!r}")
     return out
+
+
+# What the launch rules assume where there is no GPU: an H200's figures, so that the interpreter runs
+# the grid that the recorded GPU runs (it ignores warps and stages, not the grid).
+SM_COUNT_WITHOUT_GPU = 132
+SHARED_MEMORY_PER_SM_WITHOUT_GPU = 228 << 10
+
+
+@functools.lru_cache(maxsize=None)
+def _gpu_limits(index: int) -> tuple[int, int]:
+    p = torch.cuda.get_device_properties(index)
+    return p.multi_processor_count, getattr(p, "shared_memory_per_multiprocessor", SHARED_MEMORY_PER_SM_WITHOUT_GPU)
+
+
+def sm_count() -> int:
+    """Streaming multiprocessors of the GPU in use; :data:`SM_COUNT_WITHOUT_GPU` without one. Every
+    launch rule that sizes a grid by the SM count asks here (read once per device: no host cost)."""
+    return _gpu_limits(torch.cuda.current_device())[0] if ON_GPU else SM_COUNT_WITHOUT_GPU
+
+
+def shared_memory_per_sm() -> int:
+    """Shared memory per SM in bytes of the GPU in use; an H200's 228 KiB without one."""
+    return _gpu_limits(torch.cuda.current_device())[1] if ON_GPU else SHARED_MEMORY_PER_SM_WITHOUT_GPU
 
 
 def describe() -> dict:

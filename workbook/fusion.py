@@ -21,10 +21,10 @@ All-reduce sites and what the pass does with them (the accounting):
   ``Replaced 0 patterns`` then ``Replaced 2 patterns``.
 * the MLP down projections: with ``shard_mlp=False`` (the demo's default) the MLP is replicated on
   every rank, so it has NO all-reduce and no site at all. With ``shard_mlp=True`` (what an engine does
-  at scale, and what :func:`benchmark` runs) the down projection is row-parallel too and its
-  all-reduce is followed by the next residual add + RMSNorm (the next layer's input norm, or the final
-  norm): one more site per layer, returned by the MLP in BOTH styles, so both styles gain one match
-  per layer (0 + L vs L + L). :func:`expected_sites` states the counts.
+  at scale, and what the benchmark runs) the down projection is row-parallel too and its all-reduce is
+  followed by the next residual add + RMSNorm (the next layer's input norm, or the final norm): one
+  more site per layer, returned by the MLP in BOTH styles, so both styles gain one match per layer
+  (0 + L vs L + L). :func:`expected_sites` states the counts.
 
 The decoder's linear-attention layers compute :func:`workbook.gdn.qwen3_next_linear_attention` on this
 rank's heads (a test checks it): projections, causal conv, gates and gated RMSNorm in torch ops that
@@ -36,17 +36,17 @@ Tensor parallelism: ``world_size`` ranks each hold a slice of the heads (and, wi
 the MLP's intermediate columns); row-parallel projections produce partial sums that
 ``workbook::all_reduce`` adds up with ``torch.distributed`` (gloo on CPU, NCCL on GPUs). With one rank
 it is the identity, but it stays in the graph as the same op, so the pass sees the same sites.
+:func:`run_tp` runs the ranks as spawned CPU processes; the GPU benchmark (one GPU, and two under
+``torchrun``), the notebook's pictures and its displays of the record live in
+:mod:`workbook.benchmarks.fusion` and :mod:`workbook.plots.fusion`.
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
-import json
 import logging
 import os
-import sys
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -58,16 +58,17 @@ from .gdn import chunk_gated_delta_rule, fused_recurrent_gated_delta_rule, naive
 from .kernels import fusion as kern
 
 __all__ = [
-    "EPS", "DecoderConfig", "DEMO", "rmsnorm", "add_rmsnorm", "add_rmsnorm_ref", "all_reduce",
-    "fused_all_reduce_add_rmsnorm", "make_decoder_weights", "shard_weights", "MiniDecoder",
-    "FusionPass", "compile_decoder", "expected_sites", "count_ops", "run_tp",
-    "benchmark", "main", "logger", "site_chain", "plot_site", "code_excerpt", "kernel_names", "kernel_after", "kernel_source",
-    "load_timings", "timing_table", "kernel_table", "site_costs", "kernel_profile", "host_profile",
-    "summarize_kernels", "kernel_group", "KERNEL_GROUPS", "gdn_core", "GDN_RECURRENT_MAX_T", "DECODER_VERSION", "BENCH", "SMOKE", "DECODE_TOKENS", "PREFILL_TOKENS",
+    "EPS", "CONFIG", "EMULATE_WHY", "DecoderConfig", "DEMO", "SMOKE", "DECODER_VERSION", "rmsnorm", "add_rmsnorm",
+    "add_rmsnorm_ref", "all_reduce", "fused_all_reduce_add_rmsnorm", "gdn_core", "GDN_RECURRENT_MAX_T",
+    "make_decoder_weights", "shard_weights", "MiniDecoder", "expected_sites", "FusionPass", "compile_decoder",
+    "count_ops", "run_tp", "logger",
 ]
 
 EPS = 1e-6
 _FLOATS = (torch.float32, torch.bfloat16, torch.float16)
+# add_rmsnorm's launch configuration; None = the launch rule of add_rmsnorm, per M and D
+CONFIG = {"BLOCK_M": None, "num_warps": None}
+EMULATE_WHY = "it runs the hardware bf16 casts, which Triton's interpreter gets wrong"
 logger = logging.getLogger("workbook.fusion")
 
 # --------------------------------------------------------------------------------------------------
@@ -109,18 +110,21 @@ def add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, e
     """Residual add + RMSNorm in one Triton kernel. ``x, residual [M, D]``, ``weight [D]``.
     Returns ``(normed [M, D], new_residual [M, D])`` = :func:`add_rmsnorm_ref`.
 
-    ``config``: ``{"BLOCK_M": rows per program, "num_warps": ...}``. ``emulate``: exact bf16
-    conversions with integer ops (default: on without a GPU, where the interpreter runs the kernel)."""
+    ``config``: names as in :data:`CONFIG` (``BLOCK_M``: rows per program, ``num_warps``; None or left
+    out: the launch rule below, per M and D). ``emulate``: exact bf16 conversions with integer ops
+    (default: on without a GPU, where the interpreter runs the kernel; :data:`EMULATE_WHY`)."""
     _check_add_rmsnorm(x, residual, weight, eps, device=DEVICE)
-    emulate = resolve_emulate(emulate, "it runs the hardware bf16 casts, which Triton's interpreter gets wrong")
+    emulate = resolve_emulate(emulate, EMULATE_WHY)
     M, D = x.shape
     BLOCK_D = triton.next_power_of_2(D)
-    # GPU: one row per program for decode-sized batches (more programs in flight: the kernel is all
-    # latency there), a few rows per program above; the interpreter runs programs one after another:
-    # fewer, taller ones
-    block_m = (1 if M < 1024 else max(1, min(16, 4096 // BLOCK_D))) if ON_GPU else 64
-    cfg = resolve_config(config, {"BLOCK_M": block_m,
-                                  "num_warps": 4 if BLOCK_D <= 2048 else 8}, pow2=("BLOCK_M", "num_warps"))
+    cfg = resolve_config(config, CONFIG, pow2=("BLOCK_M", "num_warps"))
+    if cfg["BLOCK_M"] is None:
+        # GPU: one row per program for decode-sized batches (more programs in flight: the kernel is all
+        # latency there), a few rows per program above; the interpreter runs programs one after
+        # another: fewer, taller ones
+        cfg["BLOCK_M"] = (1 if M < 1024 else max(1, min(16, 4096 // BLOCK_D))) if ON_GPU else 64
+    if cfg["num_warps"] is None:
+        cfg["num_warps"] = 4 if BLOCK_D <= 2048 else 8
     # empty, both: program i writes rows [i*BLOCK_M, (i+1)*BLOCK_M) x all D columns of out and of
     # residual_out (masked only past M and D), and the grid cdiv(M, BLOCK_M) covers all M rows.
     out = torch.empty_like(x)
@@ -233,6 +237,13 @@ class DecoderConfig:
 # The demo: 2 layers (one linear-attention, one full-attention), hidden 64. Without a GPU its Gated
 # DeltaNet runs the recurrent Triton kernel (in the interpreter, the fastest of the three paths there).
 DEMO = DecoderConfig(gdn_kernel="auto" if ON_GPU else "recurrent")
+# Tensor-parallel checks on the CPU (spawned ranks, gloo): the MLP sharded too, and the GDN block on
+# workbook.gdn's fp32 reference path (pure torch: the spawned processes stay fast).
+SMOKE = replace(DEMO, shard_mlp=True, gdn_kernel="auto" if ON_GPU else "reference")
+# The decoder's version, written into every benchmark record (workbook.benchmarks.fusion): bump it when
+# MiniDecoder computes differently. 1 = before the profile-driven fixes (SDPA on 3-D tensors, the whole
+# GDN block one opaque op, the chunked GDN kernel at every size); 2 = this code.
+DECODER_VERSION = 2
 
 
 def make_decoder_weights(cfg: DecoderConfig, seed: int = 0, device=None) -> dict:
@@ -628,559 +639,3 @@ def run_tp(cfg: DecoderConfig, hidden: torch.Tensor, num_tokens: int, world_size
                     p.kill()
                     p.join(5)
         return [torch.load(Path(tmp) / f"rank{r}.pt") for r in range(world_size)]
-
-
-# --------------------------------------------------------------------------------------------------
-# Benchmark (GPU): one GPU via `python3 -m workbook bench fusion`; TP=2 via torchrun (main below)
-# --------------------------------------------------------------------------------------------------
-
-# The decoder's version in the benchmark record: 1 = before the profile-driven fixes (SDPA on 3-D
-# tensors, the whole GDN block one opaque op, the chunked GDN kernel at every size); 2 = this code.
-DECODER_VERSION = 2
-BENCH = DecoderConfig(hidden=2048, layers=("linear", "linear", "linear", "full"), gdn_k_heads=16,
-                      gdn_v_heads=32, gdn_head_dim=128, attn_heads=16, attn_head_dim=128, intermediate=6144,
-                      shard_mlp=True, gdn_kernel="auto", dtype=torch.bfloat16)
-DECODE_TOKENS = (8, 64, 256)
-PREFILL_TOKENS = (2048, 8192)
-# Tensor-parallel checks on the CPU (spawned ranks, gloo): the MLP sharded too, and the GDN block on
-# workbook.gdn's fp32 reference path (pure torch: the spawned processes stay fast).
-SMOKE = replace(DEMO, shard_mlp=True, gdn_kernel="auto" if ON_GPU else "reference")
-
-
-def _cfg_json(cfg: DecoderConfig) -> dict:
-    d = asdict(cfg)
-    d["dtype"] = str(cfg.dtype).replace("torch.", "")
-    d["layers"] = list(cfg.layers)
-    return d
-
-
-def _fixed_time_us(fn, iters: int, warmup: int = 3) -> float:
-    """Per-call time over a FIXED number of calls (CUDA events; every rank runs the same count, so
-    collectives inside ``fn`` stay matched across ranks; do_bench picks its count per process)."""
-    import torch.distributed as dist
-
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    if dist.is_initialized():
-        dist.barrier()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return 1e3 * start.elapsed_time(end) / iters
-
-
-def _graph_fixed_us(fn, n: int = 10, replays: int = 10) -> float:
-    """GPU time per call from replaying a CUDA graph of ``n`` calls, ``replays`` times (fixed counts)."""
-    from .bench import capture_graph
-
-    return _fixed_time_us(capture_graph(fn, n).replay, replays, warmup=2) / n
-
-
-# Kernel groups of a decoder step, by the name the profiler reports (first match wins). The names
-# are those of torch 2.11 / Triton 3.6 on an H200: cuBLAS GEMMs ("nvjet", "gemm", "gemv", "xmma"),
-# NCCL ("ncclDevKernel_AllReduce..."), Inductor's generated kernels ("triton_red_fused_..."), our
-# Triton kernels by their function names, PyTorch's eager elementwise kernels.
-KERNEL_GROUPS = (
-    ("all-reduce (NCCL)", r"nccl"),
-    ("device copies (memcpy)", r"[Mm]emcpy"),
-    ("fused add+RMSNorm (ours)", r"add_rmsnorm_kernel"),
-    ("GDN kernels (ours)", r"^(?!triton_).*(gdn|chunk_table|gated_rmsnorm)"),   # not Inductor's ..._gdn_core_...
-    ("attention", r"flash|fmha|attention|softmax|cudnn_generated|sdpa"),
-    ("conv1d", r"conv|fprop|depthwise"),
-    ("matmul (cuBLAS)", r"gemm|gemv|nvjet|xmma|cutlass|splitK"),
-    ("Inductor: norm kernels", r"^triton_.*rsqrt"),
-    ("Inductor: other kernels", r"^triton_"),
-    ("torch eager elementwise / copies", r"elementwise|copy|fill|cat|reduce|index|[Mm]emset"),
-)
-
-
-def kernel_group(name: str) -> str:
-    """The :data:`KERNEL_GROUPS` group of a kernel name ('other' if none matches)."""
-    import re
-    for group, pat in KERNEL_GROUPS:
-        if re.search(pat, name):
-            return group
-    return "other"
-
-
-def summarize_kernels(events, steps: int, top: int = 12) -> dict:
-    """Per-step kernel table from profiler trace events (chrome-trace dicts with ``cat`` 'kernel',
-    'gpu_memcpy' or 'gpu_memset', ``name`` and ``dur`` in us) of ``steps`` identical steps:
-    ``{"kernels_per_step", "kernel_us_per_step", "groups": {group: {"calls", "us"}}, "top": [...]}``,
-    calls and times divided by ``steps``."""
-    per: dict = {}
-    for e in events:
-        if e.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset"):
-            continue
-        k = per.setdefault(e["name"], [0, 0.0])
-        k[0] += 1
-        k[1] += float(e.get("dur", 0.0))
-    groups: dict = {}
-    for name, (n, us) in per.items():
-        g = groups.setdefault(kernel_group(name), {"calls": 0.0, "us": 0.0})
-        g["calls"] += n / steps
-        g["us"] += us / steps
-    rows = sorted(per.items(), key=lambda kv: -kv[1][1])
-    return {"kernels_per_step": round(sum(n for n, _ in per.values()) / steps, 2),
-            "kernel_us_per_step": round(sum(us for _, us in per.values()) / steps, 2),
-            "groups": {g: {"calls": round(v["calls"], 2), "us": round(v["us"], 2)}
-                       for g, v in sorted(groups.items(), key=lambda kv: -kv[1]["us"])},
-            "top": [{"name": name[:120], "group": kernel_group(name), "calls": round(n / steps, 2),
-                     "us": round(us / steps, 2)} for name, (n, us) in rows[:top]]}
-
-
-def kernel_profile(fn, steps: int = 3, top: int = 12) -> dict:
-    """GPU kernels of one call of ``fn`` (GPU only): ``fn`` captured once in a CUDA graph, replayed
-    ``steps`` times under ``torch.profiler`` with CUDA activities; :func:`summarize_kernels` of the
-    trace. Kernel times are the GPU's own (CUPTI), without host work; the sum of kernel times is at
-    most the graph-replay time (the difference is the gaps between kernels)."""
-    import tempfile
-
-    from torch.profiler import ProfilerActivity, profile
-
-    from .bench import capture_graph
-
-    with torch.no_grad():
-        g = capture_graph(fn, 1)
-        g.replay()
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(steps):
-                g.replay()
-            torch.cuda.synchronize()
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "trace.json"
-        prof.export_chrome_trace(str(path))
-        events = json.loads(path.read_text()).get("traceEvents", [])
-    return summarize_kernels(events, steps, top)
-
-
-def host_profile(fn, top: int = 10) -> dict:
-    """Host side of one eager call of ``fn`` (GPU only): wall time, kernel launches and the ops with
-    the most self CPU time (``torch.profiler``, CPU activities). Explains eager per-call time."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with torch.no_grad():
-        fn()
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
-            t0 = time.perf_counter()
-            fn()
-            wall = time.perf_counter() - t0
-        torch.cuda.synchronize()
-    ka = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)
-    launches = sum(e.count for e in prof.key_averages()
-                   if e.key in ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "cudaLaunchKernelExC"))
-    return {"wall_us": round(1e6 * wall, 1), "kernel_launches": launches,
-            "top_self_cpu": [{"name": e.key[:100], "calls": e.count, "self_cpu_us": round(e.self_cpu_time_total, 1)}
-                             for e in ka[:top]]}
-
-
-def _weights_fp32(weights: dict) -> dict:
-    return {"layers": [{k: (t.float() if torch.is_tensor(t) else t) for k, t in L.items()} for L in weights["layers"]],
-            "final_norm": weights["final_norm"].float()}
-
-
-def _bench_sizes(cfg, rank, world_size, sizes, *, timer, device, log=print, profile=False):
-    """Both styles at each size: compiled decoder, pass counts, GPU/eager times, agreement between the
-    styles and, for each, with the same decoder in fp32 (eager, on the same bf16-valued weights) and
-    with itself run eagerly (uncompiled).
-    ``profile``: also the per-kernel GPU table of one step (:func:`kernel_profile`) per style and size,
-    and the host side of one eager step (:func:`host_profile`) at the first size."""
-    weights = shard_weights(cfg, make_decoder_weights(cfg, device=device), rank, world_size)
-    nbytes = sum(t.numel() * t.element_size() for L in weights["layers"] for t in L.values() if torch.is_tensor(t))
-    ref_model = MiniDecoder(replace(cfg, dtype=torch.float32), _weights_fp32(weights), "return", world_size=world_size)
-    gen = torch.Generator().manual_seed(1)
-    rows = []
-    models, fns, counts = {}, {}, {}
-    for style in ("buffer", "return"):
-        models[style] = MiniDecoder(cfg, weights, style, world_size=world_size)
-        fusion = FusionPass(cfg.dtype)
-        fns[style] = compile_decoder(models[style], fusion, reset=style == "buffer")
-        warm = torch.randn(sizes[0], cfg.hidden, generator=gen).to(device, cfg.dtype)
-        t0 = time.perf_counter()
-        with torch.no_grad():
-            fns[style](warm, sizes[0] - 1)
-        counts[style] = {"log": list(fusion.log), "counts": list(fusion.counts),
-                         "expected": expected_sites(cfg, style), "compile_s": round(time.perf_counter() - t0, 1)}
-        log(f"[fusion] {style}: {fusion.log} (compile {counts[style]['compile_s']} s)")
-    for T in sizes:
-        num_tokens = T - 1 if T > 1 else 1   # a padded batch: one slot of padding
-        hidden = (torch.randn(T, cfg.hidden, generator=gen) * 0.5).to(device, cfg.dtype)
-        row = {"T_pad": T, "num_tokens": num_tokens, "phase": "decode" if T <= 256 else "prefill"}
-        outs = {}
-        with torch.no_grad():
-            ref = ref_model(hidden.float(), num_tokens)[:num_tokens]
-        for style in ("buffer", "return"):
-            step = lambda: fns[style](hidden, num_tokens)   # noqa: E731
-            with torch.no_grad():
-                outs[style] = step()[:num_tokens].float()
-                eager = models[style](hidden, num_tokens)[:num_tokens].float()
-            row[style] = timer(step)
-            row[style]["rel_err_vs_fp32"] = float((outs[style] - ref).norm() / ref.norm())
-            row[style]["rel_diff_vs_eager"] = float((outs[style] - eager).norm() / eager.norm())
-            if profile:
-                row[style]["kernels"] = kernel_profile(step, top=10)
-                if T == sizes[0]:
-                    row[style]["host"] = host_profile(step)
-        row["rel_diff"] = float((outs["return"] - outs["buffer"]).norm() / outs["buffer"].norm())
-        rows.append(row)
-        log(f"[fusion] T={T}: " + ", ".join(f"{s} {row[s].get('graph_us', row[s])}" for s in ("buffer", "return")))
-    return {"config": _cfg_json(cfg), "world_size": world_size, "decoder_version": DECODER_VERSION,
-            "weight_bytes_per_rank": nbytes,
-            "passes": counts, "sizes": rows}
-
-
-def _gdn_core_times(cfg, device, tokens=(8, 16, 32, 64)) -> list:
-    """GPU time (graph replay) of :func:`gdn_core` with the recurrent and the chunked kernel on one
-    sequence of the decoder's head shapes: where 'auto' switches (:data:`GDN_RECURRENT_MAX_T`)."""
-    from .bench import graph_time_us
-
-    gen = torch.Generator().manual_seed(5)
-    Hk, Hv, Dh = cfg.gdn_k_heads, cfg.gdn_v_heads, cfg.gdn_head_dim
-    rows = []
-    for T in tokens:
-        q, k = (torch.randn(T, Hk, Dh, generator=gen).to(device, cfg.dtype) for _ in range(2))
-        v = torch.randn(T, Hv, Dh, generator=gen).to(device, cfg.dtype)
-        g = (-0.1 * torch.rand(T, Hv, generator=gen)).to(device)
-        beta = torch.rand(T, Hv, generator=gen).to(device, cfg.dtype)
-        row = {"T": T}
-        for kernel in ("recurrent", "chunk"):
-            with torch.no_grad():
-                row[f"{kernel}_graph_us"] = graph_time_us(lambda: gdn_core(q, k, v, g, beta, kernel), n=10)
-        rows.append(row)
-    return rows
-
-
-def _read_GBps(device, nbytes: int = 1 << 30) -> float:
-    """Read bandwidth of ``torch.sum`` over ``nbytes`` of bf16, GPU time from graph replay."""
-    from .bench import graph_time_us
-
-    x = torch.ones(nbytes // 2, device=device, dtype=torch.bfloat16)
-    t = graph_time_us(lambda: x.sum(), n=5)
-    return nbytes / (t * 1e-6) / 1e9
-
-
-def _gpu_timer(fn):
-    with torch.no_grad():
-        out = {"eager_us": _fixed_time_us(fn, 20)}
-        try:
-            out["graph_us"] = _graph_fixed_us(fn)
-        except Exception as e:  # noqa: BLE001  (record why, keep the eager figure)
-            out["graph_error"] = f"{type(e).__name__}: {str(e)[:300]}"
-        return out
-
-
-def benchmark():
-    """One GPU (``python3 -m workbook bench fusion``): the compiled decoder (:data:`BENCH`, bf16),
-    both styles, decode-sized and prefill-sized steps. GPU time from CUDA-graph replay
-    (:func:`workbook.bench.graph_time_us`), eager per-call time (``do_bench``) beside it. The TP=2
-    figures come from ``torchrun --nproc-per-node 2 -m workbook.fusion --bench --out PATH`` and are
-    merged in when that file is given as ``WORKBOOK_FUSION_TP2`` (environment)."""
-    from .bench import graph_time_us, require_gpu, time_us
-
-    require_gpu("fusion.benchmark")
-
-    def timer(fn):
-        with torch.no_grad():
-            return {"graph_us": graph_time_us(fn, n=10, windows=3), "eager_us": time_us(fn)}
-
-    res = {"timing": "graph_us: GPU time per step from CUDA-graph replay (10 steps per graph, median of 3 "
-                     "windows); eager_us: per-call time of the compiled step (do_bench median), host work "
-                     "included; kernels: per-kernel GPU times of one step from torch.profiler (CUPTI) "
-                     "around CUDA-graph replay; host: one eager step under torch.profiler (CPU)",
-           "decoder_version": DECODER_VERSION,
-           "read_GBps": _read_GBps(DEVICE),
-           "read_timing": "torch.sum over 1 GiB of bf16, GPU time from CUDA-graph replay",
-           "gdn_core": _gdn_core_times(BENCH, DEVICE),
-           "tp1": _bench_sizes(BENCH, 0, 1, DECODE_TOKENS + PREFILL_TOKENS, timer=timer, device=DEVICE,
-                               profile=True)}
-    tp2 = os.environ.get("WORKBOOK_FUSION_TP2")
-    if tp2 and Path(tp2).exists():
-        res["tp2"] = json.loads(Path(tp2).read_text())["tp2"]
-    return res, {}
-
-
-def main(argv=None) -> int:
-    """``python -m workbook.fusion --bench --out PATH`` under ``torchrun --nproc-per-node 2`` (NCCL,
-    one GPU per rank); ``--smoke`` runs the same code on CPU with gloo at tiny sizes (CPU wall-clock
-    times, labelled so, never GPU figures). ``--check`` spawns TP=2 on CPU itself and compares with
-    TP=1 (counts and outputs)."""
-    ap = argparse.ArgumentParser(prog="python -m workbook.fusion", description=main.__doc__)
-    ap.add_argument("--bench", action="store_true", help="time the compiled decoder under torchrun")
-    ap.add_argument("--smoke", action="store_true", help="tiny sizes, CPU + gloo (with --bench)")
-    ap.add_argument("--check", action="store_true", help="TP=2 (spawned, gloo) vs TP=1 on CPU, counts and outputs")
-    ap.add_argument("--out", help="JSON file for the results (rank 0 writes it)")
-    args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    if args.check:
-        return _check_cli()
-    if not args.bench:
-        ap.error("give --bench (under torchrun) or --check")
-    import datetime
-
-    import torch.distributed as dist
-
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
-    local = int(os.environ.get("LOCAL_RANK", "0"))
-    if args.smoke or not ON_GPU:
-        if not args.smoke:
-            raise SystemExit("--bench needs GPUs (one per rank); on a CPU use --bench --smoke")
-        backend, device, cfg, sizes = "gloo", torch.device("cpu"), SMOKE, (8, 16)
-
-        def timer(fn):
-            t0 = time.perf_counter()
-            with torch.no_grad():
-                fn()
-            return {"cpu_wall_us_smoke": 1e6 * (time.perf_counter() - t0)}
-    else:
-        torch.cuda.set_device(local)
-        backend, device, cfg, sizes = "nccl", torch.device("cuda", local), BENCH, DECODE_TOKENS + PREFILL_TOKENS
-        timer = _gpu_timer
-    if world > 1:
-        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=600),
-                                **({"device_id": device} if backend == "nccl" else {}))
-    try:
-        log = print if rank == 0 else (lambda *a: None)
-        res = _bench_sizes(cfg, rank, world, sizes, timer=timer, device=device, log=log, profile=ON_GPU and not args.smoke)
-        res["backend"] = backend
-        res["timing"] = ("graph_us: GPU time per step from CUDA-graph replay (10 steps per graph, 10 "
-                         "replays, fixed counts on every rank); eager_us: per-call time of the compiled "
-                         "step over 20 calls; kernels: per-kernel GPU times of one step from torch.profiler (CUPTI) "
-                         "around CUDA-graph replay, rank 0" if backend == "nccl" else "CPU smoke run: wall-clock, not GPU")
-        if rank == 0:
-            from .device import describe
-            rec = {"recorded": datetime.date.today().isoformat(), "meta": describe(),
-                   f"tp{world}": res}
-            text = json.dumps(rec, indent=1)
-            if args.out:
-                Path(args.out).write_text(text + "\n")
-                print(f"[fusion] wrote {args.out}")
-            else:
-                print(text)
-    finally:
-        if world > 1:
-            dist.destroy_process_group()
-    return 0
-
-
-def _check_cli() -> int:
-    cfg = SMOKE
-    gen = torch.Generator().manual_seed(3)
-    hidden = torch.randn(12, cfg.hidden, generator=gen)
-    n = 9
-    ref = run_tp(cfg, hidden, n, world_size=1, compiled=True)[0]
-    tp2 = run_tp(cfg, hidden, n, world_size=2, compiled=True)
-    ok = True
-    for style in ("buffer", "return"):
-        for r, res in enumerate(tp2):
-            d = float((res[style]["out"] - ref[style]["out"]).abs().max())
-            print(f"{style} rank {r}: counts {res[style]['counts']} (TP=1: {ref[style]['counts']}), "
-                  f"max |TP2 - TP1| = {d:.2e}")
-            ok &= res[style]["counts"] == ref[style]["counts"] and d < 1e-4
-    print("OK" if ok else "MISMATCH")
-    return 0 if ok else 1
-
-
-
-# --------------------------------------------------------------------------------------------------
-# Pictures and excerpts for notebook 06
-# --------------------------------------------------------------------------------------------------
-
-_BREAKERS = ("slice_scatter", "copy_", "copy", "slice")
-
-
-def _name(n) -> str:
-    if n.op != "call_function":
-        return n.op if n.op == "output" else str(n.name)
-    return getattr(n.target, "__name__", str(n.target)).split(".")[0]
-
-
-def site_chain(graph: torch.fx.Graph, start: str = "all_reduce", which: int = 0, steps: int = 9) -> list:
-    """The data path from the ``which``-th node named ``start`` (``all_reduce`` or
-    ``fused_all_reduce_add_rmsnorm``) forward: at each step the first user in graph order, ``steps``
-    nodes at most. Returns ``[(node name, op name, [side inputs' names], [other users' op names])]``."""
-    nodes = [n for n in graph.nodes if _name(n) == start]
-    if len(nodes) <= which:
-        raise ValueError(f"the graph has {len(nodes)} {start} node(s), asked for number {which}")
-    n, chain = nodes[which], []
-    while n is not None and len(chain) < steps:
-        prev = chain[-1][0] if chain else None
-        side = [_name(a) if a.op == "call_function" else a.name for a in n.all_input_nodes if a.name != prev]
-        users = sorted(n.users, key=lambda u: list(graph.nodes).index(u))
-        chain.append((n.name, _name(n), side, [_name(u) for u in users[1:]]))
-        n = users[0] if users and users[0].op != "output" else None
-    return chain
-
-
-def plot_site(graph: torch.fx.Graph, ax, title: str, start: str = "all_reduce", which: int = 0, steps: int = 9):
-    """Draw :func:`site_chain` top to bottom: the chain's ops in boxes, side inputs to the left;
-    nodes that break the pattern (``slice_scatter``, ``copy_``, ``slice``) in red, the all-reduce in
-    blue, the fused op in green."""
-    chain = site_chain(graph, start, which, steps)
-    colors = {"all_reduce": "#9ecae1", "fused_all_reduce_add_rmsnorm": "#a1d99b"}
-    ax.set_xlim(0, 10)
-    ax.set_ylim(-len(chain) - 0.5, 0.8)
-    ax.axis("off")
-    ax.set_title(title, fontsize=10)
-    for i, (_, op, side, others) in enumerate(chain):
-        y = -i
-        face = "#fb6a4a" if op in _BREAKERS else colors.get(op, "#f0f0f0")
-        label = op if len(op) <= 18 else op[:op.index("_", len(op) // 2 - 3) + 1] + "\n" + op[op.index("_", len(op) // 2 - 3) + 1:]
-        ax.text(6.2, y, label, ha="center", va="center", fontsize=9, family="monospace",
-                bbox=dict(boxstyle="round,pad=0.3", fc=face, ec="black", lw=0.8))
-        if side:
-            label = ", ".join(s if len(s) < 18 else s[:16] + ".." for s in side[:2])
-            ax.text(2.2, y, label, ha="center", va="center", fontsize=7.5, family="monospace", color="#444")
-            ax.annotate("", xy=(4.5, y), xytext=(3.9, y), arrowprops=dict(arrowstyle="->", color="#888", lw=0.8))
-        for j, o in enumerate(o for o in others if o in _BREAKERS):   # e.g. the copy_ back into an input
-            ax.text(9.3, y - 0.35 * j, o, ha="center", va="center", fontsize=8, family="monospace",
-                    bbox=dict(boxstyle="round,pad=0.2", fc="#fb6a4a", ec="black", lw=0.6))
-            ax.annotate("", xy=(8.6, y - 0.35 * j), xytext=(7.6, y), arrowprops=dict(arrowstyle="->", lw=0.7))
-        if i:
-            ax.annotate("", xy=(6.2, y + 0.28), xytext=(6.2, y + 0.72), arrowprops=dict(arrowstyle="->", lw=0.9))
-    return ax
-
-
-def code_excerpt(code: str, needle: str, before: int = 1, after: int = 6, limit: int = 1) -> str:
-    """The lines around the first ``limit`` occurrences of ``needle`` in Inductor's output code."""
-    lines = code.splitlines()
-    hits = [i for i, s in enumerate(lines) if needle in s][:limit]
-    parts = []
-    for i in hits:
-        parts.append("\n".join(lines[max(0, i - before): i + after + 1]))
-    return "\n    ...\n".join(parts) if parts else f"(no line with {needle!r})"
-
-
-def kernel_names(code: str, contains: str = "") -> list[str]:
-    """Names of the kernels defined in Inductor's output code (``name = async_compile.<lang>(...)``,
-    C++ on a CPU, Triton on a GPU), those whose name contains ``contains``. Inductor names a fused
-    kernel after the ops it fused (``..._add_mean_mul_pow_rsqrt_slice_scatter_3``)."""
-    import re
-    names = re.findall(r"^(\w+) = async_compile\.\w+\(", code, flags=re.M)
-    return [n for n in names if contains in n]
-
-
-def kernel_after(code: str, needle: str) -> str:
-    """The first kernel (of :func:`kernel_names`) that the output code calls after the line with ``needle``."""
-    names = set(kernel_names(code))
-    lines = code.splitlines()
-    start = next((i for i, s in enumerate(lines) if needle in s), None)
-    if start is None:
-        raise ValueError(f"no line with {needle!r} in this code")
-    for s in lines[start + 1:]:
-        call = s.strip().split("(")[0]
-        call = call[:-len(".run")] if call.endswith(".run") else call   # Triton kernels: name.run(...)
-        if call in names:
-            return call
-    raise ValueError(f"no kernel is called after {needle!r}")
-
-
-def kernel_source(code: str, name: str, lines: int = 30) -> str:
-    """The first ``lines`` lines of kernel ``name``'s definition in Inductor's output code."""
-    src = code.splitlines()
-    for i, s in enumerate(src):
-        if s.startswith(f"{name} = async_compile."):
-            return "\n".join(src[i: i + lines])
-    raise ValueError(f"no kernel {name!r} in this code")
-
-
-def load_timings():
-    """The recorded H200 results (``workbook/data/fusion.json``) or None."""
-    from .bench import load_record
-    try:
-        return load_record("fusion")
-    except FileNotFoundError:
-        return None
-
-
-def timing_table(res: dict) -> str:
-    """Text table of one benchmark block (``tp1`` or ``tp2``): per size both styles, GPU time from
-    CUDA-graph replay and eager per-call time, and the buffer/return ratio."""
-    out = [f"{'phase':8s} {'T_pad':>6s} {'tokens':>6s} | {'buffer graph':>12s} {'return graph':>12s} "
-           f"{'speedup':>7s} | {'buffer eager':>12s} {'return eager':>12s}"]
-    for r in res["sizes"]:
-        b, f = r["buffer"], r["return"]
-        if "graph_us" in b and "graph_us" in f:
-            g = f"{b['graph_us']:10.1f}us {f['graph_us']:10.1f}us {b['graph_us'] / f['graph_us']:6.2f}x"
-        else:
-            g = f"{'(no graph time: ' + b.get('graph_error', f.get('graph_error', '?'))[:18] + ')':>33s}"
-        out.append(f"{r['phase']:8s} {r['T_pad']:6d} {r['num_tokens']:6d} | {g} | {b['eager_us']:10.1f}us "
-                   f"{f['eager_us']:10.1f}us")
-    return "\n".join(out)
-
-
-def _size_row(block: dict, T: int) -> dict:
-    for r in block["sizes"]:
-        if r["T_pad"] == T:
-            return r
-    raise ValueError(f"no size T_pad={T} in this record (sizes {[r['T_pad'] for r in block['sizes']]})")
-
-
-def kernel_table(block: dict, T: int) -> str:
-    """Text table of one recorded step (``block``: ``tp1`` or ``tp2`` of fusion.json, ``T``: T_pad):
-    per kernel group (:data:`KERNEL_GROUPS`) and style, kernels per step and their GPU time (profiler,
-    around graph replay), then the totals and the graph-replay time of the step."""
-    row = _size_row(block, T)
-    ks = {s: row[s]["kernels"] for s in ("buffer", "return")}
-    groups = list(ks["buffer"]["groups"]) + [g for g in ks["return"]["groups"] if g not in ks["buffer"]["groups"]]
-    out = [f"{'kernel group':34s} | {'buffer: n':>9s} {'us':>9s} | {'return: n':>9s} {'us':>9s}"]
-    for g in groups:
-        cells = []
-        for s in ("buffer", "return"):
-            v = ks[s]["groups"].get(g, {"calls": 0, "us": 0.0})
-            cells.append(f"{v['calls']:9.0f} {v['us']:9.1f}")
-        out.append(f"{g:34s} | {cells[0]} | {cells[1]}")
-    out.append(f"{'all kernels (sum of GPU times)':34s} | " + " | ".join(
-        f"{ks[s]['kernels_per_step']:9.0f} {ks[s]['kernel_us_per_step']:9.1f}" for s in ("buffer", "return")))
-    if all("graph_us" in row[s] for s in ("buffer", "return")):
-        out.append(f"{'step, CUDA-graph replay':34s} | " + " | ".join(
-            f"{'':9s} {row[s]['graph_us']:9.1f}" for s in ("buffer", "return")))
-    return "\n".join(out)
-
-
-def site_costs(block: dict, T: int) -> dict:
-    """What the pass changes at the attention sites, from one recorded step's kernel groups (us per
-    step unless named per site): the buffer style runs Inductor's own fused kernel there (slice_scatter
-    + add + RMSNorm; the other Inductor norm kernels, e.g. the gated norms, are the same in both styles,
-    so the difference between the styles is these sites), the return style our add+RMSNorm kernel; the
-    all-reduce runs in both. Keys: ``sites``, ``inductor_per_site_us``, ``ours_per_site_us``,
-    ``nccl_us`` (per style; 0 with one rank, where the all-reduce op is a copy), ``kernel_us`` and
-    ``graph_us`` (per style), ``other_us`` (per style: all kernels minus the norms and NCCL),
-    ``inductor_norm_us`` (per style) and ``comparable``: False when the per-site figures cannot be read
-    off the difference because Inductor fused the rest of the step differently in the two styles."""
-    row = _size_row(block, T)
-    sites = block["passes"]["return"]["expected"]["attention"]
-    if not sites:
-        raise ValueError("this record has no attention sites that the return style fuses")
-
-    def us(style, group):
-        return row[style]["kernels"]["groups"].get(group, {}).get("us", 0.0)
-
-    ind, ours, nccl = "Inductor: norm kernels", "fused add+RMSNorm (ours)", "all-reduce (NCCL)"
-    inductor_per_site = (us("buffer", ind) - us("return", ind)) / sites
-    calls = {s: row[s]["kernels"]["groups"].get(ind, {}).get("calls", 0) for s in ("buffer", "return")}
-    return {
-        "sites": sites,
-        # the subtraction isolates the sites only when Inductor fused everything else alike: exactly
-        # `sites` norm kernels more in the buffer style, and a positive difference (at prefill Inductor
-        # may fold other work, e.g. the gated norm's gate, into different kernels in the two styles)
-        "comparable": inductor_per_site > 0 and calls["buffer"] - calls["return"] == sites,
-        "inductor_norm_us": {s: us(s, ind) for s in ("buffer", "return")},
-        "inductor_per_site_us": inductor_per_site,
-        "ours_per_site_us": (us("return", ours) - us("buffer", ours)) / sites,
-        "nccl_us": {s: us(s, nccl) for s in ("buffer", "return")},
-        "kernel_us": {s: row[s]["kernels"]["kernel_us_per_step"] for s in ("buffer", "return")},
-        "graph_us": {s: row[s].get("graph_us") for s in ("buffer", "return")},
-        "other_us": {s: row[s]["kernels"]["kernel_us_per_step"] - us(s, ind) - us(s, ours) - us(s, nccl)
-                     for s in ("buffer", "return")},
-    }
-
-
-if __name__ == "__main__":
-    sys.exit(main())

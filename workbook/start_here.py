@@ -1,4 +1,12 @@
-"""Companion of notebook 00: an environment check and the smallest launcher with a coverage argument."""
+"""Companion of notebook 00: an environment check and the smallest launcher with a coverage argument.
+
+:func:`iota` writes ``out[i] = i`` into a ``torch.empty`` buffer: program ``p`` of the
+``cdiv(n, BLOCK)`` programs writes ``[p*BLOCK, (p+1)*BLOCK) ∩ [0, n)``, so the programs tile ``[0, n)``
+exactly and no zero fill is needed (the kernel is :func:`workbook.kernels.start_here.iota_kernel`; the
+launch configuration is :data:`CONFIG`). :func:`environment_report` and :func:`notebook_map` are the
+notebook's first and last cells: what this machine runs, and where to go next. The exercise's grader
+is in :mod:`workbook.graders.start_here`.
+"""
 from __future__ import annotations
 
 import torch
@@ -7,27 +15,22 @@ import triton
 from .device import DEVICE, describe, require_launchable, resolve_config
 from .kernels.start_here import iota_kernel
 
-__all__ = ["iota", "DEFAULT_CONFIG", "environment_report", "check_iota_grid", "GRID_CASES", "NOTEBOOKS", "notebook_map"]
+__all__ = ["iota", "CONFIG", "environment_report", "NOTEBOOKS", "notebook_map"]
 
-
-DEFAULT_CONFIG = {"BLOCK": 64, "num_warps": 4}
-
-
-def _launch_config(config) -> dict:
-    """``DEFAULT_CONFIG`` overridden by ``config`` (a dict or a ``triton.Config`` with those names)."""
-    return resolve_config(config, DEFAULT_CONFIG, pow2=tuple(DEFAULT_CONFIG))
+# The launch configuration of iota_kernel: BLOCK elements per program, num_warps (both powers of two).
+CONFIG = {"BLOCK": 64, "num_warps": 4}
 
 
 def iota(n: int, *, grid: int | None = None, config=None) -> torch.Tensor:
     """``out[i] = i`` for ``i < n``, written by a Triton kernel into a ``torch.empty`` buffer.
 
     ``config``: the launch configuration, ``{"BLOCK": elements per program, "num_warps": ...}`` (a dict
-    or a ``triton.Config``; defaults in ``DEFAULT_CONFIG``). ``grid`` defaults to ``cdiv(n, BLOCK)``
+    or a ``triton.Config``; defaults in ``CONFIG``). ``grid`` defaults to ``cdiv(n, BLOCK)``
     programs; pass another to see what a wrong grid leaves unwritten (notebook 00's exercise).
     """
     if not isinstance(n, int) or n < 0:
         raise ValueError(f"n must be a non-negative int, got {n!r}")
-    cfg = _launch_config(config)
+    cfg = resolve_config(config, CONFIG, pow2=tuple(CONFIG))
     block = cfg["BLOCK"]
     require_launchable(iota_kernel)
     # empty is right: program p writes [p*BLOCK, (p+1)*BLOCK) ∩ [0, n), and the cdiv(n, BLOCK)
@@ -64,6 +67,8 @@ def notebook_map(directory=None) -> str:
 
 
 def environment_report() -> str:
+    """Where kernels run (GPU, or the Triton interpreter on the CPU), the versions, and whether a Triton
+    kernel ran and wrote the right values: notebook 00's first cell."""
     d = describe()
     lines = [f"kernels run on: {d['device']}" + (" (Triton interpreter: no GPU here)" if d["interpreted"] else "")]
     if d.get("gpu"):
@@ -72,41 +77,3 @@ def environment_report() -> str:
     ok = torch.equal(iota(100, config={"BLOCK": 32}).cpu(), torch.arange(100, dtype=torch.int32))
     lines.append("a Triton kernel ran and wrote the right values: " + ("yes" if ok else "NO"))
     return "\n".join(lines)
-
-
-# --------------------------------------------------------------------------------------------------
-# Exercise grader (raises AssertionError with a message that teaches; see workbook.check.grade)
-# --------------------------------------------------------------------------------------------------
-
-GRID_CASES = [(1, 64), (64, 64), (65, 64), (200, 64), (1000, 128)]
-
-
-def check_iota_grid(fn) -> None:
-    """Grader of exercise 0: ``fn(n, block)`` -> the number of programs that writes each of the ``n``
-    elements exactly once, with no program entirely past the end (``triton.cdiv(n, block)``)."""
-    import operator
-
-    from .coverage import coverage
-
-    for n, block in GRID_CASES:
-        g = fn(n, block)
-        try:
-            g = operator.index(g)  # int, numpy integer, 0-d integer tensor
-        except TypeError:
-            raise AssertionError(
-                f"n={n}, block={block}: return a whole number of programs (an int), got {g!r} "
-                f"({type(g).__name__}). n / block is a float: round it up to an int "
-                "(math.ceil, or triton.cdiv(n, block) which stays in integers).") from None
-        if g < 0:
-            raise AssertionError(f"n={n}, block={block}: grid={g}: a grid counts programs, it cannot be negative.")
-        if g > 0 and (g - 1) * block >= n:
-            raise AssertionError(
-                f"n={n}, block={block}: grid={g} launches {g - triton.cdiv(n, block)} program(s) that start at "
-                f"or past element n={n}: they own no element and write nothing (harmless, but wasted). "
-                "The smallest G with G * block >= n is enough: when n is a multiple of block, n // block "
-                "programs already cover it.")
-        cov = coverage(iota, n, grid=g, config={"BLOCK": block})[0]
-        if not cov.view_fully_written:
-            raise AssertionError(
-                f"n={n}, block={block}: grid={g} leaves {cov.unwritten_ranges('view')} unwritten. Those "
-                "elements keep whatever torch.empty handed out. Round the division UP.")

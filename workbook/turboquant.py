@@ -25,6 +25,7 @@ graph leaves its padding rows unwritten).
 """
 from __future__ import annotations
 
+import ctypes
 import functools
 import math
 from dataclasses import dataclass
@@ -32,31 +33,27 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from .device import DEVICE, ON_GPU, check_tensor, require_launchable, resolve_config, same_device
-from .device import resolve_emulate as _resolve_emulate
+from . import nvcc
+from .device import (DEVICE, ON_GPU, check_tensor, require_launchable, resolve_config, resolve_emulate,
+                     same_device, sm_count)
 from .kernels import turboquant as kern
 
 __all__ = [
     "hadamard", "coordinate_density", "lloyd_max_centroids", "centroid_boundaries", "sign_magnitude",
-    "sign_magnitude_table",
-    "QuantizedKeys", "quantize_keys", "dequantize_keys", "QuantizedValues", "quantize_values",
-    "dequantize_values", "pack_nibbles", "unpack_nibbles", "key_mse", "mse_table", "PAPER_MSE",
+    "sign_magnitude_table", "QuantizedKeys", "quantize_keys", "dequantize_keys", "QuantizedValues",
+    "quantize_values", "dequantize_values", "pack_nibbles", "unpack_nibbles",
     "TurboQuantCache", "allocate_cache", "slot_bytes", "MixedBatch", "make_batch", "CoverageError",
     "prove_coverage", "store_kv", "store_kv_reference", "dequantize_cache", "reference_attention",
     "reference_mixed_attention", "rotate_queries", "decode_attention", "prefill_attention",
-    "mixed_attention", "write_attention", "resolve_emulate", "DECODE_CONFIG", "CUDA_DECODE_CONFIG", "PREFILL_CONFIG", "STORE_CONFIG", "make_example",
-    "check_value_quant", "check_unwritten_rows", "check_merge_splits", "merge_splits_reference", "decode_point",
-    "benchmark", "plot_rotation_histograms", "plot_centroids", "draw_cache_layout", "plot_benchmark",
+    "mixed_attention", "write_attention", "tq_decode_resident_warps", "CONFIG", "EMULATE_WHY", "make_example",
 ]
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 VALUE_BITS = 4
 KEY_BITS = 4  # the 4bit_nc preset; the reference path also takes 2 and 3
 
-# The paper's MSE distortion of its MSE quantizer on unit vectors, b = 1..4 (Theorem on D_mse, numeric
-# values as quoted by independent summaries of arXiv 2504.19874; not checked here against the paper's
-# own text, so printed as "as quoted").
-PAPER_MSE = {1: 0.36, 2: 0.117, 3: 0.03, 4: 0.009}
+# What Triton's interpreter cannot run in these kernels (device.resolve_emulate puts it in its error).
+EMULATE_WHY = "it runs fp16 tl.dot and inline PTX, which Triton's interpreter gets wrong or cannot run"
 
 
 def _is_pow2(n: int) -> bool:
@@ -251,25 +248,6 @@ def pack_nibbles(codes: torch.Tensor) -> torch.Tensor:
 def unpack_nibbles(packed: torch.Tensor) -> torch.Tensor:
     lo, hi = packed & 15, packed >> 4
     return torch.stack([lo, hi], -1).flatten(-2)
-
-
-def key_mse(bits: int, dim: int, n: int = 4096, norm_correction: bool = False, seed: int = 0) -> float:
-    """E ||x - dequant(quant(x))||^2 over ``n`` random unit vectors in ``dim`` dimensions."""
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, dim, generator=g)
-    x = x / torch.linalg.vector_norm(x, dim=-1, keepdim=True)
-    xh = dequantize_keys(quantize_keys(x, bits, norm_correction=norm_correction))
-    return float(((x - xh) ** 2).sum(-1).mean())
-
-
-def mse_table(dim: int = 128, bits=(2, 3, 4), n: int = 4096) -> list[dict]:
-    """Measured key MSE on random unit vectors beside the paper's bounds and quoted figures."""
-    rows = []
-    for b in bits:
-        rows.append({"bits": b, "mse": key_mse(b, dim, n), "mse_nc": key_mse(b, dim, n, norm_correction=True),
-                     "lower_bound": 4.0 ** -b, "upper_bound": math.sqrt(3) * math.pi / 2 * 4.0 ** -b,
-                     "paper_quoted": PAPER_MSE.get(b)})
-    return rows
 
 
 # --------------------------------------------------------------------------------------------------
@@ -488,14 +466,8 @@ def prove_coverage(batch: MixedBatch, num_rows: int) -> list[tuple[str, int, int
 
 
 # --------------------------------------------------------------------------------------------------
-# Checks shared by the launchers
+# Launchers: input checks, launch configurations, the Triton and CUDA halves
 # --------------------------------------------------------------------------------------------------
-
-def resolve_emulate(emulate) -> bool:
-    """``EMULATE`` for the TurboQuant kernels (:func:`workbook.device.resolve_emulate`)."""
-    return _resolve_emulate(emulate, "it runs fp16 tl.dot and inline PTX, which Triton's interpreter gets wrong "
-                                     "or cannot run")
-
 
 def _check_cache(cache):
     if not isinstance(cache, TurboQuantCache):
@@ -532,43 +504,32 @@ def _check_qkv(q, k, v, cache, batch):
     return n, hq, hkv, d
 
 
-def _resolve_config(defaults: dict, config) -> dict:
-    return resolve_config(config, defaults)
-
-
-# Launch configurations. NUM_SPLITS None = enough splits for WAVES programs per multiprocessor
-# (at most one split per MIN_SPLIT tokens).
-# Decode: 4 warps (one warpgroup: with BLOCK_G = 16 query columns Triton 3.6 emits Hopper's wgmma; with
-# 8 it falls back to mma.sync and repacks operands through extra moves), 64 tokens per tile, registers
-# capped at 128 per thread (maxnreg: 4 programs per SM instead of 3 at the 139 the compiler picks),
-# WAVES x 132 programs. Chosen on the H200 from the configurations the benchmark records side by side
-# (turboquant.json: WAVES 16 is a little faster at the largest points, 4 at batch 8 x 4k).
-DECODE_CONFIG = {"BLOCK_N": 64, "BLOCK_G": 16, "NUM_SPLITS": None, "WAVES": 8, "MIN_SPLIT": 256,
-                 "num_warps": 4, "num_stages": 1, "maxnreg": 128}
+# Launch configurations, one part per kernel: each launcher resolves its own (``config=`` takes its keys).
+# decode: NUM_SPLITS None = enough splits for WAVES programs per multiprocessor, at most one split per
+# MIN_SPLIT tokens. 4 warps (one warpgroup: with BLOCK_G = 16 query columns Triton 3.6 emits Hopper's
+# wgmma; with 8 it falls back to mma.sync and repacks operands through extra moves), 64 tokens per tile,
+# registers capped at 128 per thread (maxnreg: 4 programs per SM instead of 3 at the 139 the compiler
+# picks); WAVES chosen on the H200 from the configurations the benchmark records side by side
+# (turboquant.json, its notes).
 # num_stages=1: with 2, Triton 3.6's software pipelining of the cached-prefix loop made an out-of-range
 # shared-memory access on the H200 (compute-sanitizer memcheck on tests/test_turboquant.py, 2026-11-30;
 # the interpreter cannot see it); no upstream issue filed from here
-# The CUDA decode kernel (backend="cuda"): one warp per (request, KV head, split); splits are whole
-# 32-token steps (its softmax step). NUM_SPLITS None = as many splits as fill WAVES whole rounds of the
-# warps the GPU holds at once (the runtime's occupancy for this kernel; every split of a uniform batch
-# is the same work, so a last, partly filled round would cost a whole round's time), at most one split
-# per MIN_SPLIT tokens.
-CUDA_DECODE_CONFIG = {"NUM_SPLITS": None, "WAVES": 1, "MIN_SPLIT": 256}
-CUDA_STEP = 32
-PREFILL_CONFIG = {"BLOCK_M": 64, "BLOCK_N": 64, "LOOKUP": 0, "num_warps": 4, "num_stages": 1}
-STORE_CONFIG = {"BLOCK_R": 16, "num_warps": 4}
+# cuda_decode (backend="cuda": one warp per request, KV head and split): NUM_SPLITS None = as many splits
+# as fill WAVES whole rounds of the warps the GPU holds at once (the runtime's occupancy for this kernel;
+# every split of a uniform batch is the same work, so a partly filled last round costs a whole round's
+# time), at most one split per MIN_SPLIT tokens.
+CONFIG = {
+    "store": {"BLOCK_R": 16, "num_warps": 4},
+    "decode": {"BLOCK_N": 64, "BLOCK_G": 16, "NUM_SPLITS": None, "WAVES": 8, "MIN_SPLIT": 256,
+               "num_warps": 4, "num_stages": 1, "maxnreg": 128},
+    "cuda_decode": {"NUM_SPLITS": None, "WAVES": 1, "MIN_SPLIT": 256},
+    "prefill": {"BLOCK_M": 64, "BLOCK_N": 64, "LOOKUP": 0, "num_warps": 4, "num_stages": 1},
+}
 if not ON_GPU:  # the interpreter pays per operation, not per element: few, large programs
-    DECODE_CONFIG.update(BLOCK_N=128, BLOCK_G=1, MIN_SPLIT=128, WAVES=1)
-    STORE_CONFIG.update(BLOCK_R=256)
+    CONFIG["decode"].update(BLOCK_N=128, BLOCK_G=1, MIN_SPLIT=128, WAVES=1)
+    CONFIG["store"].update(BLOCK_R=256)
+_CUDA_STEP = 32   # the CUDA decode kernel's tokens per softmax step: its splits are whole steps
 
-
-def _sm_count() -> int:
-    return torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 4
-
-
-# --------------------------------------------------------------------------------------------------
-# Launchers
-# --------------------------------------------------------------------------------------------------
 
 def store_kv(k: torch.Tensor, v: torch.Tensor, cache: TurboQuantCache, slot_mapping: torch.Tensor, *,
              config=None) -> None:
@@ -586,7 +547,7 @@ def store_kv(k: torch.Tensor, v: torch.Tensor, cache: TurboQuantCache, slot_mapp
     rows = k.shape[0] * cache.num_kv_heads
     if rows == 0:
         return
-    cfg = _resolve_config(STORE_CONFIG, config)
+    cfg = resolve_config(config, CONFIG["store"])
     require_launchable(kern.tq_store_kernel)
     kern.tq_store_kernel[(triton.cdiv(rows, cfg["BLOCK_R"]),)](
         k, v, slot_mapping, cache.rotation, cache.centroids, cache.boundaries, *cache.tensors(), rows,
@@ -674,16 +635,20 @@ def rotate_queries(q: torch.Tensor, cache: TurboQuantCache, sm_scale=None) -> to
     return q.float() @ memo[scale]
 
 
-def _num_splits(cfg, batch_reqs, hkv, max_len):
+def _num_splits(cfg, capacity, pairs: int, max_len: int, step: int, whole_rounds: bool = False):
+    """(splits, split_len): ``NUM_SPLITS`` when given; else ``capacity`` programs shared by the ``pairs``
+    (request, KV head), rounded up (Triton: WAVES x SMs) or down (CUDA: whole rounds of the resident
+    warps), at most one split per MIN_SPLIT tokens. A split is a whole number of ``step`` tokens."""
     if cfg["NUM_SPLITS"] is not None:
         s = int(cfg["NUM_SPLITS"])
         if s < 1:
             raise ValueError(f"config NUM_SPLITS must be >= 1, got {s}")
     else:
-        want = triton.cdiv(cfg["WAVES"] * _sm_count(), max(batch_reqs * hkv, 1))
-        s = max(1, min(want, triton.cdiv(max_len, cfg["MIN_SPLIT"])))
-    split_len = triton.cdiv(triton.cdiv(max_len, s), cfg["BLOCK_N"]) * cfg["BLOCK_N"]
-    return triton.cdiv(max_len, split_len), split_len
+        pairs = max(pairs, 1)
+        s = capacity // pairs if whole_rounds else triton.cdiv(capacity, pairs)
+        s = max(1, min(s, triton.cdiv(max_len, cfg["MIN_SPLIT"])))
+    split_len = triton.cdiv(triton.cdiv(max(max_len, 1), s), step) * step
+    return triton.cdiv(max(max_len, 1), split_len), split_len
 
 
 def _check_cuda_decode(q, cache: TurboQuantCache, hq: int, d: int) -> None:
@@ -708,6 +673,50 @@ def _check_cuda_decode(q, cache: TurboQuantCache, hq: int, d: int) -> None:
                              f"start on a 16-byte boundary (a cache from allocate_cache is); use backend='triton'")
 
 
+# --------------------------------------------------------------------------------------------------
+# The CUDA C++ decode kernel (kernels/cuda/turboquant.cu)
+# --------------------------------------------------------------------------------------------------
+
+_Q_DTYPES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
+
+
+def _cuda_tq_decode(q: torch.Tensor, q_scale: float, cache, batch, num_splits: int, split_len: int,
+                    part_out: torch.Tensor, part_lse: torch.Tensor, out: torch.Tensor) -> None:
+    """The CUDA half of ``workbook.turboquant.decode_attention(..., backend='cuda')`` (inputs checked
+    and buffers allocated there): the decode kernel rotates the raw queries ``q`` [B, Hq, D]
+    (fp32/fp16/bf16, [Hq, D] dense, 16-byte aligned rows) times ``q_scale`` and fills part_out
+    [B, Hq, S, D] and part_lse [B, Hq, S] for every request, head and split; the merge kernel, launched
+    as its programmatic dependent, writes rows [0, B) of ``out`` ([N, Hq, D] dense, q's dtype)
+    (kernels/cuda/turboquant.cu)."""
+    nvcc.check_backend("cuda")
+    lib = nvcc.build()
+    B, hq = part_out.shape[0], part_out.shape[1]
+    t0, t1, t2, t3 = cache.key_table_words
+    err = lib.tq_decode_cuda(
+        q.data_ptr(), _Q_DTYPES[q.dtype], q.stride(0), ctypes.c_float(q_scale), batch.block_table.data_ptr(),
+        batch.seq_lens.data_ptr(), cache.k_codes.data_ptr(),
+        cache.k_scale.data_ptr(), cache.v_codes.data_ptr(), cache.v_scale.data_ptr(), cache.v_zero.data_ptr(),
+        part_out.data_ptr(), part_lse.data_ptr(), out.data_ptr(), _Q_DTYPES[out.dtype],
+        t0, t1, t2, t3, B, hq, cache.num_kv_heads, cache.block_size,
+        batch.block_table.stride(0), batch.block_table.shape[1], num_splits, split_len, *nvcc.device_stream(q))
+    nvcc.check_error(lib, err, "tq_decode_cuda")
+
+
+_tq_warps: dict = {}
+
+
+def tq_decode_resident_warps(device_index: int) -> int:
+    """Warps of the CUDA decode kernel that the whole GPU holds at once (per-multiprocessor occupancy
+    from the CUDA runtime, times the multiprocessors): the launcher sizes its splits to whole rounds."""
+    if device_index not in _tq_warps:
+        nvcc.check_backend("cuda")
+        lib = nvcc.build()
+        w = ctypes.c_int(0)
+        nvcc.check_error(lib, lib.tq_decode_cuda_warps_per_sm(device_index, ctypes.byref(w)), "tq_decode_cuda_warps_per_sm")
+        _tq_warps[device_index] = w.value * torch.cuda.get_device_properties(device_index).multi_processor_count
+    return _tq_warps[device_index]
+
+
 def decode_attention(q: torch.Tensor, cache: TurboQuantCache, batch: MixedBatch, out: torch.Tensor,
                      *, sm_scale=None, q_rot: torch.Tensor | None = None, config=None,
                      emulate: bool | None = None, backend: str = "triton") -> torch.Tensor:
@@ -717,14 +726,14 @@ def decode_attention(q: torch.Tensor, cache: TurboQuantCache, batch: MixedBatch,
     ``backend``: "triton" (``tq_decode_kernel``; runs in the interpreter too) reads the rotated queries,
     ``q_rot`` from :func:`rotate_queries` (computed here when not given); "cuda" (the CUDA C++ kernel
     ``kernels/cuda/turboquant.cu``, GPU only: head_dim 128, at most 8 query heads per KV head, pages of a
-    power of two >= 16 tokens) rotates ``q`` itself, in registers (``q_rot`` is not used). With "cuda",
-    ``config`` takes the keys of ``CUDA_DECODE_CONFIG`` and ``emulate`` is refused. Both write the same
-    rows from the same partial buffers; each merges them with its own kernel."""
-    from .cuda import check_backend
+    power of two >= 16 tokens) rotates ``q`` itself, in registers (``q_rot`` is not used). ``config``
+    takes the keys of ``CONFIG["decode"]`` (Triton) or ``CONFIG["cuda_decode"]`` (CUDA, which refuses
+    ``emulate``). Both write the same rows from the same partial buffers; each merges them with its own
+    kernel."""
 
-    use_cuda = check_backend(backend, emulate)
-    cfg = _resolve_config(CUDA_DECODE_CONFIG if use_cuda else DECODE_CONFIG, config)
-    em = False if use_cuda else resolve_emulate(emulate)
+    use_cuda = nvcc.check_backend(backend, emulate)
+    cfg = resolve_config(config, CONFIG["cuda_decode" if use_cuda else "decode"])
+    em = False if use_cuda else resolve_emulate(emulate, EMULATE_WHY)
     check_tensor("out", out, dtypes=(torch.float32, torch.float16, torch.bfloat16), ndim=3, device=DEVICE)
     B = batch.num_decode_reqs
     for name, t in (("q", q), ("q_rot", q_rot)):
@@ -737,19 +746,9 @@ def decode_attention(q: torch.Tensor, cache: TurboQuantCache, batch: MixedBatch,
     hkv = cache.num_kv_heads
     if use_cuda:
         _check_cuda_decode(q, cache, hq, d)
-        from .cuda import _cuda_tq_decode, tq_decode_resident_warps
-
-        max_len = batch.max_decode_seq_len
-        if cfg["NUM_SPLITS"] is not None:
-            S = int(cfg["NUM_SPLITS"])
-            if S < 1:
-                raise ValueError(f"config NUM_SPLITS must be >= 1, got {S}")
-        else:
-            index = out.device.index if out.device.index is not None else torch.cuda.current_device()
-            S = int(cfg["WAVES"] * tq_decode_resident_warps(index)) // max(B * hkv, 1)
-            S = max(1, min(S, triton.cdiv(max_len, cfg["MIN_SPLIT"])))
-        split_len = triton.cdiv(triton.cdiv(max(max_len, 1), S), CUDA_STEP) * CUDA_STEP
-        S = triton.cdiv(max(max_len, 1), split_len)
+        index = out.device.index if out.device.index is not None else torch.cuda.current_device()
+        warps = int(cfg["WAVES"] * tq_decode_resident_warps(index)) if cfg["NUM_SPLITS"] is None else 0
+        S, split_len = _num_splits(cfg, warps, B * hkv, batch.max_decode_seq_len, _CUDA_STEP, whole_rounds=True)
         # empty is right: warp (b, KV head, s) of the CUDA kernel writes part_out/part_lse[b, its G
         # heads, s] for every b < B, KV head and split, an empty split included (lse -inf, output 0);
         # the merge reads exactly those entries (the tests poison both buffers).
@@ -763,7 +762,7 @@ def decode_attention(q: torch.Tensor, cache: TurboQuantCache, batch: MixedBatch,
         return out
     if q_rot is None:
         q_rot = rotate_queries(q[:B], cache, sm_scale)
-    S, split_len = _num_splits(cfg, B, hkv, batch.max_decode_seq_len)
+    S, split_len = _num_splits(cfg, cfg["WAVES"] * sm_count(), B * hkv, batch.max_decode_seq_len, cfg["BLOCK_N"])
     if S > 1:
         # empty is right: program (b, kv head, s) writes part_out/part_lse[b, its G heads, s] for every
         # b < B, every head and every split, an empty split included (lse = -inf, output 0); the merge
@@ -791,8 +790,8 @@ def prefill_attention(q, k, v, q_rot, cache: TurboQuantCache, batch: MixedBatch,
                       *, sm_scale=None, config=None, emulate: bool | None = None) -> torch.Tensor:
     """Rows [num_decode_tokens, num_actual_tokens) of ``out`` (and nothing else): causal attention of
     each prefill request's new tokens over its cached prefix (quantized) and its own new tokens."""
-    cfg = _resolve_config(PREFILL_CONFIG, config)
-    em = resolve_emulate(emulate)
+    cfg = resolve_config(config, CONFIG["prefill"])
+    em = resolve_emulate(emulate, EMULATE_WHY)
     n_pre = batch.num_reqs - batch.num_decode_reqs
     if n_pre == 0:
         return out
@@ -816,15 +815,16 @@ def mixed_attention(q, k, v, cache: TurboQuantCache, batch: MixedBatch, *, sm_sc
     [0, num_decode_tokens) and prefill rows [num_decode_tokens, N). q [N, Hq, D]; k, v [N, Hkv, D].
 
     ``alloc``: "empty" (default) or "zeros" for ``attn_out`` (the lesson switch; zeros costs a fill).
-    ``config``: {"decode": {...}, "prefill": {...}} (keys of DECODE_CONFIG / PREFILL_CONFIG).
+    ``config``: {"store": {...}, "decode": {...}, "prefill": {...}}, each part with the keys of that part
+    of :data:`CONFIG` ("decode": of ``CONFIG["cuda_decode"]`` with ``backend="cuda"``).
     ``backend``: the decode kernel, "triton" or "cuda" (:func:`decode_attention`); prefill is Triton's."""
     n, hq, hkv, d = _check_qkv(q, k, v, cache, batch)
     if alloc not in ("empty", "zeros"):
         raise ValueError(f"alloc must be 'empty' or 'zeros', got {alloc!r}")
     cfg = dict(config or {})
-    unknown = set(cfg) - {"decode", "prefill"}
+    unknown = set(cfg) - {"store", "decode", "prefill"}
     if unknown:
-        raise ValueError(f"config takes the keys 'decode' and 'prefill', got {sorted(unknown)}")
+        raise ValueError(f"config takes the keys 'store', 'decode' and 'prefill', got {sorted(unknown)}")
     prove_coverage(batch, n)  # raises CoverageError before anything is launched
     # empty is right: prove_coverage just showed that decode rows [0, nd) and prefill rows [nd, N)
     # are disjoint and cover [0, N); each path writes every (head, dim) of its rows (tests poison it).
@@ -847,7 +847,8 @@ def write_attention(q, k, v, cache: TurboQuantCache, batch: MixedBatch, attn_out
         raise ValueError(f"attn_out must be [>= {batch.num_actual_tokens}, {q.shape[1]}, {q.shape[2]}], got "
                          f"{tuple(attn_out.shape)}")
     cfg = dict(config or {})
-    store_kv(k[: batch.num_actual_tokens], v[: batch.num_actual_tokens], cache, batch.slot_mapping)
+    store_kv(k[: batch.num_actual_tokens], v[: batch.num_actual_tokens], cache, batch.slot_mapping,
+             config=cfg.get("store"))
     # the Triton kernels read the rotated queries; the CUDA decode kernel rotates its own
     q_rot = rotate_queries(q, cache, sm_scale) if backend != "cuda" or batch.num_reqs > batch.num_decode_reqs else None
     decode_attention(q, cache, batch, attn_out, sm_scale=sm_scale, q_rot=q_rot, config=cfg.get("decode"),
@@ -894,403 +895,3 @@ def make_example(query_lens, seq_lens, num_decode_reqs, *, hq=4, hkv=1, d=32, bl
     k = (torch.randn(n, hkv, d, generator=g) * 1.5).to(dtype).to(dev)
     v = torch.randn(n, hkv, d, generator=g).to(dtype).to(dev)
     return q, k, v, cache, batch
-
-
-# --------------------------------------------------------------------------------------------------
-# Exercise graders (raise AssertionError with a message that teaches; see workbook.check.grade)
-# --------------------------------------------------------------------------------------------------
-
-def check_value_quant(fn) -> None:
-    """Exercise 1: fn(v float32 [M, D]) -> (codes uint8 [M, D] in 0..15, scale fp16 [M], zero fp16 [M])."""
-    g = torch.Generator().manual_seed(11)
-    v = torch.randn(6, 32, generator=g) * torch.tensor([1, 0.01, 100, 1, 3, 1.0])[:, None]
-    v[3] = 0.25  # a constant row: scale 0
-    ref = quantize_values(v)
-    got = fn(v.clone())
-    if not isinstance(got, (tuple, list)) or len(got) != 3:
-        raise AssertionError(f"return (codes, scale, zero), got {type(got).__name__}")
-    codes, scale, zero = got
-    for name, t, dt, shape in (("codes", codes, torch.uint8, (6, 32)), ("scale", scale, torch.float16, (6,)),
-                               ("zero", zero, torch.float16, (6,))):
-        if not isinstance(t, torch.Tensor) or t.dtype != dt or tuple(t.shape) != shape:
-            raise AssertionError(f"{name} must be {str(dt)[6:]} {shape}, got "
-                                 f"{getattr(t, 'dtype', type(t).__name__)} {tuple(getattr(t, 'shape', ()))}")
-    if not torch.equal(zero, ref.zero):
-        raise AssertionError("zero must be the row minimum rounded to fp16, so that the smallest value gets code 0")
-    if not torch.equal(scale, ref.scale):
-        r = int((scale != ref.scale).nonzero()[0])
-        hint = ""
-        if abs(float(scale[r]) * 16 / 15 - float(ref.scale[r])) < 1e-2 * float(ref.scale[r]):
-            hint = " 4 bits give 16 codes 0..15, so 15 steps between min and max: scale = (max - min) / 15."
-        raise AssertionError(f"row {r}: scale {float(scale[r]):g}, expected {float(ref.scale[r]):g}.{hint}")
-    if int(codes.max()) > 15:
-        raise AssertionError("codes must fit in 4 bits (0..15): clamp after rounding")
-    bad = (codes != ref.codes).nonzero()
-    if bad.numel():
-        r, c = bad[0].tolist()
-        x = float((v[r, c] - ref.zero[r].float()) / ref.scale[r].float()) if ref.scale[r] else 0.0
-        hint = ""
-        if r == 3:
-            hint = " A constant row has scale 0: give it code 0 (dividing by 0 gives NaN)."
-        elif int(codes[r, c]) == math.floor(x):
-            hint = " Round to the nearest code (floor(x + 1/2)), do not truncate."
-        else:
-            hint = " Code with the fp16-rounded scale and zero (the ones stored), or dequantization drifts."
-        raise AssertionError(f"{len(bad)} codes differ; first at [{r}, {c}]: got {int(codes[r, c])}, expected "
-                             f"{int(ref.codes[r, c])} ((v - zero) / scale = {x:.3f}).{hint}")
-
-
-def check_unwritten_rows(fn) -> None:
-    """Exercise 2: fn(query_start_loc list, num_decode_reqs, num_rows) -> sorted list of the rows of
-    attn_out that neither the decode path nor the prefill path writes."""
-    cases = [([0, 1, 2, 7], 2, 7, []), ([0, 5, 9], 0, 12, [9, 10, 11]), ([0, 1, 2, 7], 2, 8, [7]),
-             ([0, 1, 2, 3], 3, 3, []), ([0, 1, 2, 3], 3, 4, [3]), ([0, 4], 0, 4, [])]
-    for qsl, nd, n, want in cases:
-        got = fn(list(qsl), nd, n)
-        try:
-            got = sorted(int(x) for x in got)
-        except TypeError:
-            raise AssertionError(f"return a list of row indices, got {got!r}") from None
-        if got != want:
-            hint = ""
-            if want and got and got == list(range(want[0] + 1, n)):
-                hint = " Off by one: query_start_loc[-1] itself is the first row nobody writes."
-            elif not got and want:
-                hint = (" Rows past query_start_loc[-1] (padding added for a CUDA graph) have no writer: "
-                        "torch.empty leaves garbage there.")
-            elif got and not want:
-                hint = " The decode rows [0, nd) and prefill rows [nd, qsl[-1]) are all written."
-            raise AssertionError(f"query_start_loc={qsl}, num_decode_reqs={nd}, attn_out rows={n}: got {got}, "
-                                 f"expected {want}.{hint}")
-
-
-def merge_splits_reference(outs: torch.Tensor, lse2: torch.Tensor) -> torch.Tensor:
-    """outs [S, D] (each split's normalized output), lse2 [S] (log2 of each split's sum of 2^score;
-    -inf for an empty split) -> the merged output [D]."""
-    w = torch.exp2(lse2 - lse2.max())
-    return (w[:, None] * outs).sum(0) / w.sum()
-
-
-def check_merge_splits(fn) -> None:
-    """Exercise 3: fn(outs [S, D], lse2 [S]) -> [D], the log-sum-exp merge of split outputs."""
-    g = torch.Generator().manual_seed(3)
-    for S, D, empty in ((2, 4, False), (5, 8, False), (4, 8, True)):
-        outs = torch.randn(S, D, generator=g, dtype=torch.float64)
-        lse = torch.randn(S, generator=g, dtype=torch.float64) * 4 + 30
-        if empty:
-            outs[1] = 0.0
-            lse[1] = float("-inf")
-        ref = merge_splits_reference(outs, lse)
-        got = fn(outs.clone(), lse.clone())
-        if not isinstance(got, torch.Tensor) or tuple(got.shape) != (D,):
-            raise AssertionError(f"return a tensor [D={D}], got {getattr(got, 'shape', type(got).__name__)}")
-        got = got.double()
-        if torch.isnan(got).any():
-            raise AssertionError(f"S={S}: NaN in the result. An empty split has lse = -inf: subtract the MAX lse "
-                                 "(finite) before exponentiating, so its weight is exactly 0.")
-        if not torch.allclose(got, ref, rtol=1e-9, atol=1e-12):
-            hint = ""
-            if torch.allclose(got, outs.mean(0)) or torch.allclose(got, outs[~torch.isinf(lse)].mean(0)):
-                hint = " A plain average ignores how much softmax mass each split holds: weight by 2^lse."
-            else:
-                w = torch.exp(lse - lse.max())
-                if torch.allclose(got, (w[:, None] * outs).sum(0) / w.sum()):
-                    hint = " The lse here is in base 2 (the kernels use exp2): weight by 2^(lse - max), not e^."
-            raise AssertionError(f"S={S}, D={D}: got {got.tolist()[:3]}..., expected {ref.tolist()[:3]}...{hint}")
-
-
-# --------------------------------------------------------------------------------------------------
-# Benchmark (GPU)
-# --------------------------------------------------------------------------------------------------
-
-def _fill_cache_fast(cache: TurboQuantCache, k_bf16, v_bf16, pages: torch.Tensor, chunk_tokens: int = 1 << 16):
-    """Quantize a request-major bf16 cache [B, Hkv, T, D] into pages (pure torch, in chunks): the
-    benchmark's setup, far faster than one store-kernel program per token at millions of tokens."""
-    B, hkv, T, d = k_bf16.shape
-    bs = cache.block_size
-    H = cache.rotation
-    bnd = cache.boundaries[:-1]
-    for b in range(B):
-        for t0 in range(0, T, chunk_tokens):
-            t1 = min(T, t0 + chunk_tokens)
-            kk = k_bf16[b, :, t0:t1].float().transpose(0, 1)  # [t, Hkv, D]
-            vv = v_bf16[b, :, t0:t1].float().transpose(0, 1)
-            norm = torch.linalg.vector_norm(kk, dim=-1)
-            codes = sign_magnitude(torch.bucketize((kk / norm.clamp_min(1e-30).unsqueeze(-1)) @ H, bnd))
-            c = cache.centroids[codes]
-            ks = (norm / torch.linalg.vector_norm(c, dim=-1)).half()
-            qv = quantize_values(vv)
-            pos = torch.arange(t0, t1, device=kk.device)
-            page, off = pages[b, pos // bs].long(), pos % bs
-            for h in range(hkv):
-                cache.k_codes[page, h, off] = pack_nibbles(codes[:, h].to(torch.uint8))
-                cache.k_scale[page, h, off] = ks[:, h]
-                cache.v_codes[page, h, off] = pack_nibbles(qv.codes[:, h])
-                cache.v_scale[page, h, off] = qv.scale[:, h]
-                cache.v_zero[page, h, off] = qv.zero[:, h]
-
-
-def decode_point(B, T, hq, hkv, d, block_size, timer, eager, configs, seed=0):
-    """One (batch, context) point: ours (each config) vs SDPA on the bf16 cache of the same tokens."""
-    import torch.nn.functional as F
-
-    from .check import rel_err
-
-    dev = DEVICE
-    g = torch.Generator(device=dev).manual_seed(seed)
-    k16 = torch.randn(B, hkv, T, d, device=dev, dtype=torch.bfloat16, generator=g)
-    v16 = torch.randn(B, hkv, T, d, device=dev, dtype=torch.bfloat16, generator=g)
-    q16 = torch.randn(B, hq, 1, d, device=dev, dtype=torch.bfloat16, generator=g)
-    pages_per = triton.cdiv(T, block_size)
-    num_blocks = B * pages_per
-    perm = torch.randperm(num_blocks, device=dev, generator=g).to(torch.int32).view(B, pages_per)
-    cache = allocate_cache(num_blocks, block_size, hkv, d, dev)
-    _fill_cache_fast(cache, k16, v16, perm)
-    batch = MixedBatch([1] * B, [T] * B, list(range(B + 1)), B, block_size,
-                       torch.full((B,), T, dtype=torch.int32, device=dev),
-                       torch.arange(B + 1, dtype=torch.int32, device=dev), perm.contiguous(),
-                       torch.zeros(B, dtype=torch.int64, device=dev))
-    q = q16[:, :, 0].contiguous()
-    out = torch.empty(B, hq, d, dtype=torch.bfloat16, device=dev)
-
-    def sdpa():
-        return F.scaled_dot_product_attention(q16, k16, v16, enable_gqa=True)
-
-    row = {"batch": B, "context": T, "Hq": hq, "Hkv": hkv, "D": d, "block_size": block_size}
-    quant_bytes = B * hkv * T * slot_bytes(d)["total"]
-    bf16_bytes = 2 * k16.numel() * 2
-    row["quant_cache_bytes"], row["bf16_cache_bytes"] = quant_bytes, bf16_bytes
-    row["sdpa_graph_us"] = timer(sdpa)
-    row["sdpa_eager_us"] = eager(sdpa)
-    row["sdpa_read_TBps"] = bf16_bytes / row["sdpa_graph_us"] / 1e6
-    ref = sdpa()[:, :, 0].float()
-    best = None
-
-    def split(cfg):  # a config may name the backend: {"backend": "cuda", ...}
-        cfg = dict(cfg)
-        return cfg.pop("backend", "triton"), (cfg or None)
-
-    for name, cfg in configs.items():
-        def ours(cfg=cfg):
-            be, c = split(cfg)
-            return decode_attention(q, cache, batch, out, config=c, backend=be)   # rotation included
-        try:
-            t = timer(ours)
-        except Exception as e:  # noqa: BLE001  (record, keep going)
-            row[f"ours_{name}_error"] = f"{type(e).__name__}: {e}"[:300]
-            continue
-        row[f"ours_{name}_graph_us"] = t
-        if best is None or t < row[f"ours_{best}_graph_us"]:
-            best = name
-    if best is None:
-        return row
-    be_best, cfg = split(configs[best])
-    for be in ("triton", "cuda"):  # the best of each backend, beside the best overall
-        times = [row[f"ours_{n}_graph_us"] for n, c in configs.items()
-                 if split(c)[0] == be and f"ours_{n}_graph_us" in row]
-        if times:
-            row[f"{be}_best_graph_us"] = min(times)
-            row[f"{be}_speedup_vs_sdpa"] = row["sdpa_graph_us"] / min(times)
-
-    def ours_best():
-        return decode_attention(q, cache, batch, out, config=cfg, backend=be_best)
-
-    row["best_config"] = best
-    row["ours_graph_us"] = row[f"ours_{best}_graph_us"]
-    row["ours_eager_us"] = eager(ours_best)
-    row["ours_read_TBps"] = quant_bytes / row["ours_graph_us"] / 1e6
-    row["speedup_vs_sdpa"] = row["sdpa_graph_us"] / row["ours_graph_us"]
-    ours_best()
-    row["rel_err_vs_sdpa_bf16"] = rel_err(out.float(), ref)  # quantization error included
-    del k16, v16, cache
-    return row
-
-
-def _mixed_step_point(timer, smoke: bool = False):
-    """zeros vs empty for attn_out in a mixed step (store + decode + prefill)."""
-    nd, ctx, pre_q, pre_ctx, shape = 32, 4096, [512, 256], [1024, 256], dict(hq=32, hkv=8, d=128)
-    if smoke:
-        nd, ctx, pre_q, pre_ctx, shape = 2, 20, [5], [7], dict(hq=4, hkv=2, d=32)
-    q, k, v, cache, batch = make_example([1] * nd + pre_q, [ctx] * nd + pre_ctx, nd, block_size=16,
-                                         dtype=torch.bfloat16, **shape)
-    res = {"decode_reqs": nd, "decode_context": ctx, "prefill_query_lens": pre_q, "prefill_context": pre_ctx,
-           "attn_out_bytes": q.numel() * q.element_size()}
-    for alloc in ("empty", "zeros"):
-        res[f"{alloc}_graph_us"] = timer(lambda alloc=alloc: mixed_attention(q, k, v, cache, batch, alloc=alloc))
-    res["zeros_over_empty"] = res["zeros_graph_us"] / res["empty_graph_us"]
-    return res
-
-
-def benchmark(smoke: bool = False):
-    """H200: decode (Hq=32, Hkv=8, D=128, pages of 16 tokens, shuffled) for batch 8 x context 4k, 32k
-    and 64k, batch 32 x 4k and 32k, and batch 128 x 16k, each launch configuration in ``configs``, against SDPA(enable_gqa=True) on a bf16 cache of the same tokens. GPU time from CUDA-graph
-    replay (``bench.graph_time_us``), eager per-call time (``bench.time_us``) beside it; read rates;
-    zeros vs empty in a mixed step; the key-MSE table. ``smoke=True`` runs the same code on tiny
-    sizes with plain wall-clock timers (any device; for testing this function on a CPU)."""
-    import time
-
-    from .bench import graph_time_us, require_gpu, time_us
-
-    if smoke:
-        def timer(fn):  # wall clock of one call: exercises the code path, measures nothing of note
-            t0 = time.perf_counter()
-            fn()
-            return (time.perf_counter() - t0) * 1e6
-        eager = timer
-        shapes = [(2, 64)]
-        hq, hkv, d, bs = 4, 2, 32, 16
-        configs = {"n32_w1": {}, "n64_w2": {"BLOCK_N": 64, "num_warps": 2}}
-    else:
-        require_gpu("turboquant.benchmark")
-        timer = lambda fn: graph_time_us(fn, n=10, windows=3)  # noqa: E731
-        eager = time_us
-        shapes = [(8, 4096), (8, 32768), (8, 65536), (32, 4096), (32, 32768), (128, 16384)]
-        hq, hkv, d, bs = 32, 8, 128, 16
-        configs = {"n64_w4_r128_waves8": {}, "n64_w4_r128_waves16": {"WAVES": 16},
-                   "cuda_rounds1": {"backend": "cuda"}, "cuda_rounds2": {"backend": "cuda", "WAVES": 2},
-                   "cuda_rounds4": {"backend": "cuda", "WAVES": 4}}
-    t0 = time.time()
-    res = {"shapes": [], "configs": configs, "slot_bytes": slot_bytes(d),
-           "timing": "graph_us: GPU time per call from CUDA-graph replay (workbook.bench.graph_time_us, median of 3 "
-                     "windows); eager_us: per-call time with host and launch (triton do_bench)"}
-    for B, T in shapes:
-        try:
-            row = decode_point(B, T, hq, hkv, d, bs, timer, eager, configs)
-        except torch.OutOfMemoryError as e:  # recorded, not fatal: the other points still run
-            row = {"batch": B, "context": T, "error": f"OutOfMemoryError: {str(e)[:200]}"}
-        res["shapes"].append(row)
-        print({k_: (round(v_, 2) if isinstance(v_, float) else v_) for k_, v_ in row.items()}, flush=True)
-        if ON_GPU:
-            torch.cuda.empty_cache()
-    try:
-        res["mixed_step"] = _mixed_step_point(timer, smoke)
-    except Exception as e:  # noqa: BLE001  (recorded; the decode figures above stand)
-        if smoke:
-            raise
-        res["mixed_step"] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
-    print("mixed", res["mixed_step"], flush=True)
-    res["mse"] = mse_table(128 if not smoke else 32, n=4096 if not smoke else 256)
-    res["elapsed_s"] = time.time() - t0
-    ceilings = {}
-    if not smoke:
-        from .bench import copy_ceiling_GBps
-        ceilings["copy_GBps"] = copy_ceiling_GBps()
-    return res, ceilings
-
-
-# --------------------------------------------------------------------------------------------------
-# Pictures
-# --------------------------------------------------------------------------------------------------
-
-def plot_rotation_histograms(dim: int = 64, n: int = 2000, seed: int = 0):
-    """Coordinates of spiky vectors (a few large channels, like real keys) before and after the
-    Hadamard rotation, against the coordinate density of a random unit vector."""
-    import matplotlib.pyplot as plt
-
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, dim, generator=g) * 0.2
-    x[:, :3] += torch.randn(n, 3, generator=g) * 4  # outlier channels
-    u = x / torch.linalg.vector_norm(x, dim=-1, keepdim=True)
-    y = u @ hadamard(dim)
-    grid = torch.linspace(-1, 1, 801)
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.2))
-    for ax, data, title in ((axes[0], u, "unit keys, as they are"), (axes[1], y, "after the Hadamard rotation")):
-        ax.hist(data.flatten().numpy(), bins=160, range=(-1, 1), density=True, color="#4C72B0", alpha=0.7,
-                label="coordinates")
-        ax.plot(grid.numpy(), coordinate_density(grid, dim).numpy(), "k-", lw=1,
-                label=f"density of a random unit vector (d={dim})")
-        ax.set_title(title, fontsize=10)
-        ax.set_xlim(-1, 1)
-        ax.set_yscale("log")
-        ax.set_ylim(1e-3, 30)
-        ax.legend(fontsize=7, loc="upper right")
-    fig.tight_layout()
-    return fig
-
-
-def plot_centroids(dim: int = 128, bits=(2, 3, 4)):
-    import matplotlib.pyplot as plt
-
-    s = 1 / math.sqrt(dim)
-    grid = torch.linspace(-4.5 * s, 4.5 * s, 600)
-    fig, ax = plt.subplots(figsize=(9, 3))
-    ax.plot(grid.numpy(), coordinate_density(grid, dim).numpy(), "k-", lw=1)
-    for i, b in enumerate(bits):
-        c = lloyd_max_centroids(b, dim)
-        ax.plot(c.numpy(), [-(i + 1) * 0.6] * len(c), "|", ms=14, mew=2, label=f"{b} bits: {len(c)} centroids")
-    ax.set_xlabel(f"coordinate value (sigma = 1/sqrt({dim}) = {s:.4f})")
-    ax.set_yticks([])
-    ax.legend(fontsize=8, loc="upper right")
-    ax.set_title("Lloyd-Max centroids under the coordinate density", fontsize=10)
-    fig.tight_layout()
-    return fig
-
-
-def draw_cache_layout(head_dim: int = 128, block_size: int = 16):
-    """One page of the cache for one KV head, bytes drawn to scale, and the block table."""
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Rectangle
-
-    sb = slot_bytes(head_dim)
-    fig, ax = plt.subplots(figsize=(11, 3.4))
-    parts = [("k_codes", head_dim // 2, "#4C72B0"), ("k_scale", 2, "#DD8452"), ("v_codes", head_dim // 2, "#55A868"),
-             ("v_scale", 2, "#C44E52"), ("v_zero", 2, "#8172B3")]
-    rows = 4
-    for r in range(rows):
-        x = 0
-        for name, nb, col in parts:
-            ax.add_patch(Rectangle((x, rows - r), nb, 0.8, color=col, alpha=0.85))
-            if r == 0:
-                ax.text(x + nb / 2, rows + 1.0, f"{name}\n{nb} B", ha="center", va="bottom", fontsize=8)
-            x += nb + 3
-        ax.text(-2, rows - r + 0.4, f"token {r}", ha="right", va="center", fontsize=8)
-    ax.text(-2, 0.4, f"... {block_size} tokens per page", ha="right", fontsize=8)
-    ax.text(0, -0.6, f"per (token, KV head): key {sb['key']} B + value {sb['value']} B = {sb['total']} B, vs bf16 "
-                     f"{sb['bf16']} B ({sb['ratio']:.2f}x smaller). Byte j of a code row: coordinate 2j in the "
-                     "low nibble, 2j+1 in the high nibble.", fontsize=8)
-    ax.text(0, -1.4, "block_table[r] = [page ids]: position p of request r lives in page block_table[r][p // "
-                     f"{block_size}], slot p % {block_size}; each array is [num_blocks, Hkv, {block_size}, ...]",
-            fontsize=8)
-    ax.set_xlim(-14, sum(p[1] + 3 for p in parts))
-    ax.set_ylim(-1.8, rows + 2.2)
-    ax.axis("off")
-    ax.set_title(f"The 4bit_nc paged cache, one page of one KV head (D = {head_dim})", fontsize=10)
-    fig.tight_layout()
-    return fig
-
-
-def plot_benchmark(rec: dict, label: str = ""):
-    """Left: decode time (graph replay) ours vs SDPA per point. Right: speedup and read rates."""
-    import matplotlib.pyplot as plt
-
-    rows = [r for r in rec["results"]["shapes"] if "ours_graph_us" in r]
-    names = [f"B{r['batch']}\n{r['context'] // 1024}k" for r in rows]
-    idx = list(range(len(rows)))
-    fig, (a, b) = plt.subplots(1, 2, figsize=(13, 4))
-    w = 0.27
-    a.bar([i - w for i in idx], [r["sdpa_graph_us"] for r in rows], w, label="SDPA, bf16 cache")
-    for j, (be, name) in enumerate((("triton", "Triton"), ("cuda", "CUDA C++"))):
-        if any(f"{be}_best_graph_us" in r for r in rows):
-            a.bar([i + j * w for i in idx], [r.get(f"{be}_best_graph_us", float("nan")) for r in rows], w,
-                  label=f"TurboQuant 4bit_nc ({name})")
-    if not any("triton_best_graph_us" in r or "cuda_best_graph_us" in r for r in rows):  # older records
-        a.bar([i + w for i in idx], [r["ours_graph_us"] for r in rows], w, label="TurboQuant 4bit_nc")
-    a.set_yscale("log")
-    a.set_xticks(idx, names, fontsize=7)
-    a.set_ylabel("GPU time per decode step [us]\n(CUDA-graph replay)")
-    a.legend(fontsize=8)
-    b.plot(idx, [r["speedup_vs_sdpa"] for r in rows], "o-", color="#D1495B", label="speedup vs SDPA (best kernel)")
-    b.axhline(2.5, color="k", ls=":", lw=0.8, label="target 2.5x at 32k")
-    b.axhline(1.0, color="k", lw=0.6)
-    b2 = b.twinx()
-    b2.plot(idx, [r["ours_read_TBps"] for r in rows], "s--", color="#4C9F70", label="ours (best): quantized bytes / time")
-    b2.plot(idx, [r["sdpa_read_TBps"] for r in rows], "^--", color="#4C72B0", label="SDPA: bf16 bytes / time")
-    b2.set_ylabel("TB/s read")
-    b.set_xticks(idx, names, fontsize=7)
-    b.set_ylabel("speedup")
-    h1, l1 = b.get_legend_handles_labels()
-    h2, l2 = b2.get_legend_handles_labels()
-    b.legend(h1 + h2, l1 + l2, fontsize=7, loc="upper left")
-    fig.suptitle(label, fontsize=9)
-    fig.tight_layout()
-    return fig

@@ -1,8 +1,8 @@
 // Fused SiLU-mul + FP8 (E4M3) group quantization with packed UE8M0 scales, in CUDA C++: the same
 // bytes as the Triton kernel `silu_mul_quant_fp8_kernel` (kernels/fp8.py, EMULATE=False), written
 // to be read side by side with it. Device code and a C launcher only: no torch header, so
-// `nvcc -arch=sm_90 -c fp8.cu` compiles it on its own. The Python side (workbook/cuda.py)
-// allocates, checks, and passes raw pointers and a stream.
+// `nvcc -arch=sm_90 -c fp8.cu` compiles it on its own. The Python side (workbook/fp8.py,
+// backend="cuda") allocates, checks, and passes raw pointers and a stream.
 //
 //   y = bf16(bf16(silu(gate)) * up), silu(g) = g / (1 + exp(-g)) in fp32 (torch's sequence: CUDA's
 //       accurate expf and IEEE division, or a cheaper one proven to give the same bf16 on every
@@ -34,7 +34,7 @@ __device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w 
 // FAST = true: ex2.approx of -gate * log2(e) and the approximate div.full.f32, the kind of
 //   instructions Triton's tl.exp and default division lower to (its SILU_IMPL = 3). Only bf16(silu)
 //   matters and a bf16 gate has 65536 values, so the launcher uses FAST only after proving, on this
-//   GPU and for every finite gate, that it gives torch's bf16 silu (workbook.cuda.silu_fast_is_exact;
+//   GPU and for every finite gate, that it gives torch's bf16 silu (workbook.fp8.silu_fast_is_exact;
 //   the same proof as workbook.fp8.silu_impl).
 template <bool FAST>
 __device__ __forceinline__ float silu_f32(float gate) {

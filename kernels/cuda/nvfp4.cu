@@ -1,200 +1,63 @@
-// NVFP4 quantization in CUDA C++: the same bytes as the Triton kernel `nvfp4_quant_kernel`
-// (kernels/nvfp4.py), by another route. Device code and a C launcher only: no torch header, so
-// `nvcc -arch=sm_90 -c nvfp4.cu` compiles it on its own (tests/test_cuda.py). The Python side
-// (workbook/cuda.py) allocates, checks and passes raw pointers and a stream. Every H200 timing this
-// comment quotes is GPU time from CUDA-graph replay (workbook.bench.graph_time_us).
+// NVFP4 quantization in CUDA C++: the same bytes as the Triton `nvfp4_quant_kernel` (kernels/nvfp4.py),
+// by another route. Device code and C launchers only (no torch header: it compiles alone); workbook/nvfp4.py
+// (backend="cuda") checks, allocates and passes raw pointers and torch's stream; workbook/nvcc.py builds it.
 //
 // Format: per 16-element block of a row, amax = max |x| (fp16/bf16 -> fp32), the scale
 //   sf = e4m3_rne_satfinite(min(RN(gs * amax) / 6 (correctly rounded), 448)),
-// and per element the E2M1 code of RN(RN(x * gs) / sf), ties to the even index, saturated at 6;
-// sf = 0 gives index 0. Bit 3 of a code is the sign bit of x. Element 2i is the low nibble.
+// per element the E2M1 code of RN(RN(x * gs) / sf), ties to the even index, saturated at 6 (sf = 0: index
+// 0); bit 3 of a code is the sign bit of x; element 2i is the low nibble.
 //
-// Per call: nvfp4_quant_kernel in one launch (two when the tail rule below splits the matrix), after
-// nvfp4_threshold_table_kernel when the tiles take more than one wave. Each quantizer CTA:
+// Thresholds, not division. For scale byte b and decision point t_j (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5),
+// X_j(b) is the largest pattern of x's format (>= 0) whose |x| does NOT pass t_j: passing is
+// RN(|x| gs) > t_j sf (a tie goes down: t = 0.25, 1.25, 2.5, 5) or >= t_j sf (up: 0.75, 1.75, 3.5). The
+// Triton kernel's docstring proves this is the rounding of RN(RN(|x| gs) / sf); RN(|x| gs) never decreases
+// as |x| grows, so the index is the number of thresholds below |x|, compared in x's own format, two
+// elements per instruction (set.gt.u32.bf16x2 / .f16x2): no conversion, no division per element.
+// Closed form (threshold_word): p0 = RN(T / gs) (T = t_j sf, exact) rounded toward zero into x's format,
+// and X_j = p0 - 1, p0 or p0 + 1 by testing whether p0 and p0 + 1 pass: neighbours of the format differ
+// by >= 2^-11 relatively (bf16 2^-8), each fp32 rounding by <= 2^-24, so p0 - 1 never passes and p0 + 2
+// always does (subnormals alike); p0 is clamped to the largest finite pattern, past which all passes (so
+// gs = 0, inf, NaN, < 0 are covered). tests/test_cuda.py checks it against a binary search.
 //
-// 1. Gets its threshold table into shared memory: for each of the 128 scale bytes b and each E2M1
-//    decision point t_j (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5), the threshold X_j(b): the largest
-//    pattern of x's own format (bf16 or fp16, >= 0) whose |x| does NOT pass t_j, where passing means
-//    RN(|x| gs) > t_j sf (a tie goes down to the even index: t = 0.25, 1.25, 2.5, 5) or
-//    RN(|x| gs) >= t_j sf (a tie goes up: 0.75, 1.75, 3.5). The Triton kernel's docstring proves that
-//    this is the rounding of RN(RN(|x| gs) / sf) (t_j sf is exact); RN(|x| gs) never decreases as |x|
-//    grows, so |x| passes exactly when |x| > X_j. So the index of an element is the number of
-//    thresholds below |x|, compared in x's own format, two elements per instruction (set.gt.u32.bf16x2 /
-//    set.gt.u32.f16x2): no conversion to fp32, no multiply, no division per element.
-//    X_j is found in closed form (threshold_word): p0 = the pattern of RN(T / gs) (T = t_j sf) rounded
-//    toward zero into x's format, and X_j is p0 - 1, p0 or p0 + 1, told apart by testing whether p0 and
-//    p0 + 1 pass. Why: neighbouring values of the format differ by at least 2^-11 relatively (fp16;
-//    bf16 2^-8), and the two fp32 roundings (T / gs, |x| gs) by at most 2^-24 each; so p0 - 1 never
-//    passes and p0 + 2 always does (the same holds in the subnormal ranges, where the format's absolute
-//    spacing dwarfs fp32's). Above the format's largest finite value nothing is tested: p0 is clamped
-//    there and p0 + 1 counts as passing, which also covers gs = 0, inf, NaN and negative gs. On the H200
-//    (while this kernel was built; not part of the records) it matched the binary search it replaced on
-//    every word for 300,013 global scales per dtype, every fp32 exponent and the edge values among them;
-//    tests/test_cuda.py checks it against the search in torch. Without the search a word is a few
-//    dozen instructions, and who computes them depends on the size. Within one wave of tiles (see
-//    "the tail" below) each CTA builds its own 1024 words, 4 per thread, while its first loads of x
-//    are in flight. Past one wave the table kernel (one block of 1024 threads) builds them once per
-//    call, and each CTA of the quantizer, its programmatic dependent, loads its first rows of x, waits
-//    for the table kernel and copies the table in. On the H200, while this kernel was built (not part
-//    of the records): building the table in every CTA was faster than the table kernel on each of 46
-//    one-wave inputs (64-100 MiB; by 0.5 to 13 points of the copy ceiling, 3.8 on average), in the
-//    same run; past one wave it was slower on 13 of 17 inputs of 100-600 MiB (by 0.5 to 2.4 points;
-//    each timed three times, alternating with the table kernel, in one run): there one kernel
-//    boundary and one wait per call cost less than 1024 words per CTA.
-// 2. The quantization of one tile of 128 rows x kC blocks (wide tiles: kC = 32; narrow: 8;
-//    or a row piece of a wide tile: see "the tail" below). 32/kC rows per warp per step, a thread per
-//    block (two 16-byte loads, the
-//    next step's loads in flight during this one's arithmetic); for kC = 32 eight warps and 16 steps
-//    cover the 128 rows. The block amax (packed
-//    max.xorsign.abs), the scale byte (cvt.rn.satfinite.e4m3x2.f32), its 7 thresholds from shared
-//    memory, and per word of two elements a binary search (code_pair): 3 packed comparisons whose
-//    0xFFFF/0 masks pick the next threshold by bitwise selects and are the index's bits, the sign bit
-//    of x moved next to them.
-//    Why a search and not a count: this kernel is limited by the power cap as much as by DRAM. On the
-//    H200, while this kernel was built (nvidia-smi sampled every 50 ms during back-to-back graph
-//    replays; not part of the records, which hold the current kernel's probe under "power"): a 1 GiB
-//    copy drew about 505-535 W at an SM clock of 1980 MHz, while this kernel, then counting the
-//    thresholds (7 comparisons and 7 adds per word), ran the card at its 700 W cap with the SM clock
-//    between 1290 and 1845 MHz. At those clocks its instruction issue, not DRAM, likely sets the pace
-//    (an inference: Nsight Compute, which runs the kernel alone and so at 1.95 GHz, saw its schedulers
-//    issue in 65% of the cycles, which would be about 90% at 1.4 GHz), and a replay window that lands in
-//    a dip came out as much as 13 points of the copy ceiling below the same input's other timing.
-//    The search cut the loop from 216 to 188 instructions per block (bf16,
-//    swizzled, wide tile; fp16 206 to 180: the static count of the records' sass_sm90 before and
-//    after). In one run, alternating the two kernels, the search's SM clock averaged about 1720 MHz
-//    against the count's 1630, and over 40 inputs of 64-600 MiB (bf16 and fp16, each timed twice) the
-//    mean of its two timings reached 85% of the copy ceiling on 23 inputs against 15 (1.3 points higher
-//    on average), while the better of the two was about the same (0.4 points lower on average): the
-//    search loses less in the clock dips and gains little outside them.
-//    The loop's bookkeeping is cut for the same reason. A thread of a whole tile knows before its loop
-//    how many of its 16 (narrow: 4) steps hold a real block (n_real: rows below M, a column below
-//    K/16), walks its steps with a block index that grows by 8 rows (narrow: 32) per step, and stores
-//    each scale byte row-major in shared memory (row lr at lr (kC + 4): conflict-free, one address add
-//    per step); the gather at the end reads each 16-byte run of a swizzled tile as the 4-byte words of
-//    4 rows. No row arithmetic and no 64-bit block number per step. That took the loop from 188 to 171
-//    instructions per block (bf16, swizzled, wide tile; fp16 180 to 163: the static count of the
-//    records' sass_sm90 before and after). The loop keeps its compile-time trip count on purpose: a
-//    tighter version that looped over the n_real steps only (154 instructions) let ptxas, short of
-//    registers, issue the next step's loads near the end of the loop body instead of at its start; check
-//    where the LDGs sit in the SASS after any change here. On the H200, while this kernel was built (not
-//    part of the records; one run, bf16, each input timed twice, alternating the three loops, graph
-//    replay after a 0.3 s idle pause), that version was 8.1 to 11.5 points of the copy ceiling below
-//    this loop on all 10 inputs of 16-40 MiB (1 to 3 CTAs per SM, where nothing hides the loads'
-//    latency); against the previous loop, this one gained 2.2 points on average on the 6 one-wave
-//    inputs of 64-82 MiB (+1.1 to +3.2; all 6 at 85% or more, against 3), 1.2 on the 10 inputs of
-//    16-40 MiB (-0.2 to +2.9), and changed the 4 of 168-410 MiB by -0.5 to +0.4.
-//    One CTA per tile keeps the loop small: ptxas allocates about 40 registers per thread (the
-//    previous persistent version, which carried the next tile's indices and loads across tiles, took
-//    91), so 6 CTAs (48 warps) stay resident per SM instead of 2: three times the loads of x in flight.
-//    __launch_bounds__(256, 6) holds it there (fp16's linear layout would take more; its spill is 8
-//    bytes). On the H200, while this kernel was built (not part of the records), a 40-register
-//    version was faster than the 91-register one on each of the 28 inputs of 64 MiB or more timed, in
-//    the same run.
-//    Prefetching more of the tile than the next step does not pay: in one run on the H200 (not part of
-//    the records; 20 inputs of 64-540 MiB), an L2 bulk prefetch (cp.async.bulk.prefetch.L2) of the
-//    CTA's next 3 steps at its start was slower than none on 18 of them (by up to 6.5 points of the
-//    copy ceiling), of 7 or 15 steps on all 20 (by 5 to 27 points). Nor does a deeper pipeline through
-//    shared memory: in another run (20 inputs of 64-592 MiB), cp.async copies of the next 2 steps into
-//    3 stages of shared memory (still 6 CTAs per SM) were slower than this loop on all 20, by 0.5 to 13
-//    points. With each thread copying its own 32 bytes as two 16-byte cp.async.cg (which skip L1), every
-//    sector crossed from L2 twice (49-58% of the ceiling on 46 inputs of an earlier run); copying a warp's
-//    bytes in address order, or through L1 (cp.async.ca), removed that but not the gap.
+// Work: a CTA of 256 threads per tile of 128 rows x kC blocks (wide: kC = 32; narrow: 8), or per row
+// piece of a wide tile (the tail); a thread per block column, 32/kC rows per warp per step. Per step: the
+// next step's two 16-byte loads first; the block amax (max.xorsign.abs on pairs), the scale byte
+// (cvt.rn.satfinite.e4m3x2.f32), its 7 thresholds from shared memory, and per word a binary search
+// (code_pair: 3 packed comparisons whose masks are the index's bits and pick the next threshold). The
+// threshold table (128 scale bytes x 8 words): within one wave each CTA builds its own while its first
+// loads are in flight; past one wave nvfp4_threshold_table_kernel builds it once per call. The scale bytes
+// gather in shared memory and leave as whole 512-byte swizzled tiles, 16 bytes per thread: a 32-byte
+// sector holds 8 rows x 4 columns, and storing each byte as it goes would write it 4 bytes at a time.
 //
-// Why tiles of 128 rows (the lesson of this kernel). The swizzled scale layout puts the 128 x 4 scale
-// bytes of a tile in one 512-byte block; a 32-byte sector of it holds 8 rows x 4 columns. A kernel that
-// stores each block's scale byte as it goes writes every sector 4 bytes at a time: 8 sector writes
-// per warp store of 32 blocks, as many L2 write transactions for the 1-byte scales as for all the
-// codes (8 sectors per 32 blocks either way). In an Nsight Compute profile on the H200 (taken while
-// building this kernel; not part of the records) such a kernel kept L2 near its peak throughput while
-// DRAM stayed well below the copy ceiling, even with the arithmetic removed. Here the CTA gathers its
-// 128 x 32 scale bytes in shared memory (row-major) and stores them as eight whole 512-byte tiles, 16
-// bytes per thread: the words of rows r, r + 32, r + 64 and r + 96 of 4 columns.
-//
-// The tail (the launch rule). With 6 CTAs resident per SM the GPU runs P = 6 x SMs tiles at a time.
-// When the wide tiles fill one or more whole waves and leave a thin last one (at most 90% of P), that
-// last wave runs few CTAs per SM, each latency-bound, and the SMs that finish first sit idle. The
-// launcher then quantizes the whole waves, W = floor(N/P) P wide tiles, in one launch, and the rest of
-// the matrix (the wide tiles W..N-1, each cut into 4 narrow tiles of 8 blocks) in a second launch that
-// starts, by programmatic dependent launch, as soon as every wide CTA is running: its small CTAs fill
-// the slots that the last wide wave frees. No shape is named: the rule reads N, the SM count and the
-// occupancy. On the H200, while this kernel was built (not part of the records), this split raised the
-// lowest share of the copy ceiling over the heatmap's inputs of 64 MiB or more from about 67% (one
-// launch of wide tiles) to about 82%, in the same run; narrow tiles everywhere (no split) were slower
-// wherever there is no thin wave. In a later run (16 inputs of 100-600 MiB with a thin last wave,
-// bf16 and fp16), the rest cut instead into quarter or half row pieces of the wide launch was slower
-// than the narrow launch on 28 and 30 of the 32 (by up to 4.8 and 11.2 points), and moving one or two
-// more tiles per SM into the narrow launch on 27 and 28 (by up to 1.2 and 2.8 points).
-// Within one wave (N < P) every tile starts at once, so the launch takes as long as the SMs that hold
-// the most tiles: with N = k SMs + r, r SMs hold k + 1 tiles while the rest hold k. The launcher keeps
-// k SMs whole tiles and, by how many SMs the r others would burden:
-// * 2r <= SMs: cuts them into row pieces in the same launch, each piece a CTA of the same kernel:
-//   quarters (32 rows) when 4r <= SMs, halves (64 rows) otherwise, so that there are no more pieces
-//   than SMs (one each if the block scheduler spreads them evenly).
-// * SMs < 2r <= 7 SMs / 4 (8r <= 7 SMs): cuts each into 4 narrow tiles in a second launch, as past one
-//   wave: its small CTAs take the slots that the k whole tiles per SM leave free, and more as slots
-//   come free, so the SMs finish nearly together.
-// * 8r > 7 SMs: whole tiles (nearly every SM holds k + 1; cutting only adds CTAs).
-// No shape is named: the rule reads N, the SM count and the occupancy. On the H200, while this rule
-// was built (not part of the records): 49 one-wave launches with 4 <= r <= 64 went from 75-85% of the
-// copy ceiling (whole tiles) to 84-91% with pieces in the same run (one was 1.7 points slower), over
-// M = 128 x 64..99 at K = 4096, 128 x 37..56 at K = 7168 (bf16 and fp16), 128 x 128..198 at K = 2048
-// (fp16) and the heatmap's shapes. With 2r > SMs, pieces were slower than whole tiles (quarters by up
-// to 14 points, halves by up to 9; pieces that at most SMs CTAs take in turn from an atomic counter
-// were not faster on 62 of 71 inputs), while the narrow launch (in a later run, with the tables built
-// per CTA) was faster than whole tiles on each of the 18 inputs with 66 < r <= 104 (by 1.9 to 6.9
-// points), and from 2.7 points slower to 2.6 faster on the 12 with 110 <= r <= 130: hence 7/8.
-// A row piece takes the rows 32g + 8s .. 32g + 8s + 7 (g < 4) of its quarters s: in the swizzled layout
-// they fill the bytes 128s .. 128s + 127 of each of the tile's 512-byte scale tiles, so a piece still
-// stores whole 128-byte runs.
-// Why the tail needs the narrow tiles: CTAs started together do not progress alike. In a timeline of one
-// call (an instrumented build writing %globaltimer per CTA; 8192 x 8192 bf16, one graph replay on the H200,
-// not part of the records) the first wave's 792 CTAs, started together, spent 21 to 34 us in their loops,
-// the spread mostly within an SM (standard deviation 1.6 us within, 1.0 between SMs); the narrow CTAs fill
-// the slots as they free. Cutting the last P/8, P/4 or P/2 narrow tiles once more, into one-step quarter
-// pieces dispatched last, was not faster: over 58 inputs of 64-600 MiB in one run the mean change was
-// -0.3, -0.6 and -2.0 points. Where the table comes from did not matter either: past one wave, the first
-// wave's CTAs building their own (the later ones copying the table kernel's) changed 36 inputs of one to
-// two waves by -1.6 to +1.1 points, +0.1 on average, in another run.
-// A gap left open: when K/16 is not a multiple of 32 the last column of tiles holds few real blocks, yet
-// each of its tiles takes a CTA (16 steps in which most lanes hold no block) and the tail rule counts it
-// as a whole tile. In one run on the H200 (not part of the records; about 140 MiB, bf16), K = 1040, 1056,
-// 2064 and 4112 (1 or 2 real block columns in the last tile) reached 72-78% of the copy ceiling, against
-// 82-87% at K = 1024, 2048 and 4096. That those CTAs are latency-bound is an inference, not profiled.
+// The tail (the launch rule, plan()). P = SMs x resident wide CTAs per SM; N wide tiles. Past one wave, a
+// thin last wave (under 90% of P) goes to a second launch, each wide tile as 4 narrow ones. Within one
+// wave (N = k SMs + r), k SMs whole tiles and the r others by how many SMs they would burden: 2r <= SMs,
+// row pieces in the same launch (quarters of 32 rows if 4r <= SMs, else halves; quarter s = rows
+// 32g + 8s .. 32g + 8s + 7, bytes 128s .. 128s + 127 of each scale tile); 8r <= 7 SMs, narrow tiles in a
+// second launch; else whole tiles. The rule reads N, the SM count and the occupancy, no shape.
+// Launch order (griddepcontrol): the first launch is ordinary (after whatever wrote x and gs): past one
+// wave the table kernel, whose programmatic dependent, the wide launch, waits for it before reading the
+// table. The narrow launch is the wide one's programmatic dependent (a wide CTA signals once it has its
+// table, so a narrow CTA reads a finished one); it writes disjoint tiles and never waits for the wide one.
 //
 // Coverage (why `empty` is right for both outputs):
-// * codes: every real block (r < M, c < K/16) belongs to exactly one tile step of one thread, which
-//   stores its 8 code bytes; the wide tiles 0..N-1 cover all M x K/16 blocks, and each is quantized
-//   either whole (CTA W' < W of the wide launch), or as its 4 (quarters) or 2 (halves) row pieces
-//   (CTAs W.. of the same launch; the quarters s of a tile's pieces are 0..3, so their steps are all
-//   16), or as its 4 narrow pieces (the narrow launch); a narrow piece that starts at or past column
-//   K/16 holds no real block and no scale column.
-// * scales, swizzled: the CTA of a tile writes its whole 512-byte tiles, padded entries included (rows
-//   >= M and columns >= K/16 hold 0 in shared memory; a row piece writes the 128-byte runs of its
-//   quarters, and the pieces of a tile write all four); the tiles of 32 (or 8) block columns cover the
-//   padded grid round_up(M,128) x round_up(K/16,4) (the last column tile stores only the 512-byte
-//   tiles that exist; round_up(K/16,4) - 1 lies in the piece that holds column K/16 - 1).
-//   WRITE_PADDING=false stores only the real entries' bytes: the regression the workbook teaches.
-// * scales, linear [M, K/16]: each real block's thread stores its byte.
-// * table: past one wave the table kernel writes all 1024 words of the scratch table before any
-//   quantizer CTA reads it; within one wave each CTA's 256 threads write all 1024 words of its shared
-//   table before the barrier that precedes the first read, and the scratch table is not read.
+// * codes: the wide tiles cover all M x K/16 blocks, each quantized whole, as 4 or 2 row pieces (all 16
+//   steps) or as 4 narrow pieces (one past column K/16 holds no block); a real block's thread stores it.
+// * scales, swizzled: a tile's CTA stores its whole 512-byte tiles, padding included (rows >= M, columns
+//   >= K/16 hold 0; a tile's pieces store their 128-byte runs, all four together); the tiles cover the
+//   padded grid round_up(M,128) x round_up(K/16,4) (a last column tile stores the 512-byte tiles that exist;
+//   column round_up(K/16,4) - 1 is in the piece holding column K/16 - 1). WRITE_PADDING=false stores only
+//   the real entries: the regression the workbook teaches. Linear [M, K/16]: a real block's thread, its byte.
+// * table: past one wave the table kernel writes all 1024 scratch words before any quantizer CTA reads
+//   them; within one wave a CTA's threads write its shared table before the barrier; scratch unread.
 //
-// The launches of a call (programmatic dependent launch: griddepcontrol). The first launch of a call is
-// an ordinary one, so it starts after whatever wrote x and the global scale: the table kernel past one
-// wave, the wide launch within one. Past one wave the wide launch is the table kernel's programmatic
-// dependent: its CTAs load their first rows of x, wait for the table kernel (griddepcontrol.wait) and
-// then read the table. The narrow launch is the wide launch's programmatic dependent: it may start once
-// every wide CTA has signalled griddepcontrol.launch_dependents, which a wide CTA does once it has its
-// table (built, or after the wait: so the table kernel has finished and its writes are visible when a
-// narrow CTA reads the table without waiting), and its CTAs take the slots that wide CTAs leave or
-// free. It reads only x, the global scale and the table, and writes tiles disjoint from the wide
-// launch's, so it never waits for the wide grid. With fewer tiles than SMs the narrow launch may be the
-// only one, an ordinary launch.
-//
-// Blackwell has an E2M1 conversion instruction (`cvt.rn.satfinite.e2m1x2.f32`), but only on its
-// arch-specific targets (sm_100a, sm_103a, sm_110a, sm_120a, sm_121a), not on the H200's sm_90. Under
-// that arch guard the quantizer converts the correctly rounded quotient RN(RN(x*gs)/sf) with it; on
-// sm_90 (the H200) it uses the thresholds. Both give the same codes; the H200 runs the thresholds.
+// Decisions in force (how the kernel got its shape, and the figures behind it: notebook 02's appendix):
+// * a binary search, not a count of 7 thresholds: fewer instructions where the power cap sets the clock.
+// * one CTA per tile, __launch_bounds__(256, 6): about 40 registers, 6 CTAs per SM (fp16 narrow: 5).
+// * The loop's bookkeeping: steps walked by a block index, n_real known before the loop, the trip count
+//   kept at compile time so that ptxas issues the next step's loads first (tests/test_cuda.py holds it).
+// * no deeper prefetch (L2 bulk prefetch, cp.async stages in shared memory): slower where measured.
+// * sm_100a+ (NVFP4_HW_E2M1): cvt.rn.satfinite.e2m1x2.f32 on RN(RN(x gs)/sf), same codes; sm_90 lacks it.
 #include <cuda_runtime.h>
 #include <stdint.h>
 
@@ -210,9 +73,8 @@ namespace nvfp4 {
 
 constexpr int kRows = 128, kWide = 32, kNarrow = 8, kThreads = 256, kWarps = 8;   // tiles: 128 x kWide | kNarrow blocks
 constexpr int kMinBlocks = 6;   // resident CTAs per SM that __launch_bounds__ asks for: <= 40 registers
-// fp16's narrow kernel: 5 (<= 48 registers). Held to 40 it spills 8 bytes per block; on the H200, while
-// this kernel was built (not part of the records), the 5-CTA version was 1 to 3 points of the copy
-// ceiling faster on every split fp16 input timed, in the same run.
+// fp16's narrow kernel: 5 (<= 48 registers): held to 40 it spills 8 bytes per block, and the 5-CTA
+// version was the faster (notebook 02's appendix).
 constexpr int kMinBlocksNarrowF16 = 5;
 
 // Per 16-bit half, the larger magnitude of two words of fp16|bf16 pairs (sign bits are junk).
@@ -421,10 +283,8 @@ __device__ __forceinline__ uint2 quant_block(const uint32_t* w, float gs, const 
 // the kernel was tuned with), or a row piece of the wide launch (kPiece = true: 2^lj quarters from
 // quarter s0, quarter s being the rows 32g + 8s .. 32g + 8s + 7, g < 4; they fill the bytes
 // 128s .. 128s + 127 of each 512-byte scale tile). Two loops, so the whole tile's keeps a compile-time
-// row stride and no per-step row arithmetic (the header, "The loop's bookkeeping"): a first version
-// with one loop for both (a runtime step pattern) ran whole tiles 2-6% slower on the H200 (one run
-// against the record of the previous kernel, whose device copies it matched within 0.5%; not part of
-// the records).
+// row stride and no per-step row arithmetic (the header, "The loop's bookkeeping"; one loop for both, with
+// a runtime step pattern, ran whole tiles slower: notebook 02's appendix).
 template <bool IS_BF16, bool SWIZZLED, bool WRITE_PADDING, int kC, bool kPiece>
 __device__ __forceinline__ void quant_tile(const uint4* __restrict__ xw, const uint4* table, bool own_table,
                                            const float* __restrict__ global_scale, uint2* __restrict__ codes,

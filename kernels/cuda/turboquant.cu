@@ -45,6 +45,11 @@
 // each, filled with cp.async (the next STAGES - 1 steps are in flight while one is computed); the page
 // of each 16-token tile comes from the block table, read 32 tiles at a time (lane i holds the page of
 // tile base + i), the next 32 read one window ahead. The split's last step alone is masked.
+//
+// Coverage (why `empty` is right for part_out and part_lse): warp (b, h, s) writes row (b, h G + head, s)
+// of both for each of its G heads, all D coordinates (16 per thread), an empty split included (output 0,
+// lse -inf); the grid's B x HKV x S warps cover every such row, and the merge reads exactly those rows.
+// The merge block (b, head) writes out[b, head, :] whole, for the rows [0, B) of out.
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

@@ -1,0 +1,234 @@
+"""The GPU benchmark of notebook 04: TurboQuant decode against SDPA on a bf16 cache, and the mixed step.
+
+Decode steps (Hq=32, Hkv=8, D=128, pages of 16 tokens in shuffled order, :data:`HEADS`) at each
+(batch, context) of :data:`SHAPES`, in every launch configuration of :data:`CONFIGS` (both decode
+kernels: Triton and CUDA C++; a configuration may name its ``backend``), against
+``scaled_dot_product_attention(..., enable_gqa=True)`` on a bf16 cache of the same tokens
+(:func:`decode_point`). Ours is the whole decode: rotation of q, decode, merge. Timers
+(:mod:`workbook.timing`, the record's ``timers``): ``graph`` (GPU time per call from replaying a CUDA
+graph of 10 calls; median of 3 windows, one window with ``smoke``) and ``eager`` (per-call time of the
+Python call, host and launches included). Read rates are each cache's bytes over its GPU time, measured
+in the same run. The full run adds zeros vs empty for ``attn_out`` in a mixed step (store + decode +
+prefill, :data:`MIXED_STEP`) and the copy ceiling.
+
+``smoke=True`` is what notebook 04 times live: batch 8 x 4k, each backend's default configuration
+(:data:`SMOKE_CONFIGS`). ``budget_s`` skips the (batch, context) points that would start after it ran
+out (listed in ``results["skipped"]``). The contract (``run``, ``table``) is :mod:`workbook.benchmarks`';
+the record is ``workbook/data/turboquant.json``, its picture :func:`workbook.plots.turboquant.plot_benchmark`.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+import triton
+
+from ..check import rel_err
+from ..device import DEVICE
+from ..records import Measurement, format_table
+from ..timing import copy_ceiling_GBps, graph_time_us, require_gpu, time_us
+from ..turboquant import (MixedBatch, allocate_cache, decode_attention, make_example, mixed_attention,
+                          pack_nibbles, quantize_values, sign_magnitude, slot_bytes)
+
+__all__ = ["run", "table", "decode_point", "SHAPES", "SMOKE_SHAPES", "CONFIGS", "SMOKE_CONFIGS", "HEADS",
+           "MIXED_STEP", "TIMERS"]
+
+HEADS = {"hq": 32, "hkv": 8, "d": 128, "block_size": 16}
+SHAPES = [(8, 4096), (8, 32768), (8, 65536), (32, 4096), (32, 32768), (128, 16384)]   # (batch, context)
+SMOKE_SHAPES = [(8, 4096)]
+# name -> config of decode_attention (plus "backend"); the Triton ones are named by their tile
+# (64 tokens, 4 warps, 128 registers) and waves, the CUDA ones by their rounds of resident warps
+CONFIGS = {"n64_w4_r128_waves8": {}, "n64_w4_r128_waves16": {"WAVES": 16},
+           "cuda_rounds1": {"backend": "cuda"}, "cuda_rounds2": {"backend": "cuda", "WAVES": 2},
+           "cuda_rounds4": {"backend": "cuda", "WAVES": 4}}
+SMOKE_CONFIGS = {"triton": {}, "cuda": {"backend": "cuda"}}
+# the mixed step: 32 decode requests of 4k context beside two prefill chunks (512 new tokens after 512
+# cached, 256 fresh ones)
+MIXED_STEP = {"nd": 32, "ctx": 4096, "pre_q": [512, 256], "pre_ctx": [1024, 256], "hq": 32, "hkv": 8, "d": 128}
+TIMERS = {
+    "graph": "GPU time per call from CUDA-graph replay (workbook.timing.graph_time_us): a graph of 10 calls, "
+             "median of 3 windows (smoke: one window)",
+    "eager": "per-call time of the Python call, host work and launches included (workbook.timing.time_us: "
+             "triton.testing.do_bench median)",
+}
+
+
+def run(*, budget_s: float | None = None, smoke: bool = False) -> Measurement:
+    """Decode at :data:`SHAPES` x :data:`CONFIGS` against SDPA, then the mixed step and the copy ceiling
+    (``smoke``: :data:`SMOKE_SHAPES` x :data:`SMOKE_CONFIGS` only). GPU only."""
+    require_gpu("workbook.benchmarks.turboquant.run")
+    t0 = time.time()
+    windows = 1 if smoke else 3
+    timer = lambda fn: graph_time_us(fn, n=10, windows=windows)  # noqa: E731
+    configs = SMOKE_CONFIGS if smoke else CONFIGS
+    res = {"shapes": [], "configs": configs, "slot_bytes": slot_bytes(HEADS["d"])}
+    skipped = []
+    for B, T in (SMOKE_SHAPES if smoke else SHAPES):
+        if budget_s is not None and time.time() - t0 > budget_s:
+            skipped.append({"batch": B, "context": T})
+            continue
+        try:
+            row = decode_point(B, T, HEADS["hq"], HEADS["hkv"], HEADS["d"], HEADS["block_size"], timer, time_us,
+                               configs)
+        except torch.OutOfMemoryError as e:  # recorded, not fatal: the other points still run
+            row = {"batch": B, "context": T, "error": f"OutOfMemoryError: {str(e)[:200]}"}
+        res["shapes"].append(row)
+        if not smoke:
+            print({k: (round(v, 2) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
+        torch.cuda.empty_cache()
+    ceilings = {}
+    if not smoke:
+        try:
+            res["mixed_step"] = _mixed_step_point(timer)
+        except Exception as e:  # noqa: BLE001  (recorded; the decode figures above stand)
+            res["mixed_step"] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+        print("mixed", res["mixed_step"], flush=True)
+        ceilings["copy_GBps"] = copy_ceiling_GBps()
+    if skipped:
+        res["skipped"] = skipped
+    res["elapsed_s"] = time.time() - t0
+    return Measurement(res, dict(TIMERS), ceilings)
+
+
+def table(rec: dict) -> str:
+    """The decode points of a record (or of any dict with its ``results``) as text: GPU time from
+    graph replay beside the eager per-call time, SDPA and ours (the best configuration), the read
+    rates, and each backend's best speedup; then the mixed step."""
+    res = rec["results"]
+    rows = [r for r in res["shapes"] if "ours_graph_us" in r]
+    columns = [("batch", "batch", "d"), ("context", "context", "d"),
+               ("SDPA graph us", "sdpa_graph_us", ".1f"), ("ours graph us", "ours_graph_us", ".1f"),
+               ("SDPA eager us", "sdpa_eager_us", ".1f"), ("ours eager us", "ours_eager_us", ".1f"),
+               ("speedup", "speedup_vs_sdpa", ".2f"), ("SDPA TB/s", "sdpa_read_TBps", ".2f"),
+               ("ours TB/s", "ours_read_TBps", ".2f"), ("best config", "best_config", "s"),
+               ("Triton best x", "triton_speedup_vs_sdpa", ".2f"), ("CUDA best x", "cuda_speedup_vs_sdpa", ".2f")]
+    out = format_table(rows, columns, title="TurboQuant 4bit_nc decode vs SDPA on a bf16 cache (graph: CUDA-graph "
+                                            "replay; eager: per-call time)")
+    failed = [r for r in res["shapes"] if "ours_graph_us" not in r]
+    for r in failed:
+        out += f"\n{r['batch']} x {r['context']}: failed: {[v for k, v in r.items() if k.endswith('error')]}"
+    ms = res.get("mixed_step")
+    if ms and "empty_graph_us" in ms:
+        out += (f"\nmixed step (store + decode + prefill), graph replay: empty {ms['empty_graph_us']:.1f} us, "
+                f"zeros {ms['zeros_graph_us']:.1f} us ({ms['zeros_over_empty']:.3f}x)")
+    return out
+
+
+def _fill_cache_fast(cache, k_bf16, v_bf16, pages: torch.Tensor, chunk_tokens: int = 1 << 16):
+    """Quantize a request-major bf16 cache [B, Hkv, T, D] into pages (pure torch, in chunks): the
+    benchmark's setup, far faster than one store-kernel program per token at millions of tokens."""
+    B, hkv, T, d = k_bf16.shape
+    bs = cache.block_size
+    H = cache.rotation
+    bnd = cache.boundaries[:-1]
+    for b in range(B):
+        for t0 in range(0, T, chunk_tokens):
+            t1 = min(T, t0 + chunk_tokens)
+            kk = k_bf16[b, :, t0:t1].float().transpose(0, 1)  # [t, Hkv, D]
+            vv = v_bf16[b, :, t0:t1].float().transpose(0, 1)
+            norm = torch.linalg.vector_norm(kk, dim=-1)
+            codes = sign_magnitude(torch.bucketize((kk / norm.clamp_min(1e-30).unsqueeze(-1)) @ H, bnd))
+            c = cache.centroids[codes]
+            ks = (norm / torch.linalg.vector_norm(c, dim=-1)).half()
+            qv = quantize_values(vv)
+            pos = torch.arange(t0, t1, device=kk.device)
+            page, off = pages[b, pos // bs].long(), pos % bs
+            for h in range(hkv):
+                cache.k_codes[page, h, off] = pack_nibbles(codes[:, h].to(torch.uint8))
+                cache.k_scale[page, h, off] = ks[:, h]
+                cache.v_codes[page, h, off] = pack_nibbles(qv.codes[:, h])
+                cache.v_scale[page, h, off] = qv.scale[:, h]
+                cache.v_zero[page, h, off] = qv.zero[:, h]
+
+
+def _decode_setup(B, T, hq, hkv, d, block_size, seed):
+    """Random bf16 q, k, v (SDPA's layout [B, H, T, D]), the same keys and values quantized into
+    shuffled pages, a decode-only batch of B requests of T tokens and its output buffer."""
+    g = torch.Generator(device=DEVICE).manual_seed(seed)
+    k16 = torch.randn(B, hkv, T, d, device=DEVICE, dtype=torch.bfloat16, generator=g)
+    v16 = torch.randn(B, hkv, T, d, device=DEVICE, dtype=torch.bfloat16, generator=g)
+    q16 = torch.randn(B, hq, 1, d, device=DEVICE, dtype=torch.bfloat16, generator=g)
+    pages_per = triton.cdiv(T, block_size)
+    num_blocks = B * pages_per
+    perm = torch.randperm(num_blocks, device=DEVICE, generator=g).to(torch.int32).view(B, pages_per)
+    cache = allocate_cache(num_blocks, block_size, hkv, d, DEVICE)
+    _fill_cache_fast(cache, k16, v16, perm)
+    batch = MixedBatch([1] * B, [T] * B, list(range(B + 1)), B, block_size,
+                       torch.full((B,), T, dtype=torch.int32, device=DEVICE),
+                       torch.arange(B + 1, dtype=torch.int32, device=DEVICE), perm.contiguous(),
+                       torch.zeros(B, dtype=torch.int64, device=DEVICE))
+    out = torch.empty(B, hq, d, dtype=torch.bfloat16, device=DEVICE)
+    return q16, k16, v16, cache, batch, out
+
+
+def _split_backend(cfg):  # a configuration may name the backend: {"backend": "cuda", ...}
+    cfg = dict(cfg)
+    return cfg.pop("backend", "triton"), (cfg or None)
+
+
+def decode_point(B, T, hq, hkv, d, block_size, timer, eager, configs, seed=0):
+    """One (batch, context) point: ours in each of ``configs`` (name -> config, see :data:`CONFIGS`) vs
+    SDPA on the bf16 cache of the same tokens; ``timer`` / ``eager`` time one call (us). Returns the row."""
+    import torch.nn.functional as F
+
+    q16, k16, v16, cache, batch, out = _decode_setup(B, T, hq, hkv, d, block_size, seed)
+    q = q16[:, :, 0].contiguous()
+
+    def sdpa():
+        return F.scaled_dot_product_attention(q16, k16, v16, enable_gqa=True)
+
+    row = {"batch": B, "context": T, "Hq": hq, "Hkv": hkv, "D": d, "block_size": block_size}
+    quant_bytes = B * hkv * T * slot_bytes(d)["total"]
+    bf16_bytes = 2 * k16.numel() * 2
+    row["quant_cache_bytes"], row["bf16_cache_bytes"] = quant_bytes, bf16_bytes
+    row["sdpa_graph_us"] = timer(sdpa)
+    row["sdpa_eager_us"] = eager(sdpa)
+    row["sdpa_read_TBps"] = bf16_bytes / row["sdpa_graph_us"] / 1e6
+    ref = sdpa()[:, :, 0].float()
+    best = None
+    for name, cfg in configs.items():
+        def ours(cfg=cfg):
+            be, c = _split_backend(cfg)
+            return decode_attention(q, cache, batch, out, config=c, backend=be)   # rotation included
+        try:
+            t = timer(ours)
+        except Exception as e:  # noqa: BLE001  (record, keep going)
+            row[f"ours_{name}_error"] = f"{type(e).__name__}: {e}"[:300]
+            continue
+        row[f"ours_{name}_graph_us"] = t
+        if best is None or t < row[f"ours_{best}_graph_us"]:
+            best = name
+    if best is None:
+        return row
+    be_best, cfg = _split_backend(configs[best])
+    for be in ("triton", "cuda"):  # the best of each backend, beside the best overall
+        times = [row[f"ours_{n}_graph_us"] for n, c in configs.items()
+                 if _split_backend(c)[0] == be and f"ours_{n}_graph_us" in row]
+        if times:
+            row[f"{be}_best_graph_us"] = min(times)
+            row[f"{be}_speedup_vs_sdpa"] = row["sdpa_graph_us"] / min(times)
+
+    def ours_best():
+        return decode_attention(q, cache, batch, out, config=cfg, backend=be_best)
+
+    row["best_config"] = best
+    row["ours_graph_us"] = row[f"ours_{best}_graph_us"]
+    row["ours_eager_us"] = eager(ours_best)
+    row["ours_read_TBps"] = quant_bytes / row["ours_graph_us"] / 1e6
+    row["speedup_vs_sdpa"] = row["sdpa_graph_us"] / row["ours_graph_us"]
+    ours_best()
+    row["rel_err_vs_sdpa_bf16"] = rel_err(out.float(), ref)  # quantization error included
+    return row
+
+
+def _mixed_step_point(timer, shape: dict = MIXED_STEP) -> dict:
+    """zeros vs empty for attn_out in a mixed step (store + decode + prefill), both timed by ``timer``."""
+    nd, ctx, pre_q, pre_ctx = shape["nd"], shape["ctx"], list(shape["pre_q"]), list(shape["pre_ctx"])
+    q, k, v, cache, batch = make_example([1] * nd + pre_q, [ctx] * nd + pre_ctx, nd, block_size=16,
+                                         dtype=torch.bfloat16, hq=shape["hq"], hkv=shape["hkv"], d=shape["d"])
+    res = {"decode_reqs": nd, "decode_context": ctx, "prefill_query_lens": pre_q, "prefill_context": pre_ctx,
+           "attn_out_bytes": q.numel() * q.element_size()}
+    for alloc in ("empty", "zeros"):
+        res[f"{alloc}_graph_us"] = timer(lambda alloc=alloc: mixed_attention(q, k, v, cache, batch, alloc=alloc))
+    res["zeros_over_empty"] = res["zeros_graph_us"] / res["empty_graph_us"]
+    return res
