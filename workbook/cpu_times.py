@@ -351,7 +351,7 @@ def gpu_versions(data_dir: Path = RECORD.parent) -> list[str]:
     seen = []
     for path in sorted(data_dir.glob("*.json")):
         try:
-            meta = json.loads(path.read_text()).get("meta") or {}
+            meta = json.loads(path.read_text()).get("machine") or {}
         except (OSError, ValueError):
             continue
         if meta.get("gpu"):

@@ -243,7 +243,8 @@ def silu_fast_is_exact() -> bool:
 
 
 def _launch(src: torch.Tensor, m: int, n: int, silu_mul: bool, emulate, config, backend: str = "triton"):
-    if nvcc.check_backend(backend, emulate, config):   # builds the library on first CUDA use
+    given = tuple(k for k, v in (("emulate", emulate), ("config", config)) if v is not None)
+    if nvcc.check_backend(backend, triton_only=given):   # the CUDA library builds on first use
         return _cuda_fp8_quant(src, m, n, silu_mul)  # same allocations, same bytes (kernels/cuda/fp8.cu)
     emulate = resolve_emulate(emulate, EMULATE_WHY)
     cfg = launch_config(m, config)

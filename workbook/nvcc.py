@@ -178,16 +178,19 @@ def device_stream(t: torch.Tensor) -> tuple[int, int]:
     return index, torch.cuda.current_stream(t.device).cuda_stream
 
 
-def check_backend(backend, emulate=None, config=None) -> bool:
-    """True for ``backend='cuda'`` (after checking that it can run here), False for 'triton'. The
-    Triton-only keywords ``emulate`` and ``config`` are refused with the CUDA backend."""
+def check_backend(backend, triton_only=()) -> bool:
+    """True for ``backend='cuda'`` (after checking that it can run here), False for 'triton'.
+    ``triton_only`` names the keywords the caller was given that only the Triton kernel takes (e.g.
+    ``("config",)``): they are refused with the CUDA backend."""
     if backend not in BACKENDS:
         raise ValueError(f"backend must be 'triton' or 'cuda', got {backend!r}")
     if backend == "triton":
         return False
-    if emulate is not None or config is not None:
-        raise ValueError("emulate= and config= choose how the Triton kernel runs; backend='cuda' takes "
-                         "neither (it always runs the GPU's conversion instructions, one launch shape)")
+    if triton_only:
+        given = " and ".join(f"{name}=" for name in triton_only)
+        raise ValueError(f"{given} choose{'s' if len(triton_only) == 1 else ''} how the Triton kernel runs: "
+                         f"backend='cuda' does not take {'it' if len(triton_only) == 1 else 'them'} (the CUDA "
+                         "kernels always run the GPU's own conversion instructions)")
     if not ON_GPU:
         raise ValueError("backend='cuda' runs the CUDA C++ kernels (kernels/cuda/*.cu), which need a GPU, "
                          "and there is none here: use backend='triton' (the default; it runs in Triton's "

@@ -431,7 +431,8 @@ def nvfp4_quant(x: torch.Tensor, global_scale, *, swizzled: bool = True, write_p
     checks, outputs and bytes, plus a 4 KB scratch table; it takes neither ``config`` nor ``emulate``;
     built by workbook.nvcc). It is ahead at large inputs and behind at decode sizes (workbook/data/cuda.json).
     """
-    if nvcc.check_backend(backend, emulate, config):   # builds the library on first CUDA use
+    given = tuple(k for k, v in (("emulate", emulate), ("config", config)) if v is not None)
+    if nvcc.check_backend(backend, triton_only=given):   # the CUDA library builds on first use
         return _cuda_nvfp4_quant(x, global_scale, swizzled=swizzled, write_padding=write_padding, alloc=alloc,
                                  check_finite=check_finite)
     global _launchable

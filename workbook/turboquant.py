@@ -731,7 +731,7 @@ def decode_attention(q: torch.Tensor, cache: TurboQuantCache, batch: MixedBatch,
     ``emulate``). Both write the same rows from the same partial buffers; each merges them with its own
     kernel."""
 
-    use_cuda = nvcc.check_backend(backend, emulate)
+    use_cuda = nvcc.check_backend(backend, triton_only=("emulate",) if emulate is not None else ())
     cfg = resolve_config(config, CONFIG["cuda_decode" if use_cuda else "decode"])
     em = False if use_cuda else resolve_emulate(emulate, EMULATE_WHY)
     check_tensor("out", out, dtypes=(torch.float32, torch.float16, torch.bfloat16), ndim=3, device=DEVICE)
