@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from workbook import alloc
+from workbook import alloc, records
 from workbook.benchmarks import alloc as alloc_bench
 from workbook.benchmarks.alloc import SMOKE_SIZES, SWEEP_SIZES, fill_rate_table, fill_sweep
 from workbook.check import grade
@@ -66,7 +66,7 @@ def test_benchmark_refuses_without_gpu_and_a_measurement_reads_as_a_record():
         with pytest.raises(RuntimeError, match="measures a GPU"):
             alloc_bench.run(smoke=True)
     rec = load_record("alloc")
-    live = alloc_bench.live_record(Measurement(rec["results"], rec["timers"], rec["ceilings"]))
+    live = records.as_record("alloc", Measurement(rec["results"], rec["timers"], rec["ceilings"]))
     validate_record(live)
     assert live["name"] == "alloc" and live["results"] is rec["results"]
 
@@ -285,7 +285,7 @@ def test_benchmark_pieces_produce_the_recorded_fields_on_a_gpu():
 
 @pytest.mark.skipif(not ON_GPU, reason="measures a GPU")
 def test_smoke_run_is_a_valid_record_with_the_notebooks_live_sizes():
-    live = alloc_bench.live_record(alloc_bench.run(smoke=True))
+    live = records.as_record("alloc", alloc_bench.run(smoke=True))
     assert [r["bytes"] for r in live["results"]["sweep"]] == SMOKE_SIZES
     assert set(live["timers"]) == {"eager", "graph"} and live["ceilings"]["copy_GBps"] > 100
     assert fill_sweep(live, "uint8")[0]["graph_us"] > 0

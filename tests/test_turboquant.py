@@ -75,11 +75,11 @@ def test_centroids_are_conditional_means():
 
 
 def test_key_mse_within_paper_bounds_and_near_quoted_figures():
-    for row in tq_plots.mse_table(128, n=3000):
+    for row in tq_bench.mse_table(128, n=3000):
         b = row["bits"]
         assert row["lower_bound"] < row["mse"] < row["upper_bound"], row
         assert row["lower_bound"] < row["mse_nc"] < row["upper_bound"], row
-        assert abs(row["mse"] - tq_plots.PAPER_MSE[b]) / tq_plots.PAPER_MSE[b] < 0.15, row
+        assert abs(row["mse"] - tq_bench.PAPER_MSE[b]) / tq_bench.PAPER_MSE[b] < 0.15, row
 
 
 def test_quantize_dequantize_keys_shapes_and_norm_correction():

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = [
-    "DATA_DIR", "SCHEMA", "Measurement", "save_record", "load_record", "validate_record", "recorded_label",
+    "DATA_DIR", "SCHEMA", "Measurement", "as_record", "save_record", "load_record", "validate_record", "recorded_label",
     "time_keys", "format_table", "NotRecorded",
 ]
 
@@ -52,14 +52,21 @@ class Measurement:
     ceilings: dict = field(default_factory=dict)
 
 
-def save_record(name: str, m: Measurement, directory: Path | None = None) -> Path:
-    """Write ``m`` as ``<directory>/<name>.json`` with this machine's description and today's date;
-    the record is validated first, so nothing that breaks the schema is written."""
+def as_record(name: str, m: Measurement) -> dict:
+    """``m`` as a record of this machine and today (validated, written nowhere): what a notebook's live
+    cell hands to a benchmark's ``table`` or a plot, as it hands them a recorded file."""
     from .device import describe
 
     rec = {"schema": SCHEMA, "name": name, "recorded": _dt.date.today().isoformat(), "machine": describe(),
            "timers": dict(m.timers), "ceilings": dict(m.ceilings or {}), "results": m.results}
     validate_record(rec)
+    return rec
+
+
+def save_record(name: str, m: Measurement, directory: Path | None = None) -> Path:
+    """Write ``m`` as ``<directory>/<name>.json`` with this machine's description and today's date
+    (:func:`as_record`: validated first, so nothing that breaks the schema is written)."""
+    rec = as_record(name, m)
     path = Path(directory or DATA_DIR) / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(rec, indent=1) + "\n")

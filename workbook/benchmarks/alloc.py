@@ -27,19 +27,18 @@ rows, what exercise 1.2 reads) and :func:`fill_rate_table`. Pictures: :mod:`work
 """
 from __future__ import annotations
 
-import datetime as _dt
 import warnings
 
 import torch
 
 from ..alloc import FILL_DTYPES, stale_bytes_demo
-from ..device import DEVICE, ON_GPU, describe
-from ..records import SCHEMA, Measurement, NotRecorded, format_table, recorded_label, validate_record
+from ..device import DEVICE, ON_GPU
+from ..records import Measurement, NotRecorded, format_table, recorded_label
 from ..timing import (copy_ceiling_GBps, fixed_time_us, graph_time_us, quiet_kineto, require_gpu,
                       time_us)
 
 __all__ = [
-    "SWEEP_SIZES", "SMOKE_SIZES", "TIMERS", "NOTES", "run", "live_record", "table", "fill_sweep",
+    "SWEEP_SIZES", "SMOKE_SIZES", "TIMERS", "NOTES", "run", "table", "fill_sweep",
     "fill_rate_table", "zeros_vs_empty_sweep", "graph_decode_step", "profile_zeros_vs_empty",
     "fill_kernel_names", "fill_bandwidth_events",
 ]
@@ -101,15 +100,6 @@ def run(*, budget_s: float | None = None, smoke: bool = False) -> Measurement:
         timers = dict(TIMERS)
     results["notes"] = dict(NOTES)
     return Measurement(results, timers, {"copy_GBps": ceiling})
-
-
-def live_record(m: Measurement) -> dict:
-    """``m`` (just measured by :func:`run`) as a record of this machine and today, as the readers below
-    and :mod:`workbook.plots.alloc` take it (validated, not written anywhere)."""
-    rec = {"schema": SCHEMA, "name": "alloc", "recorded": _dt.date.today().isoformat(), "machine": describe(),
-           "timers": dict(m.timers), "ceilings": dict(m.ceilings), "results": m.results}
-    validate_record(rec)
-    return rec
 
 
 # --------------------------------------------------------------------------------------------------

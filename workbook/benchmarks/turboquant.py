@@ -18,6 +18,7 @@ the record is ``workbook/data/turboquant.json``, its picture :func:`workbook.plo
 """
 from __future__ import annotations
 
+import math
 import time
 
 import torch
@@ -27,10 +28,10 @@ from ..check import rel_err
 from ..device import DEVICE
 from ..records import Measurement, format_table
 from ..timing import copy_ceiling_GBps, graph_time_us, require_gpu, time_us
-from ..turboquant import (MixedBatch, allocate_cache, decode_attention, make_example, mixed_attention,
-                          pack_nibbles, quantize_values, sign_magnitude, slot_bytes)
+from ..turboquant import (MixedBatch, allocate_cache, decode_attention, dequantize_keys, make_example,
+                          mixed_attention, pack_nibbles, quantize_keys, quantize_values, sign_magnitude, slot_bytes)
 
-__all__ = ["run", "table", "decode_point", "SHAPES", "SMOKE_SHAPES", "CONFIGS", "SMOKE_CONFIGS", "HEADS",
+__all__ = ["run", "table", "decode_point", "key_mse", "mse_table", "PAPER_MSE", "SHAPES", "SMOKE_SHAPES", "CONFIGS", "SMOKE_CONFIGS", "HEADS",
            "MIXED_STEP", "TIMERS"]
 
 HEADS = {"hq": 32, "hkv": 8, "d": 128, "block_size": 16}
@@ -51,6 +52,31 @@ TIMERS = {
     "eager": "per-call time of the Python call, host work and launches included (workbook.timing.time_us: "
              "triton.testing.do_bench median)",
 }
+
+
+# The paper's MSE distortion of its MSE quantizer on unit vectors, b = 1..4 (Theorem on D_mse, numeric
+# values as quoted by independent summaries of arXiv 2504.19874; not checked here against the paper's
+# own text, so printed as "as quoted").
+PAPER_MSE = {1: 0.36, 2: 0.117, 3: 0.03, 4: 0.009}
+
+
+def key_mse(bits: int, dim: int, n: int = 4096, norm_correction: bool = False, seed: int = 0) -> float:
+    """E ||x - dequant(quant(x))||^2 over ``n`` random unit vectors in ``dim`` dimensions."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, dim, generator=g)
+    x = x / torch.linalg.vector_norm(x, dim=-1, keepdim=True)
+    xh = dequantize_keys(quantize_keys(x, bits, norm_correction=norm_correction))
+    return float(((x - xh) ** 2).sum(-1).mean())
+
+
+def mse_table(dim: int = 128, bits=(2, 3, 4), n: int = 4096) -> list[dict]:
+    """Measured key MSE on random unit vectors beside the paper's bounds and quoted figures."""
+    rows = []
+    for b in bits:
+        rows.append({"bits": b, "mse": key_mse(b, dim, n), "mse_nc": key_mse(b, dim, n, norm_correction=True),
+                     "lower_bound": 4.0 ** -b, "upper_bound": math.sqrt(3) * math.pi / 2 * 4.0 ** -b,
+                     "paper_quoted": PAPER_MSE.get(b)})
+    return rows
 
 
 def run(*, budget_s: float | None = None, smoke: bool = False) -> Measurement:
@@ -84,6 +110,7 @@ def run(*, budget_s: float | None = None, smoke: bool = False) -> Measurement:
             res["mixed_step"] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
         print("mixed", res["mixed_step"], flush=True)
         ceilings["copy_GBps"] = copy_ceiling_GBps()
+    res["mse"] = mse_table(128 if not smoke else 32, n=4096 if not smoke else 256)   # a CPU computation
     if skipped:
         res["skipped"] = skipped
     res["elapsed_s"] = time.time() - t0

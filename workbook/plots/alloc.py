@@ -1,7 +1,7 @@
 """Notebook 01's pictures of the alloc record (:mod:`workbook.benchmarks.alloc`): the zeros-vs-empty
 sweep, the fill's bandwidth per dtype against the copy ceiling, and the decode-like CUDA graph. Each
 takes a record, recorded (``workbook/data/alloc.json``) or just measured
-(:func:`workbook.benchmarks.alloc.live_record`, ``live=True``), and says which in its title."""
+(:func:`workbook.records.as_record` of a live run, ``live=True``), and says which in its title."""
 from __future__ import annotations
 
 import numpy as np

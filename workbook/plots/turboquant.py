@@ -1,5 +1,5 @@
 """Notebook 04's pictures and displays: the rotation's effect on spiky keys, the Lloyd-Max centroids
-under the coordinate density, the key quantizer's MSE against the paper's bounds, one page of the
+under the coordinate density, one page of the
 paged cache drawn to scale, and the recorded decode benchmark (``workbook/data/turboquant.json`` or a
 live run of :mod:`workbook.benchmarks.turboquant`)."""
 from __future__ import annotations
@@ -8,36 +8,10 @@ import math
 
 import torch
 
-from ..turboquant import (coordinate_density, dequantize_keys, hadamard, lloyd_max_centroids, quantize_keys,
-                          slot_bytes)
+from ..turboquant import coordinate_density, hadamard, lloyd_max_centroids, slot_bytes
 
-__all__ = ["PAPER_MSE", "key_mse", "mse_table", "plot_rotation_histograms", "plot_centroids", "draw_cache_layout",
+__all__ = ["plot_rotation_histograms", "plot_centroids", "draw_cache_layout",
            "plot_benchmark"]
-
-# The paper's MSE distortion of its MSE quantizer on unit vectors, b = 1..4 (Theorem on D_mse, numeric
-# values as quoted by independent summaries of arXiv 2504.19874; not checked here against the paper's
-# own text, so printed as "as quoted").
-PAPER_MSE = {1: 0.36, 2: 0.117, 3: 0.03, 4: 0.009}
-
-
-def key_mse(bits: int, dim: int, n: int = 4096, norm_correction: bool = False, seed: int = 0) -> float:
-    """E ||x - dequant(quant(x))||^2 over ``n`` random unit vectors in ``dim`` dimensions."""
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, dim, generator=g)
-    x = x / torch.linalg.vector_norm(x, dim=-1, keepdim=True)
-    xh = dequantize_keys(quantize_keys(x, bits, norm_correction=norm_correction))
-    return float(((x - xh) ** 2).sum(-1).mean())
-
-
-def mse_table(dim: int = 128, bits=(2, 3, 4), n: int = 4096) -> list[dict]:
-    """Measured key MSE on random unit vectors beside the paper's bounds and quoted figures."""
-    rows = []
-    for b in bits:
-        rows.append({"bits": b, "mse": key_mse(b, dim, n), "mse_nc": key_mse(b, dim, n, norm_correction=True),
-                     "lower_bound": 4.0 ** -b, "upper_bound": math.sqrt(3) * math.pi / 2 * 4.0 ** -b,
-                     "paper_quoted": PAPER_MSE.get(b)})
-    return rows
-
 
 def plot_rotation_histograms(dim: int = 64, n: int = 2000, seed: int = 0):
     """Coordinates of spiky vectors (a few large channels, like real keys) before and after the
