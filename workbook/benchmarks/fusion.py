@@ -32,6 +32,7 @@ import os
 import re
 import sys
 import time
+import warnings
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -147,10 +148,12 @@ def kernel_profile(fn, steps: int = 3, top: int = 12) -> dict:
         g = timing.capture_graph(fn, 1)
         g.replay()
         torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(steps):
-                g.replay()
-            torch.cuda.synchronize()
+        with warnings.catch_warnings():   # torch's note that each profiling cycle clears events
+            warnings.filterwarnings("ignore", message=".*Profiler clears events.*")
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                for _ in range(steps):
+                    g.replay()
+                torch.cuda.synchronize()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "trace.json"
         prof.export_chrome_trace(str(path))
@@ -167,10 +170,12 @@ def host_profile(fn, top: int = 10) -> dict:
     with torch.no_grad():
         fn()
         torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
-            t0 = time.perf_counter()
-            fn()
-            wall = time.perf_counter() - t0
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*Profiler clears events.*")
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                t0 = time.perf_counter()
+                fn()
+                wall = time.perf_counter() - t0
         torch.cuda.synchronize()
     ka = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)
     launches = sum(e.count for e in prof.key_averages()
