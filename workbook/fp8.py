@@ -40,7 +40,7 @@ __all__ = [
     "silu_mul_reference", "ue8m0_exponent_reference", "quant_fp8_group_reference",
     "pack_ue8m0_reference", "silu_mul_quant_fp8_reference",
     "silu_mul_quant_fp8_packed", "quant_fp8_packed", "pack_ue8m0_mn_major", "unpack_ue8m0",
-    "dequantize_fp8_packed", "launch_config",
+    "dequantize_fp8_packed", "launch_config", "allocate_outputs",
     "tma_aligned_rows", "num_packed_words", "e4m3_round", "e4m3_direct_cast", "silu_mul_bf16",
     "silu_mul_bf16_cuda", "silu_fast_is_exact",
     "silu_impl", "silu_impl_mismatches", "SILU_IMPL_NAMES", "SILU_CANDIDATES", "SILU_IMPL_TORCH",
@@ -172,6 +172,25 @@ def launch_config(m: int, config=None) -> dict:
     return cfg
 
 
+def allocate_outputs(m: int, n: int, device):
+    """The outputs of both backends for M rows and N columns: codes float8_e4m3fn [M, N], the packed
+    scales' storage int32 [P, round_up(M, 4)] (P = ceil(N/128/4) words per row) and the view the
+    launchers return, ``storage.T[:M, :]`` ([M, P], strides (1, round_up(M, 4)))."""
+    p, tma_m = num_packed_words(n // GROUP_SIZE), tma_aligned_rows(m)
+    # codes: the producers tile [M, N] exactly (Triton: program (i, p) writes rows [i*BLOCK_M, +BLOCK_M)
+    # x columns [512p, 512p+512), masked at M and N; CUDA: one warp per (row, word p) writes that row's
+    # 512 columns): every code byte is written, so `empty` is safe.
+    codes = torch.empty(m, n, dtype=torch.float8_e4m3fn, device=device)
+    # scales: the producer of word p of token m < M stores it whole (all 4 bytes, the unused ones as 0),
+    # so the view storage.T[:M, :] is fully written. Rows M..tma_M-1 of storage.T (at most 3 int32 per
+    # word: TMA alignment) are not elements of the returned tensor and are never written. A consumer
+    # that indexes the view cannot reach them; a GEMM whose TMA box fetches them applies each token's
+    # scale to that token's row only, so they can reach only output rows >= M, which are never stored
+    # (notebook 03, section 8). So `empty` is safe; zeros would be a wasted fill kernel.
+    storage = torch.empty(p, tma_m, dtype=torch.int32, device=device)
+    return codes, storage, storage.T[:m, :]
+
+
 # --------------------------------------------------------------------------------------------------
 # The CUDA C++ backend (kernels/cuda/fp8.cu): the same allocations and bytes
 # --------------------------------------------------------------------------------------------------
@@ -181,17 +200,8 @@ def _cuda_fp8_quant(src: torch.Tensor, m: int, n: int, silu_mul: bool):
     up) when ``silu_mul``, else y [M, N]; bf16, contiguous. Returns (codes, scales) laid out as the
     Triton backend lays them out."""
     nvcc.check_backend("cuda")
-    p = num_packed_words(n // GROUP_SIZE)
-    tma_m = tma_aligned_rows(m)
-    # codes: one warp per (row, packed word p) writes row m's columns [512p, 512p+512) (those < N);
-    # the warps cover every row and word, so every code byte is written: empty is safe.
-    codes = torch.empty(m, n, dtype=torch.float8_e4m3fn, device=src.device)
-    # scales: storage int32 [P, tma_M]; warp (m, p) stores word p of row m whole (all 4 bytes, the
-    # unused ones 0), so the view storage.T[:M, :] is fully written. Rows M..tma_M-1 of storage.T are
-    # no element of the returned view and are not written, as in the Triton kernel (_launch below
-    # explains why no consumer can read them into a stored output): empty is safe.
-    storage = torch.empty(p, tma_m, dtype=torch.int32, device=src.device)
-    scales = storage.T[:m, :]
+    codes, storage, scales = allocate_outputs(m, n, src.device)
+    p = storage.shape[0]
     if m == 0:
         return codes, scales
     if m * p >= 1 << 31:
@@ -248,21 +258,8 @@ def _launch(src: torch.Tensor, m: int, n: int, silu_mul: bool, emulate, config, 
         return _cuda_fp8_quant(src, m, n, silu_mul)  # same allocations, same bytes (kernels/cuda/fp8.cu)
     emulate = resolve_emulate(emulate, EMULATE_WHY)
     cfg = launch_config(m, config)
-    num_groups = n // GROUP_SIZE
-    p = num_packed_words(num_groups)
-    tma_m = tma_aligned_rows(m)
-    # codes: program (i, p) writes rows [i*BLOCK_M, +BLOCK_M) x columns [512p, 512p+512) (masked at M
-    # and N); the programs tile [M, N] exactly, so every code byte is written: empty is safe.
-    codes = torch.empty(m, n, dtype=torch.float8_e4m3fn, device=src.device)
-    # scales: storage int32 [P, tma_M]; program (i, p) writes word p of its tokens m < M (all 4
-    # bytes, the unused ones as 0), so the view storage.T[:M, :] is fully written. Rows M..tma_M-1
-    # of storage.T (at most 3 int32 per word: TMA alignment) are not elements of the returned
-    # tensor and are never written. A consumer that indexes the view cannot reach them; a GEMM whose
-    # TMA box fetches them applies each token's scale to that token's row only, so they can reach
-    # only output rows >= M, which are never stored (notebook 03, section 8). So empty is safe;
-    # zeros would be a wasted fill kernel.
-    storage = torch.empty(p, tma_m, dtype=torch.int32, device=src.device)
-    scales = storage.T[:m, :]
+    codes, storage, scales = allocate_outputs(m, n, src.device)
+    p = storage.shape[0]
     if m == 0:
         return codes, scales
     require_launchable(silu_mul_quant_fp8_kernel)

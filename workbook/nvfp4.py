@@ -47,7 +47,7 @@ __all__ = [
     "E2M1_VALUES", "E2M1_MAX", "E4M3_MAX", "round_up", "padded_scale_shape", "global_scale_of",
     "e2m1_encode", "e2m1_decode", "e2m1_round_brute", "e4m3_grid", "e4m3_round_brute", "swizzle_offset",
     "swizzle_scales", "unswizzle_scales", "quantize_ref", "dequantize_ref",
-    "CONFIG", "EMULATE_WHY", "launch_rule", "launch_tile", "nvfp4_quant", "nvfp4_quant_plain",
+    "CONFIG", "EMULATE_WHY", "launch_rule", "launch_tile", "allocate_outputs", "nvfp4_quant", "nvfp4_quant_plain",
     "nvfp4_launch_plan", "e4m3_cast_errors", "nvfp4_gemm_ref", "nvfp4_gemm_small_m_model",
     "quant_coverage", "logical_scale_coverage",
 ]
@@ -294,6 +294,32 @@ def _check_inputs(x, global_scale, check_finite: bool = False):
     return M, K, global_scale
 
 
+def allocate_outputs(M: int, K: int, device, *, swizzled: bool = True, alloc: str = "empty"):
+    """The outputs of :func:`nvfp4_quant`, both backends: codes uint8 [M, K/2] and the scales as uint8
+    (the launcher returns a float8_e4m3fn view of the same storage), [round_up(M, 128),
+    round_up(K/16, 4)] swizzled or [M, K/16] linear. ``alloc='zeros'`` fills the scales (the
+    benchmark's comparison); the codes are always ``empty``."""
+    if alloc not in ("empty", "zeros"):
+        raise ValueError(f"alloc must be 'empty' or 'zeros', got {alloc!r}")
+    n = K // 16
+    # codes: every one of the M x K/16 blocks is quantized by exactly one program, which stores its 8
+    # code bytes (Triton: program i takes blocks [i*BLOCK_S, (i+1)*BLOCK_S) of [M, K/2] read flat, masked
+    # past the end; CUDA: the CTA of the block's 128 x 32 tile, of its row piece or of its narrow tile).
+    # Every byte is written, so `empty` is safe.
+    codes = torch.empty((M, K // 2), dtype=torch.uint8, device=device)
+    new = torch.empty if alloc == "empty" else torch.zeros
+    if swizzled:
+        # scales, swizzled: every entry of the padded grid [Mp, Kp] is stored, the real ones (r < M,
+        # c < K/16) by their block's quantizer and the padded ones (rows M..Mp-1, columns K/16..Kp-1) as 0
+        # (Triton: the padding programs; CUDA: each CTA stores its whole 512-byte swizzled tiles, or its
+        # pieces' whole runs of them). Every byte of the storage, padding included, is written, so
+        # `empty` is safe; write_padding=False leaves the padding unwritten: the regression.
+        return codes, new((round_up(M, 128), round_up(n, 4)), dtype=torch.uint8, device=device)
+    # scales, linear: [M, K/16] is exactly the written size, one byte per block stored by its
+    # quantizer: `empty` is safe.
+    return codes, new((M, n), dtype=torch.uint8, device=device)
+
+
 # --------------------------------------------------------------------------------------------------
 # The CUDA C++ backend (kernels/cuda/nvfp4.cu): the same checks, allocations and bytes
 # --------------------------------------------------------------------------------------------------
@@ -304,28 +330,8 @@ def _cuda_nvfp4_quant(x: torch.Tensor, global_scale, *, swizzled: bool = True, w
     launcher, computed by ``nvfp4_quant_cuda`` (kernels/cuda/nvfp4.cu)."""
     nvcc.check_backend("cuda")
     M, K, global_scale = _check_inputs(x, global_scale, check_finite)
-    if alloc not in ("empty", "zeros"):
-        raise ValueError(f"alloc must be 'empty' or 'zeros', got {alloc!r}")
-    n = K // 16
-    # codes: the tiles of 128 rows x 32 blocks cover all M x K/16 blocks (each quantized whole, or as
-    # row pieces by CTAs of the same launch, or as 4 narrow pieces by a second launch), and the thread
-    # that owns a real block stores its 8 code bytes: every byte is written, so `empty` is safe.
-    codes = torch.empty((M, K // 2), dtype=torch.uint8, device=x.device)
-    new = torch.empty if alloc == "empty" else torch.zeros
-    if swizzled:
-        sf_rows, sf_cols = round_up(M, 128), round_up(n, 4)
-        # scales, swizzled: the CTA of each tile (128 x 32 blocks, or 128 x 8 in the narrow launch) gathers
-        # its scale bytes (0 for padded entries: rows >= M, columns >= K/16) and stores its whole 512-byte
-        # swizzled tiles (a CTA of a row piece: its 128- or 256-byte run of each; the pieces of a tile
-        # make up its whole runs); the tiles cover the padded grid [Mp, Kp], so every byte of the storage,
-        # padding included, is written: `empty` is safe (write_padding=False stores only the real
-        # entries: the regression).
-        sf = new((sf_rows, sf_cols), dtype=torch.uint8, device=x.device)
-    else:
-        sf_rows, sf_cols = M, n
-        # scales, linear: the thread of each real block stores its byte; [M, K/16] is the whole
-        # storage: `empty` is safe.
-        sf = new((M, n), dtype=torch.uint8, device=x.device)
+    codes, sf = allocate_outputs(M, K, x.device, swizzled=swizzled, alloc=alloc)
+    n, (sf_rows, sf_cols) = K // 16, sf.shape
     if M == 0:
         return codes, sf.view(torch.float8_e4m3fn)
     if M * n >= 1 << 31:
@@ -437,28 +443,9 @@ def nvfp4_quant(x: torch.Tensor, global_scale, *, swizzled: bool = True, write_p
                                  check_finite=check_finite)
     global _launchable
     M, K, global_scale = _check_inputs(x, global_scale, check_finite)
-    if alloc not in ("empty", "zeros"):
-        raise ValueError(f"alloc must be 'empty' or 'zeros', got {alloc!r}")
+    codes, sf = allocate_outputs(M, K, x.device, swizzled=swizzled, alloc=alloc)
     emulate = resolve_emulate(emulate, EMULATE_WHY)
-    n = K // 16
-    # codes: [M, K/2] is [M * K/16 blocks, 8 bytes] read flat; quantizing program i writes the bytes of
-    # blocks [i*BS, (i+1)*BS) (masked past the end), and the cdiv(M*K/16, BS) programs cover every
-    # block, so every byte is written: `empty` is safe.
-    codes = torch.empty((M, K // 2), dtype=torch.uint8, device=x.device)
-    new = torch.empty if alloc == "empty" else torch.zeros
-    if swizzled:
-        sf_rows, sf_cols = round_up(M, 128), round_up(n, 4)
-        # scales, swizzled: the quantizing programs store the scale of each real block (r < M,
-        # c < K/16) at its swizzled offset, and the padding programs store 0 at every other entry of
-        # the padded grid [Mp, Kp] (rows M..Mp-1, then columns K/16..Kp-1). Together they write every
-        # byte of the storage, padding included, so `empty` is safe. (Allocated as uint8 because the
-        # kernel stores bytes; returned as a float8_e4m3fn view of the same storage.)
-        sf = new((sf_rows, sf_cols), dtype=torch.uint8, device=x.device)
-    else:
-        sf_rows, sf_cols = M, n
-        # scales, linear: [M, K/16] is exactly the written size, one byte per block at the block's
-        # flat index; the quantizing programs cover every block, so `empty` is safe.
-        sf = new((M, n), dtype=torch.uint8, device=x.device)
+    n, (sf_rows, sf_cols) = K // 16, sf.shape
     if M == 0:
         return codes, sf.view(torch.float8_e4m3fn)
     bs, warps = launch_tile(M, K, config)
