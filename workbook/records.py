@@ -28,7 +28,7 @@ from pathlib import Path
 
 __all__ = [
     "DATA_DIR", "SCHEMA", "Measurement", "as_record", "save_record", "load_record", "validate_record", "recorded_label",
-    "time_keys", "format_table", "NotRecorded",
+    "time_keys", "format_table", "human_bytes", "NotRecorded",
 ]
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -155,6 +155,15 @@ def recorded_label(rec: dict) -> str:
     where = m.get("gpu") or f"CPU ({m.get('cpu', '?')})"
     return (f"recorded {rec['recorded']} on {where}, torch {m['torch']}, Triton {m['triton']}"
             + (f", CUDA {m['cuda']}" if m.get("cuda") else ""))
+
+
+def human_bytes(nbytes: float) -> str:
+    """4096 -> '4 KiB': a size as the tables and plots print it."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if nbytes < 1024 or unit == "GiB":
+            return f"{nbytes:g} {unit}"
+        nbytes /= 1024
+    return f"{nbytes:g}"
 
 
 def format_table(rows: list[dict], columns: list[tuple], title: str | None = None) -> str:

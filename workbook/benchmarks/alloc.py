@@ -33,7 +33,7 @@ import torch
 
 from ..alloc import FILL_DTYPES, stale_bytes_demo
 from ..device import DEVICE, ON_GPU
-from ..records import Measurement, NotRecorded, format_table, recorded_label
+from ..records import Measurement, NotRecorded, format_table, human_bytes, recorded_label
 from ..timing import (copy_ceiling_GBps, fixed_time_us, graph_time_us, quiet_kineto, require_gpu,
                       time_us)
 
@@ -106,17 +106,9 @@ def run(*, budget_s: float | None = None, smoke: bool = False) -> Measurement:
 # Readers of the record
 # --------------------------------------------------------------------------------------------------
 
-def _size(nbytes: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if nbytes < 1024 or unit == "GiB":
-            return f"{nbytes:g} {unit}"
-        nbytes /= 1024
-    return f"{nbytes:g}"
-
-
 def table(rec: dict) -> str:
     """The sweep: zeros and empty alone and followed by a full overwrite, eager and graph replay."""
-    columns = [("size", lambda r: _size(r["bytes"]), "s"),
+    columns = [("size", lambda r: human_bytes(r["bytes"]), "s"),
                ("zeros", "zeros_eager_us", ".1f"), ("empty", "empty_eager_us", ".1f"),
                ("zeros+ow", "zeros_overwrite_eager_us", ".1f"), ("empty+ow", "empty_overwrite_eager_us", ".1f"),
                ("ratio", "overwrite_eager_ratio", ".2f"),

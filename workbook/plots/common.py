@@ -11,6 +11,7 @@ from matplotlib.colors import ListedColormap  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
 from ..coverage import Coverage  # noqa: E402
+from ..records import human_bytes  # noqa: E402,F401  (re-exported: the notebooks label sizes with it)
 
 __all__ = ["coverage_map", "COVERAGE_COLORS", "human_bytes", "source_of", "show_code"]
 
@@ -52,14 +53,6 @@ def coverage_map(cov: Coverage, ax=None, title: str | None = None, tile: tuple[i
         handles.append(Patch(color=COVERAGE_COLORS[3], label="read before written\n(accumulated into)"))
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     return ax
-
-
-def human_bytes(nbytes: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if nbytes < 1024 or unit == "GiB":
-            return f"{nbytes:g} {unit}"
-        nbytes /= 1024
-    return f"{nbytes:g}"
 
 
 def source_of(obj) -> str:
