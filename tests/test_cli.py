@@ -190,3 +190,17 @@ def test_audit_subcommand(capsys, tmp_path):
     assert cli.main(["audit", str(tmp_path / "nope")]) == 2
     err = capsys.readouterr().err
     assert "nope" in err and "Traceback" not in err
+
+
+@pytest.mark.skipif(ON_GPU, reason="the CPU compile path is what notebook 06 takes without a GPU")
+def test_doctor_is_not_ready_without_a_cxx_compiler(capsys, monkeypatch):
+    import torch._inductor.config as inductor_config
+
+    monkeypatch.setattr(inductor_config.cpp, "cxx", (None, "no-such-cxx-compiler"))
+    monkeypatch.setattr(inductor_config, "fx_graph_cache", False)   # a cached kernel needs no compiler
+    torch._dynamo.reset()          # an earlier doctor run in this process compiled the same function
+    ok, verdict = cli.compile_smoke()
+    assert not ok and "no working C++ compiler" in verdict and "apt-get install -y g++" in verdict, verdict
+    rc, out, _ = run(capsys, "doctor", "start_here")
+    assert rc == 1 and "torch.compile on the CPU (notebook 06): [FAILED]" in out, out
+    assert "NOT READY: torch.compile on the CPU (a C++ compiler; see above)" in out, out

@@ -175,6 +175,32 @@ def run_smoke(topic: str) -> tuple[bool, str]:
         return False, _one_line(e)
 
 
+COMPILER_FIX = ("install a C++ compiler: Debian/Ubuntu `sudo apt-get install -y g++`; on macOS the workbook runs in a "
+                "Linux container (Triton has no macOS wheels): install g++ there the same way; or point "
+                "CXX at a compiler")
+
+
+def compile_smoke() -> tuple[bool, str]:
+    """torch.compile of a two-op function on CPU tensors, the path notebook 06 takes without a GPU:
+    Inductor generates C++ and needs a working C++ compiler (``torch._inductor.config.cpp.cxx``, from
+    $CXX, default g++). (ok, verdict)."""
+    import torch
+
+    try:
+        fn = torch.compile(lambda x: torch.relu(x) * 2 + 1, dynamic=False)
+        out = fn(torch.arange(-2.0, 2.0))
+        if not torch.equal(out, torch.tensor([1.0, 1.0, 1.0, 3.0])):
+            return False, f"compiled result {out.tolist()} is wrong"
+    except Exception as e:  # noqa: BLE001 - doctor reports every failure as a verdict
+        text = _one_line(e, 200)
+        if "CxxCompiler" in text or "C++ compiler" in text:
+            return False, f"no working C++ compiler for torch.compile on the CPU ({text}): {COMPILER_FIX}"
+        return False, text
+    from torch._inductor import config as inductor_config
+
+    return True, f"C++ compiler {inductor_config.cpp.cxx[-1]} works"
+
+
 def _versions() -> tuple[dict, list[str], list[str]]:
     from importlib import metadata
 
@@ -243,6 +269,14 @@ def _cmd_doctor(args) -> int:
     if unrecorded:
         print(f"not recorded yet: {', '.join(unrecorded)} (without a GPU their notebooks have no recorded "
               f"GPU figures; record them on a GPU with `python3 -m workbook bench {' '.join(unrecorded)}`)")
+
+    if d["interpreted"]:   # without a GPU, notebook 06 compiles its decoder for the CPU: Inductor's C++
+        t0 = time.perf_counter()
+        ok, verdict = compile_smoke()
+        print(f"torch.compile on the CPU (notebook 06): [{'ok' if ok else 'FAILED'}] {verdict} "
+              f"({time.perf_counter() - t0:.1f} s)")
+        if not ok:
+            broken.append("torch.compile on the CPU (a C++ compiler; see above)")
 
     print("smoke runs (one small kernel per topic, against its pure-torch reference):")
     for topic in args.topics or known:

@@ -9,7 +9,8 @@ of :mod:`workbook.audit.analyzer`. The package, in the order its modules import 
 * ``results``: :class:`Finding`, :class:`Skipped`, :class:`AuditResult`, :func:`format_text`, :func:`to_json`;
 * ``source``: the files, their defs found by text and parsed one at a time, the shared :mod:`ast` helpers;
 * ``analyzer``: follows one buffer through a function body to its decisive use (kernels and helpers too);
-* ``sites``: the fills of each function and what they make: findings, necessary fills; :func:`audit_sources`;
+* ``sites``: the fills of each function and what they make: findings, necessary fills;
+* ``driver``: :func:`audit_sources` runs the sites over in-memory sources;
 * ``cli``: :func:`audit` over files and folders, and the command line (:func:`add_arguments`, :func:`run`,
   :func:`main`).
 
@@ -17,7 +18,7 @@ Only :mod:`ast` and the standard library: no torch, no GPU.
 """
 from .cli import add_arguments, audit, main, run
 from .results import CONFIDENCES, AuditResult, Finding, Skipped, format_text, to_json
-from .sites import audit_sources
+from .driver import audit_sources
 
 __all__ = [
     "CONFIDENCES", "Finding", "Skipped", "AuditResult", "audit", "audit_sources", "format_text", "to_json",

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Iterable
 
 from .results import CONFIDENCES, AuditResult, Skipped, format_text, to_json
-from .sites import audit_sources
+from .driver import audit_sources
 from .source import _iter_files
 
 
