@@ -105,6 +105,19 @@ def test_participant_version_replaces_solutions_by_stubs_and_clears_outputs():
     assert p.metadata["workbook"] == {"participant_version_of": "toy.ipynb"}
 
 
+def test_participant_versions_show_no_test_markers():
+    """nbval's markers are for the complete notebooks; a participant sees code that is theirs to read."""
+    nb = _toy()
+    nb.cells[3].source = "# NBVAL_CHECK_OUTPUT\n" + nb.cells[3].source
+    nb.cells[0].source = "  # NBVAL_IGNORE_OUTPUT\n" + nb.cells[0].source
+    p = ex.participant_version(nb, "toy.ipynb")
+    assert not any("NBVAL" in c.source for c in p.cells)
+    assert p.cells[0].source == nb.cells[0].source.split("\n", 1)[1]          # the rest of the cell kept
+    for path in ex.resolve_notebooks([]):
+        real = ex.participant_version(nbformat.read(path, as_version=4), path.name)
+        assert not [i for i, c in enumerate(real.cells) if "NBVAL" in c.source], path.name
+
+
 def _broken(mutate):
     nb = _toy()
     mutate(nb.cells)

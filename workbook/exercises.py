@@ -136,9 +136,14 @@ def _note_id(ex: str, taken: set[str]) -> str:
     return cid
 
 
+_NBVAL_LINE = re.compile(r"^[ \t]*#[ \t]*NBVAL_[A-Z_]+[^\n]*(\n|$)", re.M)
+
+
 def participant_version(nb, name: str = "notebook"):
     """A new notebook: ``nb`` with each solution region replaced by its stub (the region's cells
-    removed, one markdown line in their place), the outputs of stub and grader cells cleared."""
+    removed, one markdown line in their place), the outputs of stub and grader cells cleared, and the
+    test markers (``# NBVAL_CHECK_OUTPUT`` and the like: nbval's, for the complete notebooks) taken out
+    of every code cell, so that a participant sees only code that is theirs to read."""
     import nbformat
 
     exs = exercises(nb, name)
@@ -162,6 +167,8 @@ def participant_version(nb, name: str = "notebook"):
         if i in cleared:
             cell.outputs, cell.execution_count = [], None
             cell.metadata.pop("execution", None)
+        if cell.cell_type == "code":
+            cell.source = _NBVAL_LINE.sub("", cell.source)
         cells.append(cell)
     out.cells = cells
     out.metadata["workbook"] = {"participant_version_of": name}
