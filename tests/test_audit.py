@@ -242,7 +242,7 @@ def test_confidence_rules_and_flags():
     assert "CONDITIONAL" in f["unknown_kernel"].obligation and "PADDED" in f["unknown_kernel"].obligation
     assert f["unknown_kernel_plain"].confidence == "low"
     assert f["custom_op"].confidence == "medium" and "custom op" in f["custom_op"].overwrite
-    assert f["data_dependent"].confidence == "medium" and "depends on loaded values" in f["data_dependent"].overwrite
+    assert f["data_dependent"].confidence == "low" and "depends on loaded values" in f["data_dependent"].overwrite
     assert f["through_view"].view and "VIEW" in f["through_view"].obligation
 
 

@@ -7,6 +7,7 @@
     python -m workbook exercises OUTDIR [NB ...]  participant notebooks: every solution region replaced by
                                                   its stub (workbook/exercises.py has the convention)
     python -m workbook audit PATH ... [--json] [--min-confidence high|medium|low] [--exclude GLOB]
+                                  [--strict] [--jobs N]   (exit 1: findings; 3: files not audited)
                                                   allocate-then-overwrite candidates in Python sources
 
 Bench topics: the registry of :mod:`workbook.benchmarks` (alloc, nvfp4, fp8, turboquant, gdn,

@@ -49,6 +49,7 @@ def stale_bytes_demo(n: int = 8) -> dict:
         step_in = torch.zeros(1, device=DEVICE)
 
         def step():
+            # audit: ok -- the stale-bytes demo of notebook 01: the last element is left unwritten on purpose
             buf = torch.empty(n, device=DEVICE)
             buf[: n - 1] = step_in + torch.arange(n - 1, device=DEVICE)  # forgets the last element
             holder["buf"] = buf

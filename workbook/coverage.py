@@ -195,8 +195,10 @@ class Coverage:
 
     def __post_init__(self):
         if self.read_before_written is None:
+            # audit: ok -- the default mask: all False (nothing read before written) is its value
             self.read_before_written = torch.zeros_like(self.written)
         if self.nondeterministic is None:
+            # audit: ok -- the default mask: all False (nothing nondeterministic) is its value
             self.nondeterministic = torch.zeros_like(self.written)
 
     @property

@@ -390,6 +390,7 @@ class MiniDecoder(torch.nn.Module):
             # empty: rows [num_tokens:] stay unwritten, and only row-wise ops read them, into padding rows
             # that nothing reads (attention is causal and runs on the real rows); the test
             # test_buffer_padding_rows_never_reach_real_rows poisons them two ways.
+            # audit: ok -- rows [num_tokens:] reach only row-wise and causal ops, never a kept result (notebook 06)
             output = torch.empty_like(x)
             output[:num_tokens] = all_reduce(block(m, x[:num_tokens]))
             return output

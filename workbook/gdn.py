@@ -650,6 +650,7 @@ def make_block_params(hidden=64, num_k_heads=2, num_v_heads=4, head_k_dim=16, he
 def z_handoff_zero_then_copy(z: torch.Tensor) -> torch.Tensor:
     """The pattern removed from a GDN path: a fresh buffer zero-filled, then overwritten whole."""
     z_out = torch.empty(z.shape, dtype=z.dtype, device=z.device)
+    # audit: ok -- notebook 05's demo of the redundant fill (the legacy GDN path it removes and times)
     z_out.zero_()   # redundant: the next line writes every element of z_out
     z_out[:] = z
     return z_out

@@ -8,11 +8,16 @@ of :mod:`workbook.audit.analyzer`. The package, in the order its modules import 
 
 * ``results``: :class:`Finding`, :class:`Skipped`, :class:`AuditResult`, :func:`format_text`, :func:`to_json`;
 * ``source``: the files, their defs found by text and parsed one at a time, the shared :mod:`ast` helpers;
+* ``callees``, ``regions``, ``kernel_use``: what a callee does by its name and words (``out=``, collectives,
+  DLPack, an op's docstring), which part of a buffer a set of slices covers (and padding provenance),
+  and how a Triton kernel uses a pointer;
 * ``analyzer``: follows one buffer through a function body to its decisive use (kernels and helpers too);
 * ``sites``: the fills of each function and what they make: findings, necessary fills;
-* ``driver``: :func:`audit_sources` runs the sites over in-memory sources;
-* ``cli``: :func:`audit` over files and folders, and the command line (:func:`add_arguments`, :func:`run`,
-  :func:`main`).
+* ``driver``: :func:`audit_sources` runs the sites over in-memory sources (file by file, shared among
+  forked worker processes on a large tree), each finding once;
+* ``cli``: :func:`audit` over files and folders (each real file once; special files never opened), and
+  the command line a CI gates on (:func:`add_arguments`, :func:`run`, :func:`main`; exit codes 0 clean,
+  1 findings, 2 usage, 3 files not audited, ``--strict``).
 
 Only :mod:`ast` and the standard library: no torch, no GPU.
 """

@@ -5,39 +5,77 @@
 ``zeros_like``, ``new_zeros``, ``full(.., 0)``, ``full_like(.., 0)``, ``new_full(.., 0)``,
 ``.zero_()``, ``.fill_(0)``, ``t[:] = 0``) whose tensor is, as its next use, overwritten:
 
-* passed to a Triton launch ``kernel[grid](...)`` whose kernel (found in the files given) only *stores*
-  through that pointer (a kernel that loads or ``atomic_*``s it accumulates: the zeros are needed);
-* passed as ``out=`` to a call, or as the output parameter of a custom op (``mutates_args`` of a
-  ``torch.library.custom_op`` in the files, or an output-named argument of ``torch.ops.*`` / ``ops.*``);
-* assigned whole: ``x[:] = ...``, ``x[...] = ...``, ``x.copy_(...)``, or by complementary slices
-  ``x[:k] = a; x[k:] = b``;
-* handed to a Python function of the files given whose parameter is written that way (followed up to
-  a few calls deep), or returned from an allocation helper whose callers do one of the above.
+* passed to a Triton launch ``kernel[grid](...)`` whose kernel (a ``@triton.jit`` def found in the
+  files, under its own name or an import alias) only *stores* through that pointer (a kernel that
+  loads or ``atomic_*``s it accumulates: the zeros are needed). ``name[i](...)`` is a launch only when
+  ``name`` is such a kernel or unknown; an element of a list/tuple/dict variable, or a constant index
+  (``lc[1](...)``), is a call of an unknown callee;
+* passed as ``out=`` to torch's or numpy's own functions (overwrite semantics), or as the output of a
+  collective that writes every element (``all_gather_into_tensor``, ``reduce_scatter_tensor``,
+  ``all_to_all_single``, ``recv``); ``out=`` to any other callee is an assumption, and a keyword to a
+  constructor or a field replacement (``Result(out=x)``, ``p.clone(out=x)``) is no write at all;
+* assigned whole: ``x[:] = ...``, ``x[...] = ...``, ``x.copy_(...)``, zero-filled again
+  (``x.zero_()``: the first fill is the redundant one), or by writes whose slices together cover
+  every element (:mod:`workbook.audit.regions`: ``[:k]`` + ``[k:]`` on any one dimension, ``[0]`` +
+  ``[1:]``, ``[:, 0]`` + ``[:, 1]`` of a dimension allocated as 2, ``0::2`` + ``1::2``,
+  ``[..., :h]`` + ``[..., h:]``; bounds compared as sums after the names assigned once are replaced,
+  so ``total = n + m`` ends ``[:n]`` + ``[n:n + m]``; on each ``if q == 4:`` branch separately);
+* handed to a Python function or custom op of the files given whose parameter is written that way
+  (followed up to a few calls deep, through import aliases; a name defined two or three times is
+  followed into each definition, and only an answer they all give counts), or returned from an
+  allocation helper whose callers do one of the above.
 
 A zeros buffer whose next use reads it (``+=``, ``index_add_``, ``scatter_add_``, an accumulating
-kernel, any arithmetic, a partial slice write that leaves the rest zero) is **not** reported: there the
-zero fill is part of the result.
+kernel, ``all_reduce``, any arithmetic, a nested function that reads it, a partial slice write that
+leaves the rest zero, a returned buffer no caller in the files overwrites) is **not** reported: the
+zero fill is part of the result (it is listed as *necessary*, with the reason). Statements after a
+``return``/``raise``/``continue``/``break`` of their block never run and are not read. An op's own
+words outweigh a write the audit only assumes (:mod:`workbook.audit.callees`): a ``mutates_args``
+op, or one whose body is not followed, whose docstring or comments say it accumulates into the
+buffer or leaves part of it untouched is taken at its word.
+
+**Where the trail is lost** the tool says so, never silently: a zero fill whose next use is a callee
+not in the files (a function, an ``nn.Module``, a ``torch.compile`` result, an element of a list), a
+collective other than the ones above, DLPack (``from_dlpack``), a raw ``data_ptr()`` passed on, a
+container, an object's field, a nested function that writes it, or an attribute kept past the function,
+is a ``trail-lost`` finding at ``low`` confidence that names the place.
+
+A nested function or lambda that captures the buffer counts as a use where it is defined (after the
+fill): one that reads it makes the zeros necessary, one that writes it loses the trail (when it runs
+is not followed); a lambda that reads only ``x.shape`` is no use.
 
 It also flags the reverse risk: an ``empty`` buffer written only through slices (``out[:n] = ...``,
-``kernel[grid](out[:n])``) that are not provably the whole length, and then used.
+``kernel[grid](out[:n])``), once (not in a loop), when some part of it is neither shown written (the
+slices do not provably cover it: :func:`workbook.audit.regions._gap`) nor shown unread: after the
+writes the buffer is used beyond the written slices (returned whole, passed on, stored, kept in an
+attribute). The finding names that consumer. Reads of exactly the written slices (``return out[:n]``)
+and a buffer that is dropped are proofs that the rest is unread.
 
 Confidence (the rule, so that a maintainer can weigh a finding):
 
 * ``high``: the overwrite is the first use after the fill, in the same or an enclosing block (not only
   under an ``if``/loop/``try`` the fill is not under), and it is a whole-tensor construct
-  (``x[:] =``, ``copy_``, ``out=``) or a launch/custom op/function whose body in the files given
-  writes that argument and never reads it.
+  (``x[:] =``, ``copy_``, torch's ``out=``, a covering set of slices, a whole-output collective) or a
+  launch/custom op/function whose body in the files given writes that argument and never reads it.
 * ``medium``: the same, but the overwrite is conditional, goes through an allocation helper's
-  callers, is done by a kernel whose stores depend on values it loads (indices, lengths) or that
-  returns early, or the callee is not in the files (a kernel or op whose argument has an output-like
-  name such as ``out``/``output``/``*_out``); reverse-risk (partial ``empty``) findings.
-* ``low``: the callee is not in the files and nothing says the argument is an output.
+  callers, is done by a kernel that may return early, through a name defined more than once, or the
+  callee is not in the files (``out=``
+  of another library, a kernel or op whose argument has an output-like name such as
+  ``out``/``output``/``*_out``, a ``mutates_args`` op whose body shows no write); every reverse-risk
+  finding.
+* ``low``: a kernel whose stores a loaded value decides (an index, a mask, an ``if`` on a loaded
+  value) or that stores only for the programs one side of a comparison of program ids picks
+  (``if i_i > i_j:`` with no ``else``: a triangle of blocks): the elements it skips keep the zeros
+  (:mod:`workbook.audit.kernel_use`); the callee is not in the files and nothing says the argument is
+  an output, or something says it may add into it (an accumulate keyword, a name such as
+  ``*_add``); every ``trail-lost`` finding.
 
 Writes through part of a tensor (``x[:n]``, ``narrow``, ``select``, an alias ``y = x[:n]``) are partial;
 ``if``/``else`` branches are exclusive; other control flow is read in source order. Only the functions
-that hold a fill or an ``empty`` (and those the analysis follows) are parsed, one def at a time, which
-keeps a tree of thousands of files to seconds of CPU; a file whose def does not parse is parsed whole
-and, if that fails, named in the output and skipped.
+that hold a fill or an ``empty`` (and those the analysis follows) are parsed, one def at a time.
+A deliberate case is marked where it is allocated, as linters do: ``# audit: ok -- <why>`` on the
+allocation's line (or a comment line just above it) moves the finding to the *suppressed* list with
+its reason (:mod:`workbook.audit.sites`); the reason is required.
 
 A finding is a *candidate*, not a proof: its **proof obligation** says which writes must cover which
 region (and whether padding, a view over larger storage or a partial slice is involved); prove it
@@ -50,6 +88,10 @@ import ast
 import re
 from dataclasses import dataclass, field
 
+from .callees import (_collective, _compiled_names, _DIST, _doc_hint, _DLPACK, _import_aliases, _is_constructor,
+                      _is_jit, _is_library, _out_keyword)
+from .kernel_use import _Kernels
+from .regions import _alloc_shape, _env, _gap
 from .results import _RANK
 from .source import (_call_name, _control, _dotted, _exclusive, _Func, _Index, _is_whole_slice, _is_zero,
                      _mutated_args, _params, _Source, _src, _stmt_of)
@@ -72,9 +114,13 @@ _PARTIAL = {"masked_fill_", "index_fill_", "index_copy_", "scatter_", "index_put
 _WHOLE = {"copy_", "normal_", "uniform_", "random_", "bernoulli_", "exponential_", "geometric_", "cauchy_",
           "log_normal_"}
 _READ_ONLY_CALLS = {"print", "len", "isinstance", "id", "hash", "repr", "str", "type"}
+_STATE_CALLS = {"register_buffer", "register_parameter", "Parameter", "Buffer"}   # the zeros become module state
 _OUTPUT_NAME = re.compile(r"(^|_)(out|outs|output|outputs|dst|dest|result|results|res|o|y|c)(_|\d|$)|out$|^out",
                           re.IGNORECASE)
+_CONTAINERS = (ast.List, ast.Tuple, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp)
+_EXITS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
 _MAX_DEPTH = 4
+_MAX_DEFS = 3          # a name defined more often than this is not followed (which one runs is unknown)
 
 
 # ---- use analysis ---------------------------------------------------------------------------------
@@ -93,116 +139,141 @@ class _Use:
     conditional: bool = False
     in_loop: bool = False
     file: str = ""
+    region: ast.AST | None = None      # the slice this occurrence goes through (x[sl]), if any
+    regions: list = field(default_factory=list)   # the slices of the partial writes, in order
+    consumer: str | None = None        # after partial writes: who uses the buffer beyond them
 
 
 def _min_conf(a: str, b: str) -> str:
     return a if _RANK[a] <= _RANK[b] else b
 
 
-def _tainted(body: list, param: str) -> set[str]:
-    """``param`` and the local names computed from it (pointer arithmetic, block pointers), in a
-    kernel's nodes ``body``."""
-    taint = {param}
-    for _ in range(3):  # propagate through local pointer arithmetic / block pointers
-        for n in body:
-            if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and n.value is not None:
-                names = {x.id for x in ast.walk(n.value) if isinstance(x, ast.Name)}
-                if names & taint:
-                    targets = n.targets if isinstance(n, ast.Assign) else [n.target]
-                    for t in targets:
-                        taint |= {x.id for x in ast.walk(t) if isinstance(x, ast.Name)}
-    return taint
+def _block_positions(root) -> dict[int, tuple[int, int]]:
+    """For every statement under ``root``: (its index in its block, the index of that block's first
+    return/raise/continue/break, or a large number). Built once per function: the test of
+    :func:`_unreachable` is then a walk up the parents, linear in the size of the function."""
+    where: dict[int, tuple[int, int]] = {}
+    for node in ast.walk(root):
+        for fname in ("body", "orelse", "finalbody", "handlers"):
+            block = getattr(node, fname, None)
+            if isinstance(block, list):
+                first_exit = next((i for i, s in enumerate(block) if isinstance(s, _EXITS)), 1 << 30)
+                for i, s in enumerate(block):
+                    where[id(s)] = (i, first_exit)
+    return where
 
 
-def _loaded_names(body: list) -> set[str]:
-    """The local names of a kernel that hold values read from memory (``tl.load``), or computed from them."""
-    loaded: set[str] = set()
-    for _ in range(3):
-        for n in body:
-            if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and n.value is not None:
-                has_load = any(isinstance(x, ast.Call) and _call_name(x) == "load" for x in ast.walk(n.value))
-                names = {x.id for x in ast.walk(n.value) if isinstance(x, ast.Name)}
-                if has_load or names & loaded:
-                    targets = n.targets if isinstance(n, ast.Assign) else [n.target]
-                    for t in targets:
-                        loaded |= {x.id for x in ast.walk(t) if isinstance(x, ast.Name)}
-    return loaded
+def _unreachable(st, parents, root, where: dict[int, tuple[int, int]]) -> bool:
+    """Does ``st`` (or a statement holding it) follow a return/raise/continue/break in ITS block (not
+    in a sibling branch: an ``else: return`` leaves the ``if`` branch reachable)?"""
+    child = st
+    while child is not None and child is not root:
+        index, first_exit = where.get(id(child), (0, 1 << 30))
+        if first_exit < index:
+            return True
+        child = parents.get(child)
+    return False
+
+
+def _combine(uses: list[tuple[str, "_Use"]], desc: str) -> "_Use":
+    """One answer from several definitions of a callee's name: the one they all give (medium at most),
+    else the trail is lost."""
+    kinds = {u.kind for _, u in uses}
+    first = uses[0][1]
+    where = ", ".join(w for w, _ in uses)
+    if len(kinds) == 1:
+        conf = "medium"
+        for _, u in uses:
+            conf = _min_conf(conf, u.confidence)
+        return _Use(first.kind, first.line, f"{first.how} (the name has {len(uses)} definitions, {where}: all agree)",
+                    conf, view=first.view)
+    said = "; ".join(f"{w}: {u.kind}" for w, u in uses)
+    return _Use("escape", first.line, f"{desc}(...) has {len(uses)} definitions in the files that disagree ({said})",
+                "low")
 
 
 # ---- the project: the index, plus what the analysis learns about its functions -------------------
 
-class _Project(_Index):
-    """The files given (:class:`~workbook.audit.source._Index`), with two cached summaries: how a Triton
-    kernel uses a pointer parameter (:meth:`kernel_use`) and what a Python function does first with a
-    parameter (:meth:`param_use`)."""
+class _Project(_Kernels, _Index):
+    """The files given (:class:`~workbook.audit.source._Index`), with cached summaries: how a Triton
+    kernel uses a pointer parameter (:meth:`kernel_use`), what a Python function does first with a
+    parameter (:meth:`param_use`), which defs a name may mean in a file (:meth:`resolve_all`, import
+    aliases included), and the nested functions of a function (:meth:`closures`). It also holds what
+    the sites record across functions: the sites already analyzed (a nested def is loaded with its
+    enclosing def and alone) and the suppressed findings."""
 
     def __init__(self, sources: dict[str, _Source], skipped: list):
         super().__init__(sources, skipped)
-        self._kernel_summary: dict[tuple[int, str], str] = {}
+        self._kernel_summary: dict[tuple[int, str], str] = {}   # (kernel_use.py)
         self._bodies: dict[int, list] = {}
+        self._loaded: dict[int, tuple] = {}      # kernel -> (names loaded from memory, names from program_id)
         self._param_summary: dict[tuple[int, str], tuple] = {}
+        self._aliases: dict[str, dict] = {}
+        self._compiled: dict[str, dict] = {}
+        self._resolved_all: dict[tuple[str, str], tuple] = {}
+        self._closures: dict[int, list] = {}
+        self.by_node: dict[int, _Func] = {}
+        self.sites_done: set[tuple] = set()
+        self.suppressed: list[dict] = []
 
-    # -- Triton kernels: how does a kernel use the pointer it gets in parameter p?
-    def kernel_use(self, fn: _Func, param: str, depth: int = 0) -> str:
-        """'store' (only stored through), 'store-dd' (only stored, but where depends on loaded values or
-        an early return), 'load', 'rmw' (loaded and stored, or atomics), 'none'."""
-        key = (id(fn.node), param)
-        if key in self._kernel_summary:
-            return self._kernel_summary[key]
-        self._kernel_summary[key] = "none"
-        body = self._bodies.get(id(fn.node))
-        if body is None:
-            body = self._bodies[id(fn.node)] = list(ast.walk(fn.node))
-        taint = _tainted(body, param)
-        # values read from memory (indices, lengths): stores that depend on them cover a data-dependent set
-        loaded = _loaded_names(body)
-        early_return = any(isinstance(n, ast.Return) for n in body)
-        data_dep = False
-        stores = loads = atomics = False
-        for n in body:
-            if not isinstance(n, ast.Call):
-                continue
-            name = _call_name(n)
-            ptr = None
-            if name in ("store", "load") or name.startswith("atomic_"):
-                if isinstance(n.func, ast.Attribute) and _dotted(n.func.value) not in ("tl", "triton.language"):
-                    ptr = n.func.value   # desc.store(...), block_ptr style methods
-                else:
-                    ptr = n.args[0] if n.args else next((k.value for k in n.keywords if k.arg in ("pointer", "ptr")), None)
-            if ptr is not None:
-                if {x.id for x in ast.walk(ptr) if isinstance(x, ast.Name)} & taint:
-                    if name == "store":
-                        stores = True
-                        mask = next((k.value for k in n.keywords if k.arg == "mask"), n.args[2] if len(n.args) > 2 else None)
-                        used = {x.id for e in (ptr, mask) if e is not None for x in ast.walk(e) if isinstance(x, ast.Name)}
-                        loop = fn.parents.get(n)
-                        while loop is not None and loop is not fn.node:
-                            if isinstance(loop, (ast.For, ast.While)):
-                                used |= {x.id for x in ast.walk(getattr(loop, "iter", None) or loop.test)
-                                         if isinstance(x, ast.Name)}
-                            loop = fn.parents.get(loop)
-                        data_dep |= bool(used & loaded)
-                    elif name == "load":
-                        loads = True
-                    else:
-                        atomics = True
-                continue
-            hits = [i for i, a in enumerate(n.args) if {x.id for x in ast.walk(a) if isinstance(x, ast.Name)} & taint]
-            callee = self.resolve(name) if hits and depth < _MAX_DEPTH else None
-            if callee is not None:   # a @triton.jit helper called with our pointer
-                callee = [callee]
-                params = _params(callee[0].node)
-                for i, a in enumerate(n.args):
-                    if i < len(params) and {x.id for x in ast.walk(a) if isinstance(x, ast.Name)} & taint:
-                        u = self.kernel_use(callee[0], params[i], depth + 1)
-                        stores |= u in ("store", "store-dd", "rmw")
-                        loads |= u in ("load", "rmw")
-                        data_dep |= u == "store-dd"
-        res = "rmw" if atomics or (stores and loads) else "store" if stores else "load" if loads else "none"
-        if res == "store" and (data_dep or early_return):
-            res = "store-dd"
-        self._kernel_summary[key] = res
-        return res
+    def load(self, *args, **kwargs) -> list[_Func]:
+        funcs = super().load(*args, **kwargs)
+        for f in funcs:
+            self.by_node.setdefault(id(f.node), f)
+        return funcs
+
+    def aliases(self, file: str) -> dict[str, str]:
+        if file not in self._aliases:
+            src = self.sources.get(file)
+            self._aliases[file] = _import_aliases(src.text) if src is not None else {}
+        return self._aliases[file]
+
+    def compiled(self, file: str) -> dict[str, str]:
+        if file not in self._compiled:
+            src = self.sources.get(file)
+            self._compiled[file] = _compiled_names(src.text) if src is not None and "torch.compile" in src.text else {}
+        return self._compiled[file]
+
+    def resolve_all(self, name: str, file: str) -> tuple[list[_Func], int]:
+        """The defs ``name`` may mean in ``file``: through an import alias; the one def of the file if
+        there is one; else every def of that name when there are at most ``_MAX_DEFS``. Returns them
+        and how many defs the name has in the files."""
+        key = (file, name)
+        if key not in self._resolved_all:
+            self._resolved_all[key] = ([], 0)
+            own = any(d[0] == file for d in self.index.get(name, []))
+            orig = name if own else self.aliases(file).get(name, name)
+            defs = self.index.get(orig, [])
+            same = [d for d in defs if d[0] == file]
+            pick = same if len(same) == 1 else defs if len(defs) <= _MAX_DEFS else []
+            funcs = []
+            for f, ln, ind in pick:
+                funcs += [x for x in self.load(f, ln, ind) if x.node.name == orig and x.node.lineno - 1 == ln]
+            self._resolved_all[key] = (funcs, len(defs))
+        return self._resolved_all[key]
+
+    def closures(self, fn: _Func) -> list[tuple[ast.AST, set, set]]:
+        """The defs and lambdas directly inside ``fn``: (node, the names they use, the names they assign)."""
+        if id(fn.node) not in self._closures:
+            out = []
+            src = self.sources.get(fn.file)
+            body = src.lines[fn.node.lineno: fn.node.end_lineno] if src is not None else ["lambda"]
+            nodes = ast.walk(fn.node) if any("lambda" in ln or "def " in ln for ln in body) else ()
+            for n in nodes:
+                if n is fn.node or not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                    continue
+                p = fn.parents.get(n)
+                while p is not None and not isinstance(p, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                    p = fn.parents.get(p)
+                if p is not fn.node:
+                    continue
+                used = {d for x in ast.walk(n) if isinstance(x, (ast.Name, ast.Attribute)) for d in [_dotted(x)] if d}
+                free = {x for s in ast.walk(n) if isinstance(s, (ast.Nonlocal, ast.Global)) for x in s.names}
+                stored = {x.id for x in ast.walk(n) if isinstance(x, ast.Name) and isinstance(x.ctx, ast.Store)}
+                stored |= set(_params(n))
+                out.append((n, used, stored - free))
+            self._closures[id(fn.node)] = out
+        return self._closures[id(fn.node)]
 
     # -- Python functions: what does fn do first with its parameter p?
     def param_use(self, fn: _Func, param: str, depth: int) -> "_Use":
@@ -212,10 +283,34 @@ class _Project(_Index):
         self._param_summary[key] = _Use("escape", fn.node.lineno, f"{fn.qualname} (recursive)", "low")
         mutated = _mutated_args(fn.node)
         use = _Analyzer(self, fn, depth + 1).first_use(param, start=None, origin_node=None)
+        assumed = use.kind == "write" and use.confidence != "high"
         if mutated is not None and param in mutated and use.kind in ("escape", "none"):
-            use = _Use("write", fn.node.lineno, f"custom op {fn.qualname} (mutates_args={param!r})", "high")
+            use = _Use("write", fn.node.lineno, f"custom op {fn.qualname} (mutates_args={param!r}: declared "
+                       "mutated; the body does not show how)", "medium")
+            assumed = True
+        if assumed:
+            use = self._own_words(fn, param, mutated) or use
         self._param_summary[key] = use
         return use
+
+    def _own_words(self, fn: _Func, param: str, mutated: set | None) -> "_Use | None":
+        """What the function's docstring and comments say it does to ``param``, when that outweighs an
+        assumed write (accumulates into it, or leaves part of it untouched)."""
+        src = self.sources.get(fn.file)
+        lines = src.lines[fn.node.lineno - 1: fn.node.end_lineno] if src is not None else []
+        comments = [ln.split("#", 1)[1] for ln in lines if "#" in ln]
+        outputs = [p for p in _params(fn.node) if _OUTPUT_NAME.search(p)]
+        only = (mutated is not None and mutated == {param}) or outputs == [param]
+        hint = _doc_hint(ast.get_docstring(fn.node) or "", comments, param, only)
+        if hint is None:
+            return None
+        kind, sentence = hint
+        what = "accumulates into" if kind == "accumulate" else "leaves part of"
+        return _Use(kind, fn.node.lineno, f"{fn.qualname} {what} '{param}' by its own words: \"{sentence[:120]}\"",
+                    "medium", view=kind == "partial")
+
+
+_USE_RANK = {"accumulate": 0, "read": 1, "escape": 2, "return": 3, "partial": 4, "write": 5, "rebind": 6}
 
 
 class _Analyzer:
@@ -224,6 +319,7 @@ class _Analyzer:
     def __init__(self, project: _Project, fn: _Func, depth: int = 0):
         self.p, self.fn, self.depth = project, fn, depth
         self.parents = fn.parents
+        self._dead: dict[int, bool] = {}
 
     def _occurrences(self, keys: set[str]):
         out = []
@@ -231,11 +327,22 @@ class _Analyzer:
             out.extend(self.fn.names.get(k, ()))
         return out
 
+    def unreachable(self, st) -> bool:
+        """Does statement ``st`` follow a return/raise/continue/break of its block (it never runs)?"""
+        if id(st) not in self._dead:
+            if self.fn.blocks is None:          # once per function, whatever the number of buffers
+                self.fn.blocks = _block_positions(self.fn.node)
+            self._dead[id(st)] = _unreachable(st, self.parents, self.fn.node, self.fn.blocks)
+        return self._dead[id(st)]
+
     def first_use(self, key: str, start: ast.AST | None, origin_node: ast.AST | None) -> _Use:
-        """The first decisive use of ``key`` after statement ``start`` (None: the function start)."""
+        """The first decisive use of ``key`` after statement ``start`` (None: the function start);
+        ``origin_node`` is the allocation statement (its shape decides whether slices cover it)."""
         keys = {key}
         origin_ctrl = _control(start, self.parents) if start is not None else []
-        partials: list[tuple[ast.AST, str]] = []
+        shape = _alloc_shape(getattr(origin_node, "value", None))
+        closure = self._closure_use(key, start)
+        partials: list[_Use] = []
         sliced: set[str] = set()   # aliases that are views of a part of the buffer
         view_seen = False
         by_stmt, order = self._statements_after(keys, start)
@@ -243,12 +350,13 @@ class _Analyzer:
         while i < len(order):
             st = order[i]
             i += 1
-            roles = self._roles(by_stmt[id(st)], key, sliced)
-            if not roles:
+            if closure is not None and (st.lineno, st.col_offset) > closure[0]:
+                break                                   # the nested function that captured it comes first
+            if self.unreachable(st):
                 continue
+            roles = self._roles(by_stmt[id(st)], key, sliced)
             # an alias (y = x.view(...), or x = x.view(...)) keeps following the same storage
-            aliases = [r for r in roles if r.kind == "alias"]
-            for r in aliases:
+            for r in [r for r in roles if r.kind == "alias"]:
                 view_seen = view_seen or r.view
                 if r.partial_writes:
                     sliced.add(r.how)
@@ -258,34 +366,110 @@ class _Analyzer:
             roles = [r for r in roles if r.kind != "alias"]
             if not roles:
                 continue
-            rank = {"accumulate": 0, "read": 1, "escape": 2, "return": 3, "partial": 4, "write": 5, "rebind": 6}
-            roles.sort(key=lambda r: rank.get(r.kind, 9))
-            r = roles[0]
+            r = min(roles, key=lambda r: _USE_RANK.get(r.kind, 9))
             ctrl = _control(st, self.parents)
-            conditional = len(ctrl) > len(origin_ctrl) or any(a is not b for a, b in zip(ctrl, origin_ctrl))
-            r.conditional = conditional
+            r.conditional = len(ctrl) > len(origin_ctrl) or any(a is not b for a, b in zip(ctrl, origin_ctrl))
             r.in_loop = any(isinstance(c, (ast.For, ast.AsyncFor, ast.While)) for c in ctrl if c not in origin_ctrl)
             r.view = r.view or view_seen
-            if r.kind == "rebind":
-                return _Use("none", st.lineno, "the name is rebound before any use", "low")
-            if r.kind == "partial":
-                partials.append((st, r))
-                if _complementary([p[1] for p in partials]):
-                    r2 = _Use("write", st.lineno, "complementary slices " + " and ".join(p[1].how for p in partials),
-                              partials[0][1].confidence, view=r.view, partial_writes=[p[1].how for p in partials],
-                              conditional=conditional or any(p[1].conditional for p in partials))
-                    return r2
-                continue
-            if partials:
-                return _Use("partial", partials[0][0].lineno, ", ".join(p[1].how for p in partials),
-                        partial_writes=[p[1].how for p in partials], view=view_seen,
-                        conditional=partials[0][1].conditional, in_loop=any(p[1].in_loop for p in partials))
+            done = self._decide(r, st, partials, shape)
+            if done is not None:
+                return done
+        return self._end(start, keys, partials, closure)
+
+    def _decide(self, r: _Use, st, partials: list, shape) -> _Use | None:
+        """What the use ``r`` makes of the buffer, given the partial writes before it (None: go on)."""
+        if r.kind == "rebind":   # the buffer is dropped: after partial writes, the rest was never read here
+            return self._partial(partials, None) if partials else \
+                _Use("none", st.lineno, "the name is rebound before any use", "low")
+        if r.kind == "partial":
+            partials.append(r)
+            if all(p.region is not None for p in partials) and \
+                    _gap([p.region for p in partials], shape, None, _env(self.fn.stmts, self.fn.names))[0] is None:
+                whole = all(p.how.endswith("= ...") for p in partials)
+                conf = "high" if whole else "medium"
+                return _Use("write", st.lineno, "slices " + " and ".join(p.how for p in partials) + " cover it", conf,
+                            view=any(p.view for p in partials), partial_writes=[p.how for p in partials],
+                            regions=[p.region for p in partials], conditional=any(p.conditional for p in partials))
+            return None
+        if not partials:
             return r
+        if r.kind == "write" and r.region is None:
+            return r                                         # a whole write after the partial ones
+        written = {_src(p.region) for p in partials if p.region is not None}
+        if r.region is not None and _src(r.region) in written:
+            return None                                      # reads exactly a written slice: the rest stays unread
+        return self._partial(partials, r)
+
+    def _partial(self, partials: list, consumer: _Use | None) -> _Use:
+        """The buffer was written in part (``partials``), then used beyond them by ``consumer``."""
+        who = None
+        if consumer is not None:
+            if consumer.kind == "return":
+                who = (f"returned whole to the callers of {self.fn.qualname}() (line {consumer.line}): a consumer "
+                       "this function cannot see")
+            else:
+                verb = {"read": "read by ", "accumulate": "added into by ", "write": "written by "}.get(consumer.kind, "")
+                who = f"{verb}{consumer.how} (line {consumer.line})"
+        return _Use("partial", partials[0].line, ", ".join(p.how for p in partials),
+                    partial_writes=[p.how for p in partials], regions=[p.region for p in partials],
+                    view=any(p.view for p in partials), conditional=partials[0].conditional,
+                    in_loop=any(p.in_loop for p in partials), consumer=who)
+
+    def _end(self, start, keys: set[str], partials: list, closure) -> _Use:
+        """No decisive use in the body: a nested function that captured it, an attribute kept past the
+        function, or nothing."""
+        kept = sorted(k for k in keys if "." in k)
+        line = start.lineno if start is not None else self.fn.node.lineno
+        if closure is not None:
+            return self._partial(partials, closure[1]) if partials else closure[1]
         if partials:
-            return _Use("partial", partials[0][0].lineno, ", ".join(p[1].how for p in partials),
-                        partial_writes=[p[1].how for p in partials], view=view_seen,
-                        in_loop=any(p[1].in_loop for p in partials))
-        return _Use("none", 0, "no later use in this function", "low")
+            u = self._partial(partials, None)
+            if kept:
+                u.consumer = f"kept in {kept[0]} beyond this function: its readers are not followed"
+            return u
+        if kept:
+            return _Use("escape", line, f"kept in {kept[0]} beyond this function: its later readers are not followed",
+                        "low")
+        return _Use("none", line, "no later use in this function", "low")
+
+    def _closure_use(self, key: str, start) -> tuple[tuple, _Use] | None:
+        """A nested def or lambda of this function that captures the buffer: where it counts as a use
+        (its definition, or the fill if it is defined before) and what it does, or None."""
+        best = None
+        for node, used, stored in self.p.closures(self.fn):
+            if key not in used or key.split(".")[0] in stored:
+                continue
+            u = self._closure_role(node, key)
+            if u is None:
+                continue
+            stmt = node if not isinstance(node, ast.Lambda) else _stmt_of(node, self.parents)
+            if start is not None and _exclusive(start, stmt, self.parents):
+                continue                                # defined in the other branch of an if/else
+            pos = (stmt.lineno, stmt.col_offset)
+            if start is not None:
+                pos = max(pos, (start.end_lineno, start.end_col_offset))
+            if best is None or pos < best[0]:
+                best = (pos, u)
+        return best
+
+    def _closure_role(self, node, key: str) -> _Use | None:
+        line = node.lineno
+        if isinstance(node, ast.Lambda):
+            occ = [x for x in ast.walk(node.body) if isinstance(x, (ast.Name, ast.Attribute)) and _dotted(x) == key]
+            if all(self._role(x, key).kind == "meta" for x in occ):
+                return None
+            return _Use("escape", line, f"captured by a lambda (line {line}): its calls are not followed", "low")
+        what = f"captured by the nested function {node.name}() (line {line})"
+        inner = self.p.by_node.get(id(node))
+        if inner is None or self.depth >= _MAX_DEPTH:
+            return _Use("escape", line, f"{what}: not followed", "low")
+        u = _Analyzer(self.p, inner, self.depth + 1).first_use(key, None, None)
+        if u.kind == "none":
+            return None
+        if u.kind in ("read", "accumulate", "partial"):
+            return _Use(u.kind, line, f"{what}, which uses it whenever it is called: {u.how}")
+        return _Use("escape", line, f"{what}, which does '{u.kind}' to it ({u.how}): when it runs is not followed",
+                    "low")
 
     def _statements_after(self, keys: set[str], start: ast.AST | None) -> tuple[dict[int, list], list]:
         """The statements after ``start`` that use the buffer, in source order, and the buffer's
@@ -322,10 +506,16 @@ class _Analyzer:
 
     def _roles(self, nodes: list, key: str, sliced: set[str]) -> list[_Use]:
         """The roles of the buffer's occurrences ``nodes`` in one statement (metadata reads left out);
-        a write through an alias of a slice is a partial write."""
+        a write through an alias of a slice is a partial write. Each role keeps the slice it goes
+        through (``x[sl]``), so that complementary writes and reads of a written slice can be told."""
         roles = []
         for n in nodes:
             r0 = self._role(n, key)
+            par = self.parents.get(n)
+            if isinstance(par, ast.Subscript) and par.value is n:
+                gp = self.parents.get(par)
+                if not (isinstance(gp, ast.Subscript) and gp.value is par):
+                    r0.region = par.slice
             if _dotted(n) in sliced and r0.kind == "write":   # written through an alias of a slice
                 r0 = _Use("partial", r0.line, f"{r0.how} (through {_dotted(n)}, a slice of {key})", "medium",
                           view=True)
@@ -336,37 +526,10 @@ class _Analyzer:
     def _role(self, node, key) -> _Use:
         par = self.parents.get(node)
         line = node.lineno
-        # x.attr / x.method(...)
-        if isinstance(par, ast.Attribute) and par.value is node:
-            attr = par.attr
-            gp = self.parents.get(par)
-            if attr in _META:
-                return _Use("meta", line, attr)
-            if isinstance(gp, ast.Call) and gp.func is par:
-                if attr in ("zero_",) or (attr == "fill_" and gp.args and _is_zero(gp.args[0])):
-                    return _Use("meta", line, "refill")    # another zero fill: the new fill is its own site
-                if attr in _WHOLE:
-                    if any(_dotted(n) == key for a in gp.args for n in ast.walk(a)):
-                        return _Use("accumulate", line, f"{key}.{attr}(...{key}...)")
-                    return _Use("write", line, f"{key}.{attr}(...)", "high")
-                if attr == "fill_":
-                    return _Use("write", line, f"{key}.fill_(...)", "high")
-                if attr in _ACCUM:
-                    return _Use("accumulate", line, f"{key}.{attr}(...)")
-                if attr == "index_put_" and any(k.arg == "accumulate" for k in gp.keywords):
-                    return _Use("accumulate", line, f"{key}.index_put_(..., accumulate=...)")
-                if attr in _PARTIAL:
-                    return _Use("partial", line, f"{key}.{attr}(...)", "medium")
-                if attr in _VIEWS:
-                    return self._role_of_view(gp, key, line, partial=attr in _PART_VIEWS)
-                return _Use("read", line, f"{key}.{attr}(...)")
-            if attr in _VIEWS:
-                return self._role_of_view(par, key, line, partial=False)
-            return _Use("read", line, f"{key}.{attr}")
-        # x[...]
-        if isinstance(par, ast.Subscript) and par.value is node:
+        if isinstance(par, ast.Attribute) and par.value is node:   # x.attr / x.method(...)
+            return self._role_of_attr(par, key, line)
+        if isinstance(par, ast.Subscript) and par.value is node:   # x[...]
             whole = _is_whole_slice(par.slice)
-            gp = self.parents.get(par)
             if isinstance(par.ctx, ast.Store):
                 stmt = _stmt_of(par, self.parents)
                 if isinstance(stmt, ast.AugAssign):
@@ -374,17 +537,53 @@ class _Analyzer:
                 value = getattr(stmt, "value", None)
                 if value is not None and any(_dotted(n) == key for n in ast.walk(value)):
                     return _Use("accumulate", line, f"{_src(par)} = ... {key} ...")
-                if value is not None and _is_zero(value):
-                    return _Use("meta", line, "refill")
+                if value is not None and _is_zero(value) and whole:
+                    return _Use("write", line, f"{_src(par)} = 0 zero-fills it again", "high")
                 if whole:
                     return _Use("write", line, f"{_src(par)} = ...", "high")
                 return _Use("partial", line, f"{_src(par)} = ...", "medium")
-            return self._role_of_view(par, key, line, partial=not whole)
+            return self._role_of_value(par, key, line, view=True, partial=not whole)
         return self._role_of_value(node, key, line, view=False, partial=False)
 
-    def _role_of_view(self, expr, key, line, partial: bool) -> _Use:
-        u = self._role_of_value(expr, key, line, view=True, partial=partial)
-        return u
+    def _role_of_attr(self, par: ast.Attribute, key, line) -> _Use:
+        """``x.attr`` or ``x.method(...)``."""
+        attr = par.attr
+        gp = self.parents.get(par)
+        called = isinstance(gp, ast.Call) and gp.func is par
+        if attr in _DLPACK:
+            return _Use("escape", line, f"{key}.{attr}(): the memory goes on under another name (DLPack): not "
+                                        "followed", "low")
+        if attr == "data_ptr" and called:
+            user = self.parents.get(gp)
+            while isinstance(user, (ast.keyword, ast.List, ast.Tuple, ast.Starred, ast.BinOp)):
+                user = self.parents.get(user)        # f(x.data_ptr()), f(ptrs=[x.data_ptr(), ...])
+            if isinstance(user, ast.Call) and gp is not user.func and _call_name(user) not in _READ_ONLY_CALLS:
+                return _Use("escape", line, f"its raw address {key}.data_ptr() is passed to {_src(user.func)}(...): "
+                                            "not followed", "low")
+        if attr in _META:
+            return _Use("meta", line, attr)
+        if called:
+            if attr in ("zero_",) or (attr == "fill_" and gp.args and _is_zero(gp.args[0])):
+                # zero-filled again: a whole write of this fill (the new fill is judged as its own site)
+                return _Use("write", line, f"{key}.{attr}({'0' if gp.args else ''}) zero-fills it again", "high")
+            if attr in _WHOLE:
+                if any(_dotted(n) == key for a in gp.args for n in ast.walk(a)):
+                    return _Use("accumulate", line, f"{key}.{attr}(...{key}...)")
+                return _Use("write", line, f"{key}.{attr}(...)", "high")
+            if attr == "fill_":
+                return _Use("write", line, f"{key}.fill_(...)", "high")
+            if attr in _ACCUM:
+                return _Use("accumulate", line, f"{key}.{attr}(...)")
+            if attr == "index_put_" and any(k.arg == "accumulate" for k in gp.keywords):
+                return _Use("accumulate", line, f"{key}.index_put_(..., accumulate=...)")
+            if attr in _PARTIAL:
+                return _Use("partial", line, f"{key}.{attr}(...)", "medium")
+            if attr in _VIEWS:
+                return self._role_of_value(gp, key, line, view=True, partial=attr in _PART_VIEWS)
+            return _Use("read", line, f"{key}.{attr}(...)")
+        if attr in _VIEWS:
+            return self._role_of_value(par, key, line, view=True, partial=False)
+        return _Use("read", line, f"{key}.{attr}")
 
     def _role_of_value(self, expr, key, line, view: bool, partial: bool) -> _Use:
         """The role of an expression that *is* the buffer (or a view of it)."""
@@ -398,7 +597,7 @@ class _Analyzer:
                 return self._role_of_value(gp if isinstance(gp, ast.Call) and gp.func is par else par, key, line, True,
                                            partial or par.attr in _PART_VIEWS)
             if isinstance(gp, ast.Call) and gp.func is par:
-                if par.attr in _WHOLE or par.attr == "fill_":
+                if par.attr in _WHOLE or par.attr in ("fill_", "zero_"):
                     return _Use("partial" if partial else "write", line, f"{_src(expr)}.{par.attr}(...)",
                                 "medium" if partial else "high", view=view)
                 if par.attr in _ACCUM:
@@ -419,7 +618,13 @@ class _Analyzer:
         if isinstance(par, ast.keyword):
             call = self.parents.get(par)
             if isinstance(call, ast.Call):
+                if par.arg is None:
+                    return _Use("escape", line, f"**{key} in {_src(call)}", "low")
                 return self._role_in_call(call, expr, key, line, view, partial, kw=par.arg)
+        return self._role_in_statement(par, expr, key, line, view, partial)
+
+    def _role_in_statement(self, par, expr, key, line, view, partial) -> _Use:
+        """The buffer (or a view of it) assigned, returned, stored, placed in a container."""
         if isinstance(par, ast.Starred):
             return _Use("escape", line, f"*{key} in {_src(self.parents.get(par))}", "low")
         if isinstance(par, (ast.Assign, ast.AnnAssign)) and par.value is expr:
@@ -430,17 +635,9 @@ class _Analyzer:
         if isinstance(par, ast.Return):
             return _Use("return", line, f"return {_src(expr)}", view=view, partial_writes=[] if not partial else ["sliced"])
         if isinstance(par, ast.Tuple) and isinstance(self.parents.get(par), ast.Return):
-            return _Use("return", line, f"return {_src(par)}", view=view, return_index=par.elts.index(expr))
-        if isinstance(par, (ast.Assign,)) and expr in getattr(par, "targets", []):
-            return _Use("rebind", line, "rebound")
-        if isinstance(expr, ast.Name) and isinstance(expr.ctx, ast.Store):
-            stmt = _stmt_of(expr, self.parents)
-            if isinstance(stmt, ast.AugAssign):
-                return _Use("accumulate", line, f"{key} {_src_op(stmt.op)}= ...")
-            if isinstance(stmt, (ast.For, ast.AsyncFor, ast.With, ast.AsyncWith)) or isinstance(par, ast.Tuple):
-                return _Use("rebind", line, "rebound")
-            return _Use("rebind", line, "rebound")
-        if isinstance(expr, ast.Attribute) and isinstance(expr.ctx, ast.Store):
+            idx = next(i for i, e in enumerate(par.elts) if e is expr)
+            return _Use("return", line, f"return {_src(par)}", view=view, return_index=idx)
+        if isinstance(expr, (ast.Name, ast.Attribute)) and isinstance(expr.ctx, ast.Store):
             stmt = _stmt_of(expr, self.parents)
             if isinstance(stmt, ast.AugAssign):
                 return _Use("accumulate", line, f"{key} {_src_op(stmt.op)}= ...")
@@ -453,22 +650,37 @@ class _Analyzer:
         """The role of the buffer (or a view of it), ``arg``, passed to ``call`` (as keyword ``kw``)."""
         name = _call_name(call)
         desc = _src(call.func)
-        if isinstance(call.func, ast.Subscript):            # kernel[grid](...): a Triton launch
-            return self._role_in_launch(call, arg, key, line, view, partial, kw, name)
-        if kw == "out":
-            return _Use("partial" if partial else "write", line, f"{desc}(..., {kw}={_src(arg)})",
-                        "medium" if partial else "high", view=view)
-        if name in _READ_ONLY_CALLS:
+        if isinstance(call.func, ast.Subscript):
+            if self._is_launch(call.func):                 # kernel[grid](...): a Triton launch
+                return self._role_in_launch(call, arg, key, line, view, partial, kw, name)
+            return _Use("escape", line, f"passed to {desc}(...), an element of a container (not a Triton launch): "
+                                        "the callee is not followed", "low")
+        if name in _READ_ONLY_CALLS or name.startswith("assert"):
             return _Use("meta", line, name)
-        # a Python function (or custom op) defined in the files given
-        u = self._role_in_function(call, arg, line, view, partial, kw, name, desc)
-        if u is not None:
-            return u
         dotted = _dotted(call.func) or ""
-        if dotted.startswith("torch.ops.") or dotted.startswith("ops.") or "._C." in dotted or dotted.startswith("_C") \
+        said = _by_name(call, arg, name, dotted, kw, partial, known=False)   # DLPack; torch.distributed's collectives
+        if said is None and not _is_library(dotted):
+            u = self._role_in_function(call, arg, line, view, partial, kw, name, desc)
+            if u is not None:
+                return u
+            said = _by_name(call, arg, name, dotted, kw, partial, known=True)   # a collective not in the files
+        if said is not None:
+            return _Use(said[0], line, said[1], said[2], view=view)
+        if kw == "out":
+            kind, how, conf = _out_keyword(call, name, dotted, partial)
+            return _Use(kind, line, how, conf, view=view)
+        if kw and _is_constructor(call, name):
+            return _Use("escape", line, f"stored by {desc}(..., {kw}=...), a constructor or field replacement "
+                                        "(not a write): its later use is not followed", "low")
+        return self._role_unknown_callee(call, arg, key, line, view, partial, kw, name, dotted, desc)
+
+    def _role_unknown_callee(self, call, arg, key, line, view, partial, kw, name, dotted, desc) -> _Use:
+        """A callee the files do not define: a custom op or an output-named argument is assumed
+        written; torch's own functions read; anything else loses the trail (low)."""
+        if dotted.startswith(("torch.ops.", "ops.")) or "._C." in dotted or dotted.startswith("_C") \
                 or "custom_ops" in dotted:
             argname = kw or (_dotted(arg) or key)
-            first = call.args and call.args[0] is arg
+            first = bool(call.args) and call.args[0] is arg
             outish = bool(_OUTPUT_NAME.search(argname.rsplit(".", 1)[-1]))
             if outish or first:
                 return _Use("partial" if partial else "write", line,
@@ -478,51 +690,106 @@ class _Analyzer:
             return _Use("partial" if partial else "write", line,
                         f"{desc}(..., {kw}={_src(arg)}) (callee not in the files: '{kw}' assumed to be an output)",
                         "low" if partial else "medium", view=view)
-        if dotted.startswith(("torch.", "F.", "tl.", "np.", "math.")) or dotted in ("torch",):
+        if name in _STATE_CALLS:
+            return _Use("read", line, f"kept as module state by {desc}(...): its zeros are its initial value")
+        if _is_library(dotted) or dotted == "torch":
             return _Use("read", line, f"{desc}(...)")
-        return _Use("escape", line, f"passed to {desc}(...)", "low")
+        compiled = self.p.compiled(self.fn.file).get(name)
+        if compiled is not None:
+            return _Use("escape", line, f"passed positionally to {desc}(...), a torch.compile'd callable (of "
+                                        f"{compiled or 'a module'}): what the compiled graph does with it is not followed",
+                        "low")
+        ndefs = self.p.resolve_all(name, self.fn.file)[1]
+        why = f"the name has {ndefs} definitions in the files: which one runs is not known" if ndefs > _MAX_DEFS \
+            else "the callee (a function, an nn.Module, a compiled callable) is not in the files"
+        return _Use("escape", line, f"passed to {desc}(...): {why}", "low")
+
+    def _is_launch(self, sub: ast.Subscript) -> bool:
+        """``name[grid]``: a Triton launch when ``name`` is a ``@triton.jit`` def of the files (or unknown),
+        not when it is an element of a list/tuple/dict variable or indexed by a constant."""
+        d = _dotted(sub.value)
+        if d is None or isinstance(sub.slice, ast.Constant):
+            return False
+        funcs = self.p.resolve_all(d.rsplit(".", 1)[-1], self.fn.file)[0]
+        if funcs:
+            return any(_is_jit(f.node) for f in funcs)
+        for n in self.fn.names.get(d, ()):
+            st = self.parents.get(n)
+            if isinstance(getattr(n, "ctx", None), ast.Store) and isinstance(st, (ast.Assign, ast.AnnAssign)):
+                v = st.value
+                if isinstance(v, _CONTAINERS) or isinstance(v, ast.Call) and _call_name(v) in ("list", "tuple", "dict"):
+                    return False
+        return True
 
     def _role_in_launch(self, call: ast.Call, arg, key, line, view, partial, kw, name) -> _Use:
         """``kernel[grid](..., arg, ...)``: what the kernel (if it is in the files) does with that pointer."""
         desc = f"{_dotted(call.func.value) or name}[grid]"
-        kern = self.p.resolve(name)
-        param = kw if kw is not None else None
-        if kern is not None and param is None:
-            params = _params(kern.node)
-            idx = call.args.index(arg) if arg in call.args else -1
-            param = params[idx] if 0 <= idx < len(params) else None
-        if kern is not None and param is not None:
-            u = self.p.kernel_use(kern, param)
-            where = f"{kern.file}:{kern.node.lineno}"
-            if u in ("store", "store-dd"):
-                dd = u == "store-dd"
-                return _Use("partial" if partial else "write", line,
-                            f"Triton launch {desc}(...) writes param '{param}' ({where}: stores only"
-                            + ("; WHICH elements depends on loaded values or an early return" if dd else "") + ")",
-                            "medium" if partial or dd else "high", view=view)
-            if u == "rmw":
-                return _Use("accumulate", line, f"Triton launch {name}: param '{param}' is loaded and stored / atomics ({where})")
-            if u == "load":
-                return _Use("read", line, f"Triton launch {name}: param '{param}' is only loaded ({where})")
-            return _Use("escape", line, f"Triton launch {name}: param '{param}' unused", "low")
+        uses = []
+        for kern in [k for k in self.p.resolve_all(name, self.fn.file)[0] if _is_jit(k.node)]:
+            param = kw
+            if param is None:
+                params = _params(kern.node)
+                idx = next((i for i, a in enumerate(call.args) if a is arg), -1)
+                param = params[idx] if 0 <= idx < len(params) else None
+            if param is not None:
+                uses.append((f"{kern.file}:{kern.node.lineno}", self._kernel_role(kern, param, desc, name, line, view,
+                                                                                   partial)))
+        if len(uses) == 1:
+            return uses[0][1]
+        if uses:
+            return _combine(uses, desc)
         argname = kw or (_dotted(arg) or key)
         conf = "medium" if _OUTPUT_NAME.search(argname.rsplit(".", 1)[-1]) or _OUTPUT_NAME.search(key.rsplit(".", 1)[-1]) else "low"
         return _Use("partial" if partial else "write", line,
                     f"Triton launch {desc}(...) (kernel not in the files: assumed to write '{argname}')",
                     "low" if partial else conf, view=view)
 
+    def _kernel_role(self, kern: _Func, param: str, desc, name, line, view, partial) -> _Use:
+        u = self.p.kernel_use(kern, param)
+        where = f"{kern.file}:{kern.node.lineno}"
+        if u in ("store", "store-dd", "store-part", "store-early"):
+            conf = {"store": "high", "store-early": "medium", "store-dd": "low", "store-part": "low"}[u]
+            note = {"store": "", "store-early": "; it may return early",
+                    "store-dd": "; WHICH elements depends on loaded values: those it skips keep what was there",
+                    "store-part": "; only the programs on one side of a comparison of program ids store (a "
+                                  "triangle of blocks?): the others keep what was there"}[u]
+            return _Use("partial" if partial else "write", line,
+                        f"Triton launch {desc}(...) writes param '{param}' ({where}: stores only{note})",
+                        _min_conf(conf, "medium" if partial else "high"), view=view)
+        if u == "rmw":
+            return _Use("accumulate", line, f"Triton launch {name}: param '{param}' is loaded and stored / atomics ({where})")
+        if u == "load":
+            return _Use("read", line, f"Triton launch {name}: param '{param}' is only loaded ({where})")
+        return _Use("escape", line, f"Triton launch {name}: param '{param}' unused ({where})", "low")
+
     def _role_in_function(self, call: ast.Call, arg, line, view, partial, kw, name, desc) -> _Use | None:
         """A call of a Python function (or custom op) of the files given: what it does first with the
-        parameter that receives ``arg`` (followed up to ``_MAX_DEPTH`` calls deep); None when the callee
-        is not there (or not followed) or no parameter receives it."""
-        fn = self.p.resolve(name)
-        if fn is None or self.depth >= _MAX_DEPTH or fn.node is self.fn.node:
+        parameter that receives ``arg`` (followed up to ``_MAX_DEPTH`` calls deep, into each of up to
+        ``_MAX_DEFS`` definitions of the name; through ``torch.compile``); None when the callee is not
+        there (or not followed) or no parameter receives it."""
+        if self.depth >= _MAX_DEPTH:
             return None
+        compiled = self.p.compiled(self.fn.file).get(name)
+        target = compiled.rsplit(".", 1)[-1] if compiled else name
+        uses = []
+        for fn in self.p.resolve_all(target, self.fn.file)[0]:
+            if fn.node is not self.fn.node:
+                u = self._one_function(fn, call, arg, line, view, partial, kw, desc)
+                if u is not None:
+                    uses.append((f"{fn.file}:{fn.node.lineno}", u))
+        if not uses:
+            return None
+        return uses[0][1] if len(uses) == 1 else _combine(uses, desc)
+
+    def _one_function(self, fn: _Func, call, arg, line, view, partial, kw, desc) -> _Use | None:
         params = _params(fn.node)
         skip = 1 if params and params[0] in ("self", "cls") and (fn.is_method or isinstance(call.func, ast.Attribute)) else 0
         param = kw
-        if param is None and arg in call.args:
-            idx = call.args.index(arg) + skip
+        if param is None:
+            idx = next((i for i, a in enumerate(call.args) if a is arg), None)
+            if idx is None:
+                return None
+            idx += skip
             param = params[idx] if idx < len(params) else None
         if param is None or param not in params:
             return None
@@ -539,19 +806,17 @@ class _Analyzer:
         return _Use("escape", line, f"{desc}(...) [{where}]: {u.how}", "low")
 
 
-def _src_op(op) -> str:
-    return {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.BitOr: "|", ast.BitAnd: "&"}.get(type(op), "?")
-
-
-def _slice_bounds(how: str) -> tuple[str, str] | None:
-    m = re.match(r"^[\w.]+\[(.*?):(.*?)\]", how)
-    if m and "," not in m.group(0):
-        return m.group(1).strip(), m.group(2).strip()
+def _by_name(call: ast.Call, arg, name: str, dotted: str, kw: str | None, partial: bool, known: bool) -> tuple | None:
+    """What the callee's name alone says: DLPack loses the trail; a collective writes, reads or loses it.
+    ``known=False``: only what needs no look-up (DLPack, ``dist.*``); ``known=True``: a name the files
+    do not define (another object's collective)."""
+    if name in _DLPACK:
+        return None if known else \
+            ("escape", f"{_src(call.func)}(...): the memory goes on under another name (DLPack): not followed", "low")
+    if known or dotted.startswith(_DIST):
+        return _collective(call, arg, name, dotted, kw, partial)
     return None
 
 
-def _complementary(uses: list[_Use]) -> bool:
-    """x[:k] = a and x[k:] = b (in either order): together the whole first dimension."""
-    b = [_slice_bounds(u.how) for u in uses]
-    lows = {hi for lo, hi in (x for x in b if x) if lo == ""}
-    return any(x and x[1] == "" and x[0] in lows for x in b)
+def _src_op(op) -> str:
+    return {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.BitOr: "|", ast.BitAnd: "&"}.get(type(op), "?")

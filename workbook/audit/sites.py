@@ -1,23 +1,27 @@
 """The audit's sites: which statements of a function are zero fills (or ``empty`` allocations), and
 what the first use of each makes of it (:mod:`workbook.audit.analyzer` follows the buffer): a finding
 with its proof obligation, a zero fill judged necessary (with the reason), or an allocation helper
-whose callers in the files decide (:func:`_follow_helpers`). :func:`workbook.audit.driver.audit_sources`
-runs it all over a set of sources, parsing only the functions that hold a candidate."""
+whose callers in the files decide (:func:`_follow_helpers`); a zero fill whose buffer goes where the
+analysis cannot follow is a low ``trail-lost`` finding, and an ``empty`` buffer is a reverse risk
+only when part of it is neither shown written nor shown unread (:func:`_judge_empty`). Each site is
+judged once (a nested def is loaded with its enclosing def and alone), and a finding whose allocation
+carries ``# audit: ok -- <why>`` is suppressed with its reason (:func:`_emit`; without a reason it is
+reported, low). :func:`workbook.audit.driver.audit_sources` runs it all over a set of sources, parsing
+only the functions that hold a candidate."""
 from __future__ import annotations
 
 import ast
 import re
 
-from .analyzer import _Analyzer, _min_conf, _Project, _slice_bounds, _Use
+from .analyzer import _Analyzer, _min_conf, _Project, _Use
+from .regions import _alloc_shape, _branch_groups, _env, _gap, _padding
 from .results import Finding
-from .source import _call_name, _dotted, _Func, _hit_lines, _is_whole_slice, _is_zero, _src
+from .source import _call_lines, _call_name, _dotted, _Func, _is_whole_slice, _is_zero, _src
 
 # ---- the fills ------------------------------------------------------------------------------------
 _ZERO_CTORS = {"zeros", "zeros_like", "new_zeros"}
 _FULL_CTORS = {"full": 1, "full_like": 1, "new_full": 1}        # index of the fill value (after the receiver)
 _EMPTY_CTORS = {"empty", "empty_like", "new_empty", "empty_strided"}
-_PAD_NAME = re.compile(r"round_up|roundup|cdiv|ceil|align|pad|next_power_of_2|next_multiple|multiple_of",
-                       re.IGNORECASE)
 
 
 def _fill_pattern(call: ast.Call) -> str | None:
@@ -48,40 +52,79 @@ def _empty_pattern(call: ast.Call) -> str | None:
     return None
 
 
-def _padded(call: ast.Call) -> bool:
-    """Does the allocation's shape look padded (round_up, cdiv, align, pad, ...)?"""
-    for a in list(call.args) + [k.value for k in call.keywords if k.arg in (None, "size")]:
-        for n in ast.walk(a):
-            name = n.id if isinstance(n, ast.Name) else n.attr if isinstance(n, ast.Attribute) else None
-            if name and _PAD_NAME.search(name):
-                return True
-    return False
-
-
 def _short(s: str, n: int = 240) -> str:
     return s if len(s) <= n else s[: n - 3] + "..."
 
 
+# ---- suppressions: "# audit: ok -- <why>" where the buffer is allocated -----------------------------
+
+_SUPPRESS = re.compile(r"#\s*audit:\s*ok\b(.*)$", re.IGNORECASE)
+
+
+def _suppression(project: _Project, file: str, node) -> str | None:
+    """The reason of an ``# audit: ok -- <why>`` comment on the statement's lines or on the comment
+    lines just above it: None when there is none, '' when it gives no reason."""
+    src = project.sources.get(file)
+    if src is None:
+        return None
+    lines = src.lines
+    texts = lines[node.lineno - 1: (node.end_lineno or node.lineno)]
+    k = node.lineno - 2
+    while k >= 0 and node.lineno - 2 - k < 3 and lines[k].strip().startswith("#"):
+        texts.append(lines[k])
+        k -= 1
+    for text in texts:
+        m = _SUPPRESS.search(text)
+        if m:
+            why = re.match(r"\s*--\s*(\S.*)$", m.group(1))
+            return why.group(1).strip() if why else ""
+    return None
+
+
+def _emit(project: _Project, findings: list[Finding], f: Finding, node) -> None:
+    """Report ``f``, unless its allocation carries ``# audit: ok -- <why>``: then it is suppressed, with
+    the reason; a suppression without a reason is itself reported (low)."""
+    why = _suppression(project, f.file, node)
+    if why is None:
+        findings.append(f)
+    elif why:
+        project.suppressed.append({"file": f.file, "line": f.line, "where": f.where, "function": f.function,
+                                   "variable": f.variable, "kind": f.kind, "confidence": f.confidence, "reason": why,
+                                   "reasons": f.reasons})
+    else:
+        f.reasons = ["suppression without a reason: write '# audit: ok -- <why>'",
+                     f"(the finding it hides, {f.confidence}: {f.kind})"] + f.reasons
+        f.kind, f.confidence = "suppression-without-reason", "low"
+        findings.append(f)
+
+
 # ---- the audit ------------------------------------------------------------------------------------
 
-def _site_obligation(kind, var, pattern, use: _Use, padded: bool) -> str:
+def _site_obligation(kind, var, pattern, use: _Use, padded: str | None) -> str:
     if kind == "empty-partial-write":
         return (f"the slices {', '.join(use.partial_writes)} must together cover every element of {var} that "
-                f"any consumer reads (show the bound equals the allocated length, e.g. no padded tokens), "
-                f"or allocate only what is written")
+                f"any consumer reads ({use.consumer}): show the bound equals the allocated length (no padded "
+                f"tokens) or that the consumer never reads the rest, or hand on only the written part, or "
+                f"allocate only what is written")
+    if kind == "trail-lost":
+        return (f"follow {var} by hand from line {use.line}: if every element is overwritten before any read, the "
+                "zero fill is redundant; if it is read or added into, keep it")
     parts = []
     if use.partial_writes:
-        parts.append(f"the slices {' and '.join(use.partial_writes)} must be disjoint and cover [0, len) of "
-                     f"the first dimension of {var}")
-    elif "Triton launch" in use.how or "custom op" in use.how or "->" in use.how:
+        parts.append(f"the slices {' and '.join(use.partial_writes)} must be disjoint and cover every element of "
+                     f"{var} (their bounds as written)")
+    elif "collective" in use.how:
+        parts.append(f"the collective's output must be exactly {var} (world size times the input, contiguous), "
+                     "on every rank")
+    elif "Triton launch" in use.how or "custom op" in use.how or "->" in use.how or "out=" in use.how:
         parts.append(f"the callee must write every element of {var} for every shape it is called with "
                      "(check the grid covers all rows/blocks and the store masks drop nothing)")
     else:
         parts.append(f"the assignment must write every element of {var} (same shape, no broadcasting into a "
                      "subset)")
     if padded:
-        parts.append("the allocation is PADDED: padding must be written too if any consumer reads whole tiles, "
-                     "or shown unread (consumer differential)")
+        parts.append(f"the allocation is PADDED ({padded}): padding must be written too if any consumer reads "
+                     "whole tiles, or shown unread (consumer differential)")
     if use.view:
         parts.append("the write goes through a VIEW: storage outside the view stays unwritten; show no consumer "
                      "reads it (coverage map of the whole storage)")
@@ -90,67 +133,120 @@ def _site_obligation(kind, var, pattern, use: _Use, padded: bool) -> str:
     return "; ".join(parts)
 
 
+def _site_of(node) -> tuple | None:
+    """``(variable, pattern, allocation call or None, kind)`` when statement ``node`` is a zero fill or
+    an ``empty`` allocation, else None."""
+    var, pattern, call, kind = None, None, None, None
+    if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Call):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        if len(targets) == 1 and _dotted(targets[0]):
+            call = node.value
+            pattern = _fill_pattern(call)
+            kind = "zero-fill-then-overwrite"
+            if pattern is None:
+                pattern = _empty_pattern(call)
+                kind = "empty-partial-write"
+            var = _dotted(targets[0])
+    elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Attribute):
+        c = node.value
+        if c.func.attr == "zero_" or (c.func.attr == "fill_" and c.args and _is_zero(c.args[0])):
+            var = _dotted(c.func.value)
+            pattern, call, kind = f".{c.func.attr}({'0' if c.args else ''})", None, "zero-fill-then-overwrite"
+    if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Subscript) \
+            and _is_whole_slice(node.targets[0].slice) and _is_zero(node.value):
+        var = _dotted(node.targets[0].value)
+        pattern, call, kind = "[:] = 0", None, "zero-fill-then-overwrite"
+    return (var, pattern, call, kind) if var and pattern else None
+
+
+def _first_visit(project: _Project, fn: _Func, node, var: str) -> bool:
+    """A site is analyzed once: a nested def is loaded with its enclosing def and on its own."""
+    key = (fn.file, node.lineno, node.col_offset, var)
+    if key in project.sites_done:
+        return False
+    project.sites_done.add(key)
+    return True
+
+
 def _analyze_function(project: _Project, fn: _Func, findings: list[Finding], necessary: list[dict],
                       helper_sites: list):
     an = _Analyzer(project, fn)
     for node in fn.stmts:
-        var, pattern, call, kind = None, None, None, None
-        if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Call):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            if len(targets) == 1 and _dotted(targets[0]):
-                call = node.value
-                pattern = _fill_pattern(call)
-                kind = "zero-fill-then-overwrite"
-                if pattern is None:
-                    pattern = _empty_pattern(call)
-                    kind = "empty-partial-write"
-                var = _dotted(targets[0])
-        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Attribute):
-            c = node.value
-            if c.func.attr == "zero_" or (c.func.attr == "fill_" and c.args and _is_zero(c.args[0])):
-                var = _dotted(c.func.value)
-                pattern, call, kind = f".{c.func.attr}({'0' if c.args else ''})", None, "zero-fill-then-overwrite"
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Subscript) \
-                and _is_whole_slice(node.targets[0].slice) and _is_zero(node.value):
-            var = _dotted(node.targets[0].value)
-            pattern, call, kind = "[:] = 0", None, "zero-fill-then-overwrite"
+        if an.unreachable(node):
+            continue                       # after a return/raise/continue/break: never runs
         if isinstance(node, ast.Return) and isinstance(node.value, ast.Call) and _fill_pattern(node.value):
             # an allocation helper returning a fresh zero fill: judged by what its callers do
-            helper_sites.append((fn, node, "the returned buffer", _fill_pattern(node.value), _padded(node.value),
-                                 _Use("return", node.lineno, "return")))
+            if _first_visit(project, fn, node, "<return>"):
+                helper_sites.append((fn, node, "the returned buffer", _fill_pattern(node.value),
+                                     _padding(node.value, fn.stmts, node.lineno), _Use("return", node.lineno, "return")))
             continue
-        if not var or not pattern:
+        site = _site_of(node)
+        if site is None or not _first_visit(project, fn, node, site[0]):
             continue
+        var, pattern, call, kind = site
         use = an.first_use(var, node, node)
-        padded = bool(call is not None and _padded(call))
-        rel = fn.file
+        padded = _padding(call, fn.stmts, node.lineno) if call is not None else None
         if kind == "empty-partial-write":
-            # only slices with a bound, written once (a loop over rows/experts usually fills everything)
-            if use.kind == "partial" and use.partial_writes and not use.in_loop \
-                    and any(":" in h.split("=")[0] for h in use.partial_writes):
-                alloc_dim = _src(call.args[0]) if call.args else None
-                bounds = [_slice_bounds(h) for h in use.partial_writes]
-                if alloc_dim and all(b and b[0] == "" and b[1] == alloc_dim for b in bounds):
-                    continue   # out[:n] = ... with out = empty(n, ...): the slice is the whole length
-                findings.append(Finding(rel, node.lineno, fn.qualname, var, kind, pattern, _short(use.how),
-                                        "medium", [f"only written through slices: {_short(use.how)} (line {use.line})"],
-                                        _site_obligation(kind, var, pattern, use, padded), padded, use.view, True,
-                                        _src(node)))
-            continue
-        if use.kind == "write":
-            conf = use.confidence
-            reasons = [f"first use after the fill overwrites it (line {use.line})"]
-            if use.conditional:
-                conf = _min_conf(conf, "medium")
-                reasons.append("the overwrite is under a condition/loop the fill is not under")
-            findings.append(Finding(rel, node.lineno, fn.qualname, var, kind, pattern, f"{_short(use.how)} [line {use.line}]",
-                                    conf, reasons, _site_obligation(kind, var, pattern, use, padded), padded,
-                                    use.view, bool(use.partial_writes), _src(node)))
-        elif use.kind == "return" and isinstance(node, (ast.Assign, ast.AnnAssign)):
-            helper_sites.append((fn, node, var, pattern, padded, use))
-        elif use.kind in ("accumulate", "read", "partial"):
-            necessary.append({"file": rel, "line": node.lineno, "function": fn.qualname, "variable": var,
-                              "pattern": pattern, "why": f"{use.kind}: {use.how} (line {use.line})"})
+            _judge_empty(project, fn, node, var, pattern, call, use, padded, findings)
+        else:
+            _judge_zero_fill(project, fn, node, var, pattern, use, padded, findings, necessary, helper_sites)
+
+
+def _judge_zero_fill(project, fn, node, var, pattern, use: _Use, padded, findings, necessary, helper_sites):
+    rel = fn.file
+    if use.kind == "write" and use.how.endswith("zero-fills it again") and not isinstance(node, (ast.Assign, ast.AnnAssign)):
+        # a fill statement filled again: a reset or a cache flush, not an allocation to be made empty
+        necessary.append({"file": rel, "line": node.lineno, "function": fn.qualname, "variable": var,
+                          "pattern": pattern, "why": f"repeated fill: {use.how} (line {use.line})"})
+    elif use.kind == "write":
+        conf = use.confidence
+        reasons = [f"first use after the fill overwrites it (line {use.line})"]
+        if use.conditional:
+            conf = _min_conf(conf, "medium")
+            reasons.append("the overwrite is under a condition/loop the fill is not under")
+        _emit(project, findings, Finding(rel, node.lineno, fn.qualname, var, "zero-fill-then-overwrite", pattern,
+                                         f"{_short(use.how)} [line {use.line}]", conf, reasons,
+                                         _site_obligation("zero-fill-then-overwrite", var, pattern, use, padded),
+                                         bool(padded), use.view, bool(use.partial_writes), _src(node)), node)
+    elif use.kind == "return" and isinstance(node, (ast.Assign, ast.AnnAssign)):
+        helper_sites.append((fn, node, var, pattern, padded, use))
+    elif use.kind in ("accumulate", "read", "partial", "return"):
+        why = "return: the zeros are the function's result" if use.kind == "return" else f"{use.kind}: {use.how}"
+        necessary.append({"file": rel, "line": node.lineno, "function": fn.qualname, "variable": var,
+                          "pattern": pattern, "why": f"{why} (line {use.line})"})
+    elif use.kind == "escape":
+        _emit(project, findings, Finding(rel, node.lineno, fn.qualname, var, "trail-lost", pattern, _short(use.how),
+                                         "low", [f"the trail is lost at line {use.line}: {_short(use.how)}",
+                                                 "whether the zeros are read or overwritten there is not known"],
+                                         _site_obligation("trail-lost", var, pattern, use, padded), bool(padded),
+                                         use.view, False, _src(node)), node)
+
+
+def _judge_empty(project, fn, node, var, pattern, call, use: _Use, padded, findings):
+    """The reverse risk: an ``empty`` buffer written once through slices that do not provably cover it,
+    and then used beyond them (returned, passed on, stored, kept)."""
+    if use.kind != "partial" or use.in_loop or not use.consumer:
+        return                          # covered, written in a loop, or the rest is never read here
+    regions = [r for r in use.regions if r is not None]
+    if not regions:
+        return                          # written through index_copy_/narrow/...: the part is not read
+    shape = _alloc_shape(call)
+    env = _env(fn.stmts, fn.names)
+    gaps = [_gap(group, shape, pinned, env) for pinned, group in _branch_groups(regions, fn.parents, node)]
+    gap, provable = next((g for g in gaps if g[0] is not None), (None, False))
+    if gap is None or not (provable or any(_has_slice(r) for r in regions)):
+        return                          # every branch covers it, or only indexes of an unknown extent
+    reasons = [f"only written through slices: {_short(use.how)} (line {use.line})",
+               gap,
+               f"the buffer is then used beyond them: {use.consumer}"]
+    _emit(project, findings, Finding(fn.file, node.lineno, fn.qualname, var, "empty-partial-write", pattern,
+                                     _short(use.how), "medium", reasons,
+                                     _site_obligation("empty-partial-write", var, pattern, use, padded), bool(padded),
+                                     use.view, True, _src(node)), node)
+
+
+def _has_slice(sl) -> bool:
+    return any(isinstance(e, ast.Slice) for e in (sl.elts if isinstance(sl, ast.Tuple) else [sl]))
 
 
 def _enclosing_def(node, parents):
@@ -160,21 +256,15 @@ def _enclosing_def(node, parents):
     return n
 
 
-def _follow_helpers(project: _Project, helper_sites, findings, necessary):
-    """An allocation helper returns a zero-filled buffer: what do its callers (in the files) do with it?"""
-    by_name: dict[str, list] = {}
-    for site in helper_sites:
-        if len(project.index.get(site[0].node.name, [])) <= 1:   # an ambiguous name cannot be followed
-            by_name.setdefault(site[0].node.name, []).append(site)
-    if not by_name:
-        return
-    callers: dict[str, list[tuple[_Func, ast.AST, str]]] = {n: [] for n in by_name}
-    call_re = re.compile(r"\b(" + "|".join(map(re.escape, by_name)) + r")\s*\(")
+def _helper_callers(project: _Project, by_name: dict) -> dict[str, list]:
+    """Where the helpers ``by_name`` are called in the files: {name: [(function, statement, variable,
+    index of the returned tuple or None)]}."""
+    callers: dict[str, list[tuple[_Func, ast.AST, str, int | None]]] = {n: [] for n in by_name}
     seen: set[int] = set()
     for src in project.sources.values():
         if src.broken:
             continue
-        for line0 in _hit_lines(src, call_re):
+        for line0 in _call_lines(src, by_name):   # \bname\s*\(, any number of names in one fast scan
             d = src.enclosing_def(line0)
             if d is None:
                 continue
@@ -195,33 +285,60 @@ def _follow_helpers(project: _Project, helper_sites, findings, necessary):
                             for i, e in enumerate(t.elts):
                                 if _dotted(e):
                                     callers[_call_name(node.value)].append((fn, node, _dotted(e), i))
+    return callers
+
+
+def _follow_helpers(project: _Project, helper_sites, findings, necessary):
+    """An allocation helper returns a zero-filled buffer: what do its callers (in the files) do with it?
+    All overwrite it: a finding (medium); one reads it: necessary; none in the files: necessary (the
+    zeros are what its callers get); one loses the trail: trail-lost (low)."""
+    by_name: dict[str, list] = {}
+    for site in helper_sites:
+        if len(project.index.get(site[0].node.name, [])) <= 1:   # an ambiguous name cannot be followed
+            by_name.setdefault(site[0].node.name, []).append(site)
+        else:
+            _returned(necessary, site, f"{site[0].node.name} has several definitions: its callers are not told apart")
+    callers = _helper_callers(project, by_name) if by_name else {}
     for name, sites in by_name.items():
-        if len(project.index.get(name, [])) > 1:
-            continue  # ambiguous helper name
         for hfn, node, var, pattern, padded, ret in sites:
-            uses = []
-            for cfn, cnode, cvar, idx in callers[name]:
-                if idx != ret.return_index:
-                    continue
-                u = _Analyzer(project, cfn).first_use(cvar, cnode, cnode)
-                uses.append((cfn, cnode, u))
+            uses = [(cfn, cnode, _Analyzer(project, cfn).first_use(cvar, cnode, cnode))
+                    for cfn, cnode, cvar, idx in callers[name] if idx == ret.return_index]
+            uses = [x for x in uses if x[2].kind != "none"]
             if not uses:
+                _returned(necessary, (hfn, node, var, pattern, padded, ret), "no caller in the files uses it")
                 continue
-            if all(u.kind == "write" for _, _, u in uses):
-                conf = "medium"
-                if any(u.confidence == "low" for _, _, u in uses):
-                    conf = "low"
-                how = "; ".join(f"caller {c.qualname} ({c.file}:{n.lineno}): {u.how}" for c, n, u in uses[:3])
-                use = uses[0][2]
-                use.view = use.view or ret.view
-                findings.append(Finding(hfn.file, node.lineno, hfn.qualname, var, "zero-fill-then-overwrite", pattern,
-                                        _short(f"returned by helper {name}(); {how}", 400), conf,
-                                        [f"allocation helper: all {len(uses)} caller(s) in the files overwrite it",
-                                         "callers outside the files given are not seen"],
-                                        _site_obligation("zero-fill-then-overwrite", var, pattern, use, padded)
-                                        + f"; and every caller of {name}() must do so", padded, use.view,
-                                        bool(use.partial_writes), _src(node)))
-            else:
-                bad = next(u for _, _, u in uses if u.kind != "write")
+            bad = next((u for _, _, u in uses if u.kind in ("accumulate", "read", "partial")), None)
+            lost = next(((c, n, u) for c, n, u in uses if u.kind not in ("write", "accumulate", "read", "partial")), None)
+            if bad is not None:
                 necessary.append({"file": hfn.file, "line": node.lineno, "function": hfn.qualname, "variable": var,
                                   "pattern": pattern, "why": f"a caller of {name}(): {bad.kind}: {bad.how}"})
+            elif lost is not None:
+                c, n, u = lost
+                use = _Use("escape", n.lineno, f"returned by helper {name}() to {c.qualname} ({c.file}:{n.lineno}): "
+                                               f"{u.kind}: {u.how}", "low")
+                _emit(project, findings, Finding(hfn.file, node.lineno, hfn.qualname, var, "trail-lost", pattern,
+                                                 _short(use.how, 400), "low", [f"the trail is lost in a caller: {use.how}"],
+                                                 _site_obligation("trail-lost", var, pattern, use, padded),
+                                                 bool(padded), False, False, _src(node)), node)
+            else:
+                _helper_finding(project, findings, name, hfn, node, var, pattern, padded, ret, uses)
+
+
+def _returned(necessary, site, why):
+    hfn, node, var, pattern, _, _ = site
+    necessary.append({"file": hfn.file, "line": node.lineno, "function": hfn.qualname, "variable": var,
+                      "pattern": pattern, "why": f"return: the zeros are what its callers receive ({why})"})
+
+
+def _helper_finding(project, findings, name, hfn, node, var, pattern, padded, ret, uses):
+    conf = "low" if any(u.confidence == "low" for _, _, u in uses) else "medium"
+    how = "; ".join(f"caller {c.qualname} ({c.file}:{n.lineno}): {u.how}" for c, n, u in uses[:3])
+    use = uses[0][2]
+    use.view = use.view or ret.view
+    _emit(project, findings, Finding(hfn.file, node.lineno, hfn.qualname, var, "zero-fill-then-overwrite", pattern,
+                                     _short(f"returned by helper {name}(); {how}", 400), conf,
+                                     [f"allocation helper: all {len(uses)} caller(s) in the files overwrite it",
+                                      "callers outside the files given are not seen"],
+                                     _site_obligation("zero-fill-then-overwrite", var, pattern, use, padded)
+                                     + f"; and every caller of {name}() must do so", bool(padded), use.view,
+                                     bool(use.partial_writes), _src(node)), node)

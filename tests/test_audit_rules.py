@@ -1,0 +1,170 @@
+"""The audit's rules, class by class, on the small sample files of tests/audit_samples/ (written for
+these tests; audited as text): out= that is not a whole write, a custom op's own words, unreachable
+launches, padding provenance, complementary writes and the reverse risk, aliases/duplicate names/list
+elements, where the trail is lost (low, never silent), suppressions with a reason, a nested
+function's finding reported once, and the workbook's own tree auditing clean."""
+import json
+import shutil
+from pathlib import Path
+
+from workbook import audit as A
+
+SAMPLES = Path(__file__).resolve().parent / "audit_samples"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(*names):
+    return A.audit_sources({n: (SAMPLES / n).read_text() for n in names})
+
+
+def _by(res):
+    return {f.function: f for f in res.findings}
+
+
+def _nec(res):
+    return {n["function"]: n["why"] for n in res.necessary}
+
+
+def test_out_keyword_is_a_whole_write_only_where_out_means_overwrite():
+    res = _run("out_keyword.py", "sample_kernels.py")
+    f, nec = _by(res), _nec(res)
+    assert f["torch_out"].kind == "zero-fill-then-overwrite" and f["torch_out"].confidence == "high"
+    # a keyword given to a constructor or a field replacement is no write: the trail is lost there
+    for fn in ("into_a_dataclass", "field_replacement"):
+        assert f[fn].kind == "trail-lost" and f[fn].confidence == "low", f[fn]
+        assert "constructor or field replacement" in f[fn].overwrite
+    # a GEMM wrapper in the files whose kernel scatter-adds into out: the zeros are needed
+    assert "gemm_with_accumulating_epilogue" not in f and "accumulate" in nec["gemm_with_accumulating_epilogue"]
+    # out= of a callee not in the files is assumed, and doubted when the call speaks of accumulating
+    assert f["library_gemm"].confidence == "medium" and "assumed" in f["library_gemm"].overwrite
+    assert f["library_gemm_accumulate"].confidence == "low"
+    assert "accumulate=True" in f["library_gemm_accumulate"].overwrite
+
+
+def test_a_custom_op_is_taken_at_its_own_word():
+    res = _run("custom_op_words.py")
+    f, nec = _by(res), _nec(res)
+    assert "combine" not in f and nec["combine"].startswith("accumulate") and "Accumulates" in nec["combine"]
+    assert "quant_padded" not in f and nec["quant_padded"].startswith("partial") and "untouched" in nec["quant_padded"]
+    assert f["quant"].confidence == "medium" and "custom op" in f["quant"].overwrite
+
+
+def test_a_launch_after_a_return_or_raise_is_not_the_writer():
+    res = _run("unreachable_launch.py", "sample_kernels.py")
+    f, nec = _by(res), _nec(res)
+    assert "token_sums" not in f and "guarded_sum" not in f, res.report()
+    assert nec["guarded_sum"].startswith("accumulate") and "add_" in nec["guarded_sum"]
+    assert f["reachable"].confidence == "high" and "store_rows_kernel" in f["reachable"].overwrite
+    # an exit in a sibling branch (else: return) does not make this branch unreachable
+    assert f["else_branch_returns"].confidence == "high" and "copy_" in f["else_branch_returns"].overwrite
+
+
+def test_a_refill_is_a_whole_write_and_data_dependent_stores_are_only_suspected():
+    res = _run("refill_and_data_dependent.py")
+    f = _by(res)
+    assert "timed_with_flush" not in f and _nec(res)["timed_with_flush"].startswith("repeated fill")
+    assert f["caller_fills_first"].confidence == "high" and "zero-fills it again" in f["caller_fills_first"].overwrite
+    assert f["marks"].confidence == "low" and "depends on loaded values" in f["marks"].overwrite
+    assert f["routed"].confidence == "low"            # stored under `if` a loaded value decides
+    assert f["causal_blocks"].confidence == "low" and "program ids" in f["causal_blocks"].overwrite
+    assert f["guarded"].confidence == "medium" and "return early" in f["guarded"].overwrite
+
+
+def test_padding_is_read_from_where_the_size_came_from():
+    f = _by(_run("padding_provenance.py", "sample_kernels.py"))
+    assert f["scales_by_helper"].padding and "round_up(x.shape[0], 128)" in f["scales_by_helper"].obligation
+    assert f["scales_by_arithmetic"].padding and "(n + 127) // 128 * 128" in f["scales_by_arithmetic"].obligation
+    assert not f["not_padded"].padding and "PADDED" not in f["not_padded"].obligation
+
+
+def test_complementary_writes_and_the_reverse_risk():
+    res = _run("complementary.py")
+    f = _by(res)
+    risks = {fn for fn, x in f.items() if x.kind == "empty-partial-write"}
+    # covered: [:, 0] + [:, 1] of a dim of 2, 0::2 + 1::2, [..., :h] + [..., h:], [0] + [1:], a tuple shape,
+    # three chained parts, every index of 2 * q on each branch that pins q; unread rest: returned as
+    # out[:n], or dropped
+    assert risks == {"column_never_written", "padded_rows_returned", "padded_rows_passed_on", "per_branch_short"}, \
+        res.report()
+    assert any("(size 4): index(es) [3] never written" in r for r in f["per_branch_short"].reasons)
+    assert all(f[fn].confidence == "medium" for fn in risks)
+    assert any("[2] never written" in r for r in f["column_never_written"].reasons)
+    assert any("returned whole to the callers of padded_rows_returned()" in r for r in f["padded_rows_returned"].reasons)
+    assert "returned whole" in f["padded_rows_returned"].obligation
+    assert any("consumer(...)" in r for r in f["padded_rows_passed_on"].reasons)
+    z = f["zeros_two_columns"]
+    assert z.kind == "zero-fill-then-overwrite" and z.confidence == "high" and z.partial
+
+
+def test_aliases_duplicate_names_and_list_elements():
+    res = _run("names_and_launches.py", "sample_kernels.py", "sample_kernels_b.py", "sample_kernels_c.py")
+    f = _by(res)
+    assert f["through_alias"].confidence == "high" and "sample_kernels.py:7" in f["through_alias"].overwrite
+    agree = f["name_defined_twice_agreeing"]
+    assert agree.confidence == "medium" and "2 definitions" in agree.overwrite and "all agree" in agree.overwrite
+    dis = f["name_defined_twice_disagreeing"]
+    assert dis.kind == "trail-lost" and dis.confidence == "low"
+    assert "sample_kernels.py:24: write" in dis.overwrite and "sample_kernels_b.py:7: accumulate" in dis.overwrite
+    for fn in ("element_of_a_list", "element_by_constant"):
+        assert f[fn].kind == "trail-lost" and "not a Triton launch" in f[fn].overwrite, f[fn]
+
+
+def test_where_the_trail_is_lost_is_a_low_finding_never_a_silent_drop():
+    res = _run("trail_lost.py")
+    f, nec = _by(res), _nec(res)
+    lost = {fn: x.overwrite for fn, x in f.items() if x.kind == "trail-lost"}
+    assert set(lost) == {"through_dlpack", "through_dunder_dlpack", "Runner.run", "Runner.run_module",
+                         "broadcast_from_zero", "raw_pointer", "pointer_array"}, res.report()
+    assert all(f[fn].confidence == "low" for fn in lost)
+    assert "DLPack" in lost["through_dlpack"] and "DLPack" in lost["through_dunder_dlpack"]
+    assert "torch.compile'd" in lost["Runner.run"] and "self.step(...)" in lost["Runner.run"]
+    assert "self.head(...)" in lost["Runner.run_module"]
+    # a compiled callable whose function is in the files is followed into it
+    assert f["CompiledFill.run"].confidence == "high" and "out.copy_" in f["CompiledFill.run"].overwrite
+    assert "dist.broadcast" in lost["broadcast_from_zero"] and "data_ptr()" in lost["raw_pointer"]
+    # collectives that write every element of their output are whole writes; all_reduce reads its input
+    for fn in ("gather", "scatter_reduce"):
+        assert f[fn].kind == "zero-fill-then-overwrite" and f[fn].confidence == "high", f[fn]
+    assert nec["reduce_in_place"].startswith("accumulate") and "all_reduce" in nec["reduce_in_place"]
+    assert nec["broadcast_view"].startswith("read")          # torch.broadcast_to is no collective
+    # --min-confidence low shows them, the default gate (medium) does not fail on them
+    assert "TRAIL LOST" in res.report("low") and not any(x.kind == "trail-lost" for x in res.at_least("medium"))
+
+
+def test_suppression_needs_a_reason_and_is_shown_and_counted(tmp_path, capsys):
+    res = _run("suppressions.py")
+    f = _by(res)
+    assert set(f) == {"no_reason", "not_suppressed"}, res.report()
+    assert f["no_reason"].kind == "suppression-without-reason" and f["no_reason"].confidence == "low"
+    assert "suppression without a reason" in f["no_reason"].reasons[0]
+    assert f["not_suppressed"].confidence == "high"
+    why = {s["function"]: s["reason"] for s in res.suppressed}
+    assert why == {"demo_redundant_fill": "the redundant fill this demo times",
+                   "demo_comment_above": "kept to show the cost of a memset"}
+    assert "2 suppressed" in res.report()
+    shutil.copy(SAMPLES / "suppressions.py", tmp_path / "suppressions.py")
+    assert A.main([str(tmp_path), "--json", "--min-confidence", "low"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert [s["reason"] for s in doc["suppressed"]] == ["the redundant fill this demo times",
+                                                         "kept to show the cost of a memset"]
+    assert doc["counts"] == {"low": 1, "medium": 0, "high": 1}
+
+
+def test_a_nested_function_finding_is_reported_once_and_captures_are_uses():
+    res = _run("nested.py")
+    assert [f.where for f in res.findings].count("nested.py:9") == 1, res.report()
+    f, nec = _by(res), _nec(res)
+    assert f["outer.inner"].confidence == "high"
+    assert "captured" not in f and "nested function step()" in nec["captured"]
+    assert f["grid_lambda_only_reads_shape"].confidence == "high"     # the lambda reads only its shape
+
+
+def test_the_workbook_tree_audits_clean_with_its_demos_marked():
+    res = A.audit([str(ROOT / "workbook"), str(ROOT / "kernels")])
+    assert res.at_least("low") == [], res.report("low")
+    sup = {(s["file"].rsplit("/", 1)[-1], s["function"]): s for s in res.suppressed}
+    assert ("gdn.py", "z_handoff_zero_then_copy") in sup and ("alloc.py", "stale_bytes_demo.step") in sup
+    # notebook 06's decoder: the rows past num_tokens go back to an unknown consumer; the reason (SPECS 8) is marked
+    att = sup[("fusion.py", "MiniDecoder._attention")]
+    assert att["kind"] == "empty-partial-write" and att["reason"]
+    assert any("returned whole to the callers of MiniDecoder._attention()" in r for r in att["reasons"])
