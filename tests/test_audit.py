@@ -238,10 +238,12 @@ def test_confidence_rules_and_flags():
             return s
     ''')
     f = _by_func(res)
-    assert f["unknown_kernel"].confidence == "medium" and f["unknown_kernel"].padding
+    # a kernel or op not in the files is assumed to write its output-named argument: an assumption, so low,
+    # and a conditional overwrite leaves the zeros where the condition is false: low too
+    assert f["unknown_kernel"].confidence == "low" and f["unknown_kernel"].padding
     assert "CONDITIONAL" in f["unknown_kernel"].obligation and "PADDED" in f["unknown_kernel"].obligation
     assert f["unknown_kernel_plain"].confidence == "low"
-    assert f["custom_op"].confidence == "medium" and "custom op" in f["custom_op"].overwrite
+    assert f["custom_op"].confidence == "low" and "custom op" in f["custom_op"].overwrite
     assert f["data_dependent"].confidence == "low" and "depends on loaded values" in f["data_dependent"].overwrite
     assert f["through_view"].view and "VIEW" in f["through_view"].obligation
 

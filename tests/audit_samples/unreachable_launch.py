@@ -34,3 +34,13 @@ def else_branch_returns(x, copy):
         return out
     else:
         return None
+
+
+def branch_returns_first(x, on_cpu):
+    if on_cpu:                                # this path ends at its return: the launch below is not its writer
+        out = torch.zeros(x.shape[0] + 1, x.shape[1])
+        out[: x.shape[0]] = x
+        return out
+    out = torch.empty_like(x)
+    store_rows_kernel[(x.shape[0],)](x, out, x.shape[1], BLOCK=16)
+    return out

@@ -57,18 +57,22 @@ Confidence (the rule, so that a maintainer can weigh a finding):
   under an ``if``/loop/``try`` the fill is not under), and it is a whole-tensor construct
   (``x[:] =``, ``copy_``, torch's ``out=``, a covering set of slices, a whole-output collective) or a
   launch/custom op/function whose body in the files given writes that argument and never reads it.
-* ``medium``: the same, but the overwrite is conditional, goes through an allocation helper's
-  callers, is done by a kernel that may return early, through a name defined more than once, or the
-  callee is not in the files (``out=``
-  of another library, a kernel or op whose argument has an output-like name such as
-  ``out``/``output``/``*_out``, a ``mutates_args`` op whose body shows no write); every reverse-risk
-  finding.
-* ``low``: a kernel whose stores a loaded value decides (an index, a mask, an ``if`` on a loaded
-  value) or that stores only for the programs one side of a comparison of program ids picks
-  (``if i_i > i_j:`` with no ``else``: a triangle of blocks): the elements it skips keep the zeros
-  (:mod:`workbook.audit.kernel_use`); the callee is not in the files and nothing says the argument is
-  an output, or something says it may add into it (an accumulate keyword, a name such as
-  ``*_add``); every ``trail-lost`` finding.
+* ``medium``: shown, not assumed, but short of high: the overwrite goes through an allocation helper's
+  callers, is done by a kernel that may return early, or through a name defined more than once; a
+  reverse risk where a part is shown left unwritten (a missed index or stride start, or the tail
+  ``[n, size)`` of a dimension written on ``[0, n)`` and allocated with another size).
+* ``low``: anything that rests on an assumption or may leave zeros: the overwrite is under a
+  condition/loop the fill is not under (where it is false the zeros survive); the callee is not in
+  the files (``out=`` of another library, a kernel or op whose argument has an output-like name, a
+  ``mutates_args`` op whose body shows no write), or something says it may add into it (an
+  accumulate keyword, a name such as ``*_add``); a kernel whose stores a loaded value decides (an
+  index, a mask, an ``if`` on a loaded value) or that stores only for the programs one side of a
+  comparison of program ids picks (a triangle of blocks) (:mod:`workbook.audit.kernel_use`); a
+  reverse risk whose writes cannot be modelled (index tensors, views of unknown size, several
+  dimensions, a start not 0): the finding says so; every ``trail-lost`` finding.
+
+A use that follows the ``return``/``raise`` ending every path from the fill (in its block or an
+enclosing one) never runs after it, and does not count.
 
 Writes through part of a tensor (``x[:n]``, ``narrow``, ``select``, an alias ``y = x[:n]``) are partial;
 ``if``/``else`` branches are exclusive; other control flow is read in source order. Only the functions
@@ -148,31 +152,48 @@ def _min_conf(a: str, b: str) -> str:
     return a if _RANK[a] <= _RANK[b] else b
 
 
-def _block_positions(root) -> dict[int, tuple[int, int]]:
+def _block_positions(root) -> dict[int, tuple]:
     """For every statement under ``root``: (its index in its block, the index of that block's first
-    return/raise/continue/break, or a large number). Built once per function: the test of
-    :func:`_unreachable` is then a walk up the parents, linear in the size of the function."""
-    where: dict[int, tuple[int, int]] = {}
+    return/raise/continue/break or a large number, the next return/raise after it in its block or
+    None). Built once per function: :func:`_unreachable` and :func:`_exit_after` are then walks up the
+    parents, linear in the size of the function."""
+    where: dict[int, tuple] = {}
     for node in ast.walk(root):
         for fname in ("body", "orelse", "finalbody", "handlers"):
             block = getattr(node, fname, None)
             if isinstance(block, list):
                 first_exit = next((i for i, s in enumerate(block) if isinstance(s, _EXITS)), 1 << 30)
-                for i, s in enumerate(block):
-                    where[id(s)] = (i, first_exit)
+                following = None
+                for i in range(len(block) - 1, -1, -1):
+                    where[id(block[i])] = (i, first_exit, following)
+                    if isinstance(block[i], (ast.Return, ast.Raise)):
+                        following = block[i]
     return where
 
 
-def _unreachable(st, parents, root, where: dict[int, tuple[int, int]]) -> bool:
+def _unreachable(st, parents, root, where: dict[int, tuple]) -> bool:
     """Does ``st`` (or a statement holding it) follow a return/raise/continue/break in ITS block (not
     in a sibling branch: an ``else: return`` leaves the ``if`` branch reachable)?"""
     child = st
     while child is not None and child is not root:
-        index, first_exit = where.get(id(child), (0, 1 << 30))
+        index, first_exit, _ = where.get(id(child), (0, 1 << 30, None))
         if first_exit < index:
             return True
         child = parents.get(child)
     return False
+
+
+def _exit_after(start, parents, root, where: dict[int, tuple]):
+    """The ``return``/``raise`` that ends every path from ``start``: the first one after ``start`` in
+    its block or in an enclosing block (not nested in a branch). Code after it in the source, a later
+    kernel launch after the enclosing ``if`` included, never runs after ``start``. None if none."""
+    child = start
+    while child is not None and child is not root:
+        following = where.get(id(child), (0, 0, None))[2]
+        if following is not None:
+            return following
+        child = parents.get(child)
+    return None
 
 
 def _combine(uses: list[tuple[str, "_Use"]], desc: str) -> "_Use":
@@ -286,7 +307,7 @@ class _Project(_Kernels, _Index):
         assumed = use.kind == "write" and use.confidence != "high"
         if mutated is not None and param in mutated and use.kind in ("escape", "none"):
             use = _Use("write", fn.node.lineno, f"custom op {fn.qualname} (mutates_args={param!r}: declared "
-                       "mutated; the body does not show how)", "medium")
+                       "mutated; the body does not show how)", "low")
             assumed = True
         if assumed:
             use = self._own_words(fn, param, mutated) or use
@@ -475,12 +496,16 @@ class _Analyzer:
         """The statements after ``start`` that use the buffer, in source order, and the buffer's
         occurrences in each (``{id(statement): [nodes]}``); the other branch of an if/else is left out."""
         start_pos = (start.end_lineno, start.end_col_offset) if start is not None else (0, 0)
+        if self.fn.blocks is None:
+            self.fn.blocks = _block_positions(self.fn.node)
+        end = _exit_after(start, self.parents, self.fn.node, self.fn.blocks) if start is not None else None
+        end_pos = (end.end_lineno, end.end_col_offset) if end is not None else (1 << 30, 0)
         occ = sorted(self._occurrences(keys), key=lambda n: (n.lineno, n.col_offset))
         by_stmt: dict[int, list] = {}
         order = []
         for n in occ:
-            if (n.lineno, n.col_offset) < start_pos:
-                continue
+            if (n.lineno, n.col_offset) < start_pos or (n.lineno, n.col_offset) > end_pos:
+                continue   # before the fill, or past the return/raise that ends every path from it
             st = _stmt_of(n, self.parents)
             if start is not None and _exclusive(start, st, self.parents):
                 continue   # the other branch of an if/else: never runs after the fill
@@ -685,11 +710,11 @@ class _Analyzer:
             if outish or first:
                 return _Use("partial" if partial else "write", line,
                             f"custom op {dotted}(...) (not in the files: '{argname}' assumed to be its output)",
-                            "medium" if outish and not partial else "low", view=view)
+                            "low", view=view)
         if kw and _OUTPUT_NAME.search(kw):
             return _Use("partial" if partial else "write", line,
                         f"{desc}(..., {kw}={_src(arg)}) (callee not in the files: '{kw}' assumed to be an output)",
-                        "low" if partial else "medium", view=view)
+                        "low", view=view)
         if name in _STATE_CALLS:
             return _Use("read", line, f"kept as module state by {desc}(...): its zeros are its initial value")
         if _is_library(dotted) or dotted == "torch":
@@ -739,10 +764,9 @@ class _Analyzer:
         if uses:
             return _combine(uses, desc)
         argname = kw or (_dotted(arg) or key)
-        conf = "medium" if _OUTPUT_NAME.search(argname.rsplit(".", 1)[-1]) or _OUTPUT_NAME.search(key.rsplit(".", 1)[-1]) else "low"
         return _Use("partial" if partial else "write", line,
                     f"Triton launch {desc}(...) (kernel not in the files: assumed to write '{argname}')",
-                    "low" if partial else conf, view=view)
+                    "low", view=view)
 
     def _kernel_role(self, kern: _Func, param: str, desc, name, line, view, partial) -> _Use:
         u = self.p.kernel_use(kern, param)

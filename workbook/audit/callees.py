@@ -92,7 +92,7 @@ def _out_keyword(call: ast.Call, name: str, dotted: str, partial: bool) -> tuple
     how = f"{desc}(..., out=...) (callee not in the files: out= assumed to overwrite"
     if hint:
         return ("partial" if partial else "write", how + f"; but {hint}, so it may add into out)", "low")
-    return ("partial" if partial else "write", how + ")", "low" if partial else "medium")
+    return ("partial" if partial else "write", how + ")", "low")
 
 
 def _collective(call: ast.Call, arg, name: str, dotted: str, kw: str | None, partial: bool) -> tuple | None:

@@ -204,8 +204,12 @@ def _branch_groups(slices: list, parents: dict, stop) -> list[tuple[dict, list]]
 def _gap(slices: list, shape: list | None, bindings: dict | None = None,
          env: dict | None = None) -> tuple[str | None, bool]:
     """What the writes ``slices`` (their slice nodes) leave unwritten: ``(None, False)`` when they
-    cover every element, else ``(description, provable)``; ``provable`` when that part is certainly
-    never written (an index of a literal-sized dimension), not only not shown written. ``bindings``
+    cover every element, else ``(description, strength)``: ``"provable"`` when that part is certainly
+    never written (an index of a literal-sized dimension, a start a stride misses); ``"prefix"`` when
+    the writes cover ``[0, n)`` of one dimension whose allocated size is another expression (the
+    padded buffer written on its real rows: ``[n, size)`` is left, if ``size > n``); ``False`` when the
+    tool cannot tell which part stays unwritten (index tensors, unknown sizes, several dimensions).
+    ``bindings``
     gives names of the shape a value (the branch the writes run on pins them); ``env`` the values of
     names assigned once (:func:`_env`), so that ``total = n + m`` is the bound ``n + m``."""
     regions = [_region(s, env) for s in slices]
@@ -224,7 +228,7 @@ def _gap(slices: list, shape: list | None, bindings: dict | None = None,
             missing = sorted(set(range(step)) - {int(s[1]) for s in specs if s[1].isdigit()})
             if not missing:
                 return None, False
-            return f"{where}: the strided writes miss start(s) {missing} of step {step}", True
+            return f"{where}: the strided writes miss start(s) {missing} of step {step}", "provable"
         return f"{where}: strided writes with different steps", False
     if any(s[0] == "step" for s in specs):
         return f"{where}: strided and plain writes mixed", False
@@ -245,8 +249,9 @@ def _gap(slices: list, shape: list | None, bindings: dict | None = None,
             if lo.isdigit() and hi.isdigit():
                 hit |= set(range(int(lo), int(hi)))
         missing = sorted(set(range(int(size))) - hit)
-        return f"{where}: index(es) {missing} never written", True
-    return f"{where}: [{last}, {size or 'the allocated length'}) is not shown written", False
+        return f"{where}: index(es) {missing} never written", "provable"
+    strength = "prefix" if size is not None and last != "0" else False
+    return f"{where}: [{last}, {size or 'the allocated length'}) is not shown written", strength
 
 
 # ---- where an allocation's size came from --------------------------------------------------------

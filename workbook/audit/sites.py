@@ -201,8 +201,8 @@ def _judge_zero_fill(project, fn, node, var, pattern, use: _Use, padded, finding
     elif use.kind == "write":
         conf = use.confidence
         reasons = [f"first use after the fill overwrites it (line {use.line})"]
-        if use.conditional:
-            conf = _min_conf(conf, "medium")
+        if use.conditional:   # where the condition is false the zeros survive: they may be the result
+            conf = _min_conf(conf, "low")
             reasons.append("the overwrite is under a condition/loop the fill is not under")
         _emit(project, findings, Finding(rel, node.lineno, fn.qualname, var, "zero-fill-then-overwrite", pattern,
                                          f"{_short(use.how)} [line {use.line}]", conf, reasons,
@@ -233,14 +233,21 @@ def _judge_empty(project, fn, node, var, pattern, call, use: _Use, padded, findi
     shape = _alloc_shape(call)
     env = _env(fn.stmts, fn.names)
     gaps = [_gap(group, shape, pinned, env) for pinned, group in _branch_groups(regions, fn.parents, node)]
-    gap, provable = next((g for g in gaps if g[0] is not None), (None, False))
-    if gap is None or not (provable or any(_has_slice(r) for r in regions)):
+    gap, strength = next((g for g in gaps if g[0] is not None), (None, False))
+    if gap is None or not (strength or any(_has_slice(r) for r in regions)):
         return                          # every branch covers it, or only indexes of an unknown extent
     reasons = [f"only written through slices: {_short(use.how)} (line {use.line})",
                gap,
                f"the buffer is then used beyond them: {use.consumer}"]
+    # medium only where a part is shown left unwritten (a missed index or stride, or the tail of a padded
+    # dimension written on [0, n)); where the writes cannot be modelled (index tensors, views of unknown
+    # size, several dimensions, a start not 0), the rest may well be covered: low, and says so
+    conf = "medium" if strength else "low"
+    if not strength:
+        reasons.append("the audit cannot show which part stays unwritten (the writes are not a prefix of "
+                       "one dimension of known size): check the writes by hand")
     _emit(project, findings, Finding(fn.file, node.lineno, fn.qualname, var, "empty-partial-write", pattern,
-                                     _short(use.how), "medium", reasons,
+                                     _short(use.how), conf, reasons,
                                      _site_obligation("empty-partial-write", var, pattern, use, padded), bool(padded),
                                      use.view, True, _src(node)), node)
 
