@@ -235,30 +235,54 @@ def _tree(root: Path, copies: int) -> dict[str, str]:
     return {str(p.relative_to(root)): p.read_text() for p in sorted(root.rglob("*.py"))}
 
 
+# The pool forks only a process without other threads (forking threads is unsafe), and a test process
+# may hold some (torch.compile's workers, a kernel client): each pool test runs in a fresh interpreter.
+_POOL_SETUP = """
+import json, os, sys, warnings
+from pathlib import Path
+import workbook.audit as A
+from workbook.audit import driver
+sources = json.loads(Path(sys.argv[1]).read_text())
+one = A.audit_sources(sources, jobs=1)
+driver._POOL_MIN_BYTES = 0
+"""
+
+
+def _in_fresh_process(tmp_path, sources: dict, body: str) -> str:
+    (tmp_path / "sources.json").write_text(json.dumps(sources))
+    res = subprocess.run([sys.executable, "-c", _POOL_SETUP + body, str(tmp_path / "sources.json")],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    return res.stdout
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="the pool forks")
-def test_a_process_pool_gives_the_result_of_one_process(tmp_path, monkeypatch):
-    sources = _tree(tmp_path, 12)
-    one = A.audit_sources(sources, jobs=1)
-    ran = []
-    real = driver._analyze_in_pool
-    monkeypatch.setattr(driver, "_POOL_MIN_BYTES", 0)
-    monkeypatch.setattr(driver, "_analyze_in_pool", lambda *a: ran.append(real(*a)) or ran[-1])
+def test_a_process_pool_gives_the_result_of_one_process(tmp_path):
+    out = _in_fresh_process(tmp_path, _tree(tmp_path, 12), """
+ran = []
+real = driver._analyze_in_pool
+driver._analyze_in_pool = lambda *a: ran.append(real(*a)) or ran[-1]
+two = A.audit_sources(sources, jobs=2)
+assert ran and ran[0] is not None, "the pool did not run"
+assert len(one.findings) == 12 * 3 and sum("returned by helper" in f.overwrite for f in one.findings) == 12
+assert A.to_json(one)["findings"] == A.to_json(two)["findings"] and one.necessary == two.necessary
+print("same result")
+""")
+    assert out.strip() == "same result"
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="the pool forks")
+def test_a_worker_that_dies_costs_time_not_files(tmp_path):
+    out = _in_fresh_process(tmp_path, _tree(tmp_path, 6), """
+real = driver._pool_part
+driver._pool_part = lambda i: os._exit(9) if i == 1 else real(i)   # as if killed
+with warnings.catch_warnings(record=True) as seen:
+    warnings.simplefilter("always")
     two = A.audit_sources(sources, jobs=2)
-    assert ran and ran[0] is not None, "the pool did not run"
-    assert len(one.findings) == 12 * 3 and sum("returned by helper" in f.overwrite for f in one.findings) == 12
-    assert A.to_json(one)["findings"] == A.to_json(two)["findings"] and one.necessary == two.necessary
-
-
-@pytest.mark.skipif(sys.platform == "win32", reason="the pool forks")
-def test_a_worker_that_dies_costs_time_not_files(tmp_path, monkeypatch):
-    sources = _tree(tmp_path, 6)
-    one = A.audit_sources(sources, jobs=1)
-    real = driver._pool_part
-    monkeypatch.setattr(driver, "_POOL_MIN_BYTES", 0)
-    monkeypatch.setattr(driver, "_pool_part", lambda i: os._exit(9) if i == 1 else real(i))   # as if killed
-    with pytest.warns(RuntimeWarning, match=r"worker 1 ended without a result \(exit code 9\)\); auditing in one process"):
-        two = A.audit_sources(sources, jobs=2)
-    assert A.to_json(one)["findings"] == A.to_json(two)["findings"]
+print([str(w.message) for w in seen if issubclass(w.category, RuntimeWarning)])
+assert A.to_json(one)["findings"] == A.to_json(two)["findings"]
+""")
+    assert "worker 1 ended without a result (exit code 9)); auditing in one process" in out, out
 
 
 def test_the_collector_is_back_on_after_a_run():
