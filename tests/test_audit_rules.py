@@ -70,7 +70,8 @@ def test_a_refill_is_a_whole_write_and_data_dependent_stores_are_only_suspected(
     assert f["marks"].confidence == "low" and "depends on loaded values" in f["marks"].overwrite
     assert f["routed"].confidence == "low"            # stored under `if` a loaded value decides
     assert f["causal_blocks"].confidence == "low" and "program ids" in f["causal_blocks"].overwrite
-    assert f["guarded"].confidence == "medium" and "return early" in f["guarded"].overwrite
+    # a kernel that may return before its stores may leave the zeros (an ignored row's loss, say): low
+    assert f["guarded"].confidence == "low" and "return early" in f["guarded"].overwrite
 
 
 def test_padding_is_read_from_where_the_size_came_from():

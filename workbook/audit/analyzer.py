@@ -58,14 +58,15 @@ Confidence (the rule, so that a maintainer can weigh a finding):
   (``x[:] =``, ``copy_``, torch's ``out=``, a covering set of slices, a whole-output collective) or a
   launch/custom op/function whose body in the files given writes that argument and never reads it.
 * ``medium``: shown, not assumed, but short of high: the overwrite goes through an allocation helper's
-  callers, is done by a kernel that may return early, or through a name defined more than once; a
+  callers, or through a name defined more than once; a
   reverse risk where a part is shown left unwritten (a missed index or stride start, or the tail
   ``[n, size)`` of a dimension written on ``[0, n)`` and allocated with another size).
 * ``low``: anything that rests on an assumption or may leave zeros: the overwrite is under a
   condition/loop the fill is not under (where it is false the zeros survive); the callee is not in
   the files (``out=`` of another library, a kernel or op whose argument has an output-like name, a
   ``mutates_args`` op whose body shows no write), or something says it may add into it (an
-  accumulate keyword, a name such as ``*_add``); a kernel whose stores a loaded value decides (an
+  accumulate keyword, a name such as ``*_add``); a kernel that may return before its stores (an
+  ignored row keeps its zero), or whose stores a loaded value decides (an
   index, a mask, an ``if`` on a loaded value) or that stores only for the programs one side of a
   comparison of program ids picks (a triangle of blocks) (:mod:`workbook.audit.kernel_use`); a
   reverse risk whose writes cannot be modelled (index tensors, views of unknown size, several
@@ -772,7 +773,7 @@ class _Analyzer:
         u = self.p.kernel_use(kern, param)
         where = f"{kern.file}:{kern.node.lineno}"
         if u in ("store", "store-dd", "store-part", "store-early"):
-            conf = {"store": "high", "store-early": "medium", "store-dd": "low", "store-part": "low"}[u]
+            conf = {"store": "high", "store-early": "low", "store-dd": "low", "store-part": "low"}[u]
             note = {"store": "", "store-early": "; it may return early",
                     "store-dd": "; WHICH elements depends on loaded values: those it skips keep what was there",
                     "store-part": "; only the programs on one side of a comparison of program ids store (a "
