@@ -452,20 +452,50 @@ def _verdict(check, fn, capsys):
     return bool(ok), capsys.readouterr().out
 
 
+def _value_quant(rounding=lambda x: torch.floor(x + 0.5), steps=15, fp16_scale_first=True,
+                 fp16_zero_first=True, guard="where"):
+    """A value quantizer with one of the usual slips switched on (the defaults give the right answer)."""
+    def fn(v):
+        vmax, vmin = v.amax(-1), v.amin(-1)
+        scale, zero = ((vmax - vmin) / steps).half(), vmin.half()
+        s = (scale.float() if fp16_scale_first else (vmax - vmin) / steps)[:, None]
+        z = (zero.float() if fp16_zero_first else vmin)[:, None]
+        if guard == "where":
+            q = rounding((v - z) / torch.where(s > 0, s, torch.ones_like(s))).clamp(0, 15)
+            q = torch.where(s > 0, q, torch.zeros_like(q))
+        elif guard == "nan_to_num":
+            q = rounding((v - z) / s).nan_to_num(0).clamp(0, 15)
+        elif guard == "clamp_min":
+            q = rounding((v - z) / s.clamp_min(1e-30)).clamp(0, 15)
+        else:
+            q = rounding((v - z) / s).clamp(0, 15)
+        return q.to(torch.uint8), scale, zero
+    return fn
+
+
+# Exercise 1's plausible wrong answers, each with words its grader message must contain.
+_WRONG_VALUE_QUANTS = (
+    ("round half to even (torch.round)", _value_quant(rounding=torch.round),
+     "(values exactly halfway between two codes): got 0, expected 1"),
+    ("round half down", _value_quant(rounding=lambda x: torch.ceil(x - 0.5)), "round half to EVEN"),
+    ("truncate", _value_quant(rounding=torch.floor), "do not truncate"),
+    ("16 steps", _value_quant(steps=16), "scale = (max - min) / 15"),
+    ("scale and zero not rounded to fp16 first", _value_quant(fp16_scale_first=False, fp16_zero_first=False),
+     "(scale 0.1 stored as fp16 0.0999756): got 0, expected 1 ((v - zero) / scale = 0.50006). Code with the "
+     "fp16-rounded scale"),
+    ("zero not rounded to fp16 first", _value_quant(fp16_zero_first=False),
+     "(large offset, min 1000.3 stored as fp16 1000.5)"),
+    ("no constant-row guard", _value_quant(guard="none"), "(constant row 0.1, zero stored as 0.0999756): got 15"),
+    ("nan_to_num as the guard", _value_quant(guard="nan_to_num"), "test scale == 0 itself"),
+    ("scale clamped away from 0 as the guard", _value_quant(guard="clamp_min"), "A constant row has scale 0"),
+)
+
+
 def test_grader_value_quant(capsys):
     assert _verdict(tq_graders.check_value_quant, tq_graders.solution_value_quant, capsys)[0]
+    assert _verdict(tq_graders.check_value_quant, _value_quant(), capsys)[0]
     ok, msg = _verdict(tq_graders.check_value_quant, _stub, capsys)
     assert not ok and "not attempted" in msg
-
-    def sixteen_levels(v):
-        c, s, z = tq_graders.solution_value_quant(v)
-        return c, ((v.amax(-1) - v.amin(-1)) / 16).half(), z
-
-    def truncate(v):
-        c, s, z = tq_graders.solution_value_quant(v)
-        sf = s.float()[:, None]
-        q = torch.floor((v - z.float()[:, None]) / torch.where(sf > 0, sf, torch.ones_like(sf))).clamp(0, 15)
-        return q.to(torch.uint8), s, z
 
     def divide_by_zero(v):
         c, s, z = tq_graders.solution_value_quant(v)
@@ -473,9 +503,21 @@ def test_grader_value_quant(capsys):
         q[3] = 7
         return q.to(torch.uint8), s, z
 
-    for wrong, words in ((sixteen_levels, "/ 15"), (truncate, "do not truncate"), (divide_by_zero, "constant row")):
+    for name, wrong, words in _WRONG_VALUE_QUANTS + (("constant row set to 7", divide_by_zero, "constant row"),):
         ok, msg = _verdict(tq_graders.check_value_quant, wrong, capsys)
-        assert not ok and words in msg, msg
+        assert not ok and words in msg, (name, msg)
+
+
+def test_grader_value_quant_tricky_rows_are_what_they_say():
+    v, notes = tq_graders._tricky_value_rows()
+    assert len(notes) == v.shape[0]
+    ref = tq.quantize_values(v)
+    x = (v[:2] - ref.zero[:2, None].float()) / ref.scale[:2, None].float()
+    assert torch.equal(x[:, 2:], torch.floor(x[:, 2:]) + 0.5)          # exact ties
+    assert float(ref.scale[2]) != float(torch.tensor(1.5) / 15)          # fp16 rounding of scale moves codes
+    assert float(ref.zero[3]) == 1000.5 and float(v[3].min()) < 1000.4   # and of zero
+    assert not ref.scale[4:].any() and not ref.codes[4:].any()           # constant rows, code 0
+    assert (v[4:] != ref.zero[4:, None].float()).all()                   # v - zero != 0 there
 
 
 def test_grader_unwritten_rows(capsys):
@@ -489,23 +531,40 @@ def test_grader_unwritten_rows(capsys):
         assert not ok and words in msg, msg
 
 
+def _merge(weights, normalize=True):
+    def fn(o, lse):
+        w = weights(lse)
+        r = (w[:, None] * o).sum(0)
+        return r / w.sum() if normalize else r
+    return fn
+
+
+# Exercise 3's plausible wrong answers, each with words its grader message must contain.
+_WRONG_MERGES = (
+    ("no max subtracted", _merge(torch.exp2), "S=3, D=8, lse2 around 1e4: NaN in the result. 2^lse2 overflows"),
+    ("global lse without the max", _merge(lambda l: torch.exp2(l - torch.log2(torch.exp2(l).sum()))),
+     "2^lse2 overflows"),
+    ("plain average", lambda o, lse: o.mean(0), "plain average"),
+    ("average of the non-empty splits", lambda o, lse: o[~torch.isinf(lse)].mean(0), "plain average"),
+    ("natural exp", _merge(lambda l: torch.exp(l - l.max())), "base 2"),
+    ("not normalized", _merge(lambda l: torch.exp2(l - l.max()), normalize=False), "Divide by the sum"),
+    ("largest split only", lambda o, lse: o[lse.argmax()], "every split counts"),
+    ("empty split's -inf replaced by 0", _merge(lambda l: torch.exp2(l.nan_to_num(neginf=0.0) - l.max())),
+     "S=4, D=8, split 0 empty, the others with lse2 near 0: got"),
+    ("min subtracted", _merge(lambda l: torch.exp2(l - l.min())), "S=4: NaN in the result. An empty split"),
+    ("first split's lse subtracted", _merge(lambda l: torch.exp2(l - l[0])), "split 0 empty"),
+)
+
+
 def test_grader_merge_splits(capsys):
     assert tq_graders.solution_merge_splits is tq_graders.merge_splits_reference
     assert _verdict(tq_graders.check_merge_splits, tq_graders.solution_merge_splits, capsys)[0]
+    assert _verdict(tq_graders.check_merge_splits, _merge(lambda l: torch.softmax(l * math.log(2), 0)), capsys)[0]
     ok, msg = _verdict(tq_graders.check_merge_splits, _stub, capsys)
     assert not ok and "not attempted" in msg
-
-    def natural_exp(o, lse):
-        w = torch.exp(lse - lse.max())
-        return (w[:, None] * o).sum(0) / w.sum()
-
-    def no_max(o, lse):
-        w = torch.exp2(lse) * 0 + torch.exp2(lse - lse[1])
-        return (w[:, None] * o).sum(0) / w.sum()
-
-    for wrong, words in ((lambda o, lse: o.mean(0), "plain average"), (natural_exp, "base 2"), (no_max, "NaN")):
+    for name, wrong, words in _WRONG_MERGES:
         ok, msg = _verdict(tq_graders.check_merge_splits, wrong, capsys)
-        assert not ok and words in msg, msg
+        assert not ok and words in msg, (name, msg)
 
 
 # ---------------------------------------------------------------------------------------------- benchmark / GPU
