@@ -69,6 +69,7 @@ def test_a_refill_is_a_whole_write_and_data_dependent_stores_are_only_suspected(
     assert f["caller_fills_first"].confidence == "high" and "zero-fills it again" in f["caller_fills_first"].overwrite
     assert f["marks"].confidence == "low" and "depends on loaded values" in f["marks"].overwrite
     assert f["routed"].confidence == "low"            # stored under `if` a loaded value decides
+    assert f["ignored_rows"].confidence == "low"      # ... or a flag set under such an `if` decides
     assert f["causal_blocks"].confidence == "low" and "program ids" in f["causal_blocks"].overwrite
     # a kernel that may return before its stores may leave the zeros (an ignored row's loss, say): low
     assert f["guarded"].confidence == "low" and "return early" in f["guarded"].overwrite

@@ -46,6 +46,13 @@ def _loaded_names(body: list, source: str = "load") -> set[str]:
                     targets = n.targets if isinstance(n, ast.Assign) else [n.target]
                     for t in targets:
                         loaded |= _names_in(t)
+            elif isinstance(n, ast.If) and source == "load" and _names_in(n.test) & loaded:
+                # a flag set under a test of a loaded value (``if label == ignore: skip = True``) holds
+                # that value too: stores it decides are data dependent
+                for st in ast.walk(n):
+                    if isinstance(st, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                        for t in (st.targets if isinstance(st, ast.Assign) else [st.target]):
+                            loaded |= _names_in(t)
     return loaded
 
 
