@@ -416,14 +416,68 @@ def _truncated_scales(x, g):
     return codes, swizzle_scales(b)
 
 
+def _plain_launcher(x, g, *, codes_shape=None, scales_shape=None, alloc=torch.empty, zero_after=None, K_arg=None):
+    """Exercise 3's reference launcher (``nvfp4_quant_plain``'s kernel) with one mistake switched on: a
+    wrong allocation size (``codes_shape``, ``scales_shape``), a zero-filled scale buffer (``alloc``,
+    ``zero_after``: 'zero_' or 'fill_'), a wrong K given to the kernel (``K_arg``). The kernel is the
+    reference's, so it stores the whole padded grid whatever was allocated."""
+    from workbook.kernels.nvfp4 import nvfp4_quant_plain_kernel
+
+    M, K = x.shape
+    Mp, Kp = padded_scale_shape(M, K)
+    codes = torch.empty(codes_shape or (M, K // 2), dtype=torch.uint8, device=x.device)
+    sf = alloc(scales_shape or (Mp, Kp), dtype=torch.uint8, device=x.device)
+    if zero_after == "zero_":
+        sf.zero_()
+    elif zero_after == "fill_":
+        sf.fill_(0)
+    nvfp4_quant_plain_kernel[(triton.cdiv(Mp, 128), Kp)](x, g, codes, sf, M, K_arg or K, Mp, Kp, BLOCK_M=128)
+    return codes, sf.view(torch.float8_e4m3fn)
+
+
 def test_grader_quant_passes_both_solutions():
     check_quant(nvfp4_quant)
     check_quant(nvfp4_quant_plain)
+    check_quant(_plain_launcher)            # the test table's launcher, with no mistake switched on
     with pytest.raises(NotImplementedError):
         check_quant(_stub)
+    from workbook.check import grade
+
+    assert grade("Exercise 3", lambda: check_quant(_stub)).status == "not attempted"
+    assert grade("Exercise 3", lambda: check_quant(nvfp4_quant_plain)).status == "passed"
+
+
+def test_grader_quant_zero_fills_give_the_reference_bytes():
+    """The zero-filled answers of the table below are wrong by their allocation alone: their bytes
+    equal the reference's (so only the allocation check can catch them)."""
+    x = make_x(90, 80, torch.bfloat16)
+    g = global_scale_of(x)
+    rc, rs = nvfp4_quant_plain(x, g)
+    for wrong in (lambda: _plain_launcher(x, g, alloc=torch.zeros), lambda: _plain_launcher(x, g, zero_after="fill_"),
+                  lambda: nvfp4_quant(x, g, alloc="zeros")):
+        c, s = wrong()
+        assert torch.equal(c, rc) and torch.equal(_u8(s), _u8(rs))
+
+
+_STORED_PAST = "your kernel stored past the end of `{}` .*guard zone"
 
 
 @pytest.mark.parametrize("wrong,message", [
+    # zero fills of a buffer the statement says to allocate with torch.empty (the bytes are right)
+    (lambda x, g: _plain_launcher(x, g, alloc=torch.zeros),
+     r"`scales` was zero-filled \(torch.zeros\): that is the extra memset kernel this workbook removes. "
+     "Allocate it with torch.empty"),
+    (lambda x, g: _plain_launcher(x, g, zero_after="zero_"), r"`scales` was zero-filled \(Tensor.zero_\(\)\)"),
+    (lambda x, g: _plain_launcher(x, g, zero_after="fill_"), r"`scales` was zero-filled \(Tensor.fill_\(0\)\)"),
+    (lambda x, g: nvfp4_quant(x, g, alloc="zeros", write_padding=False), r"`scales` was zero-filled"),
+    # wrong allocation sizes: the kernel stores past the end (in the interpreter: host memory)
+    (lambda x, g: _plain_launcher(x, g, scales_shape=(x.shape[0], x.shape[1] // 16)),
+     _STORED_PAST.format("scales") .replace(".*", r"\(allocated \[1, 4\] uint8 = 4 bytes; the swizzled layout "
+                                              r"needs \[round_up\(M, 128\), round_up\(K/16, 4\)\] = \[128, 4\] = "
+                                              r"512 bytes\).*")),
+    (lambda x, g: _plain_launcher(x, g, codes_shape=(x.shape[0], x.shape[1] // 4)),
+     _STORED_PAST.format("codes").replace(".*", r"\(allocated \[1, 16\] uint8 = 16 bytes; the codes need "
+                                             r"\[M, K/2\] = \[1, 32\] uint8.*")),
     (lambda x, g: nvfp4_quant(x, g, write_padding=False), "padded entries of the .* were never written"),
     (_nan_padding, r"padded scale entries hold nonzero bytes \(0xFF"),
     (_swapped_nibbles, "nibble order"),
@@ -433,6 +487,15 @@ def test_grader_quant_passes_both_solutions():
 def test_grader_quant_rejects_wrong_answers(wrong, message):
     with pytest.raises(AssertionError, match=message):
         check_quant(wrong)
+
+
+@pytest.mark.skipif(ON_GPU, reason="bounds_checked checks the interpreter's addresses; on a GPU this stray "
+                    "load is an illegal memory access")
+def test_grader_quant_reports_a_stray_access_past_every_guard():
+    """An offset far past every buffer (here a wrong K given to the kernel): bounds_checked stops it
+    before it happens, and the grader reports it instead of the interpreter crashing."""
+    with pytest.raises(AssertionError, match="your kernel tried a (load|store) outside every tensor it was given"):
+        check_quant(lambda x, g: _plain_launcher(x, g, K_arg=x.shape[1] * 100000))
 
 
 def test_grader_quant_nan_padding_names_the_consumers():
