@@ -95,7 +95,7 @@ def poison_(t: torch.Tensor, pattern: str = "nan") -> torch.Tensor:
     return t
 
 
-_EMPTY_OPS = {
+EMPTY_OPS = {
     torch.ops.aten.empty.memory_format,
     torch.ops.aten.empty_strided.default,
     torch.ops.aten.empty_like.default,
@@ -131,7 +131,7 @@ class poisoned_allocations(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        if func in _EMPTY_OPS and isinstance(out, torch.Tensor) and out.untyped_storage().nbytes():
+        if func in EMPTY_OPS and isinstance(out, torch.Tensor) and out.untyped_storage().nbytes():
             poison_(out, self.pattern_for(out.dtype))
             self.count += 1
         return out

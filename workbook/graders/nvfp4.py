@@ -22,7 +22,7 @@ import os
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ..coverage import _EMPTY_OPS, bounds_checked, poison_, poisons_for, storage_bytes
+from ..coverage import EMPTY_OPS, bounds_checked, poison_, poisons_for, storage_bytes
 from ..device import DEVICE
 from ..nvfp4 import (E2M1_MAX, E2M1_VALUES, e2m1_round_brute, global_scale_of, nvfp4_gemm_ref,
                      nvfp4_gemm_small_m_model, nvfp4_quant, quantize_ref, unswizzle_scales)
@@ -173,9 +173,9 @@ class _GuardedAllocations(TorchDispatchMode):
             zero = isinstance(value, (int, float, bool)) and value == 0
         else:
             zero = name in ("aten::zeros", "aten::zeros_like", "aten::new_zeros", "aten::zero_")
-        if (func in _EMPTY_OPS or (zero and name in self._ZERO_ALLOCS)) and out.untyped_storage().nbytes():
-            out = self._guarded(out, fill_zero=func not in _EMPTY_OPS)
-            if func not in _EMPTY_OPS:
+        if (func in EMPTY_OPS or (zero and name in self._ZERO_ALLOCS)) and out.untyped_storage().nbytes():
+            out = self._guarded(out, fill_zero=func not in EMPTY_OPS)
+            if func not in EMPTY_OPS:
                 self.zero_fills[out.untyped_storage().data_ptr()] = f"torch.{name[6:]}"
         elif zero and name in ("aten::zero_", "aten::fill_"):
             ptr = out.untyped_storage().data_ptr()
