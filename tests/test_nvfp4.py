@@ -791,3 +791,48 @@ def test_cast_probe_and_instruction_budget():
     b = instruction_budget(rec, clock_GHz=1.0, bytes_per_element=2.0)
     assert b["instructions_per_element"] == pytest.approx(
         rec["machine"]["sm_count"] * 128 * 1e9 / (rec["ceilings"]["copy_GBps"] * 1e9 / 2.0))
+
+
+# ------------------------------------------------------------------------------------------------
+# Our bytes against an engine's (issue #32 item 7): torchao's nvfp4_quantize, an optional peer
+# ------------------------------------------------------------------------------------------------
+
+def _check_peer_rows(peer: dict) -> None:
+    """What notebook 02 states about the comparison, as assertions: scale bytes nearly all equal and,
+    at each differing scale, ours the exactly rounded RNE_e4m3(gs * amax / 6) (the peer's too, for its
+    own per-tensor scale); code bytes nearly all equal, differing only at quotients within a few fp32
+    ulps of an E2M1 rounding threshold, where the order of the fp32 operations decides."""
+    for r in peer["rows"]:
+        differing = r["scale_bytes"] - r["scale_bytes_equal"]
+        assert r["scale_bytes_equal"] >= 0.99 * r["scale_bytes"], r
+        assert r["scales_differing_ours_exact"] == differing, r
+        assert r["scales_differing_peer_exact_own_scale"] == differing, r
+        assert r["code_bytes_equal"] >= 0.995 * r["code_bytes"], r
+        if r["codes_differing_same_scale"]:
+            assert r["max_rel_distance_to_threshold"] < 2.0 ** -20, r
+
+
+def test_bytes_against_torchao_and_the_record():
+    """Recomputes the CPU comparison that notebook 02 prints from the record and checks both agree and
+    say what the notebook says (skipped without torchao: ``pip install torchao==0.18.0``)."""
+    pytest.importorskip("torchao.prototype.mx_formats.nvfp4_tensor")
+    from workbook.benchmarks.nvfp4 import measure_peer_bytes
+
+    live = measure_peer_bytes("cpu")
+    _check_peer_rows(live)
+    recorded = load_record("nvfp4")["results"]["peer_bytes"]["cpu"]
+    assert [r["input"] for r in recorded["rows"]] == [r["input"] for r in live["rows"]]
+    for got, want in zip(live["rows"], recorded["rows"]):
+        assert {k: v for k, v in got.items() if k != "max_rel_distance_to_threshold"} == \
+            {k: v for k, v in want.items() if k != "max_rel_distance_to_threshold"}, "re-record the peer bytes"
+    if ON_GPU:
+        _check_peer_rows(measure_peer_bytes("cuda"))
+
+
+def test_recorded_peer_bytes_say_what_the_notebook_says():
+    """The recorded figures alone (no torchao needed): the claims of notebook 02 hold for every device
+    the record holds."""
+    peer = load_record("nvfp4")["results"]["peer_bytes"]
+    assert "cpu" in peer
+    for by_device in peer.values():
+        _check_peer_rows(by_device)

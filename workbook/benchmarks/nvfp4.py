@@ -16,6 +16,8 @@ What each part times (every figure's key names its timer, :mod:`workbook.records
 * ``heatmap`` (:func:`measure_heatmap`): :data:`HEATMAP_M` x :data:`HEATMAP_K`, both input dtypes,
   beside a device copy of the same bytes (the CUDA benchmark times its backend on the same grid).
 * ``small_m`` (:func:`measure_small_m`): decode sizes beside an empty kernel, both from graph replay.
+* ``peer_bytes`` (:func:`measure_peer_bytes`, no timer): our bytes against torchao's ``nvfp4_quantize``
+  (a peer no one here wrote) on the same inputs, when torchao is installed.
 
 :func:`sass_counts` and :func:`instruction_budget` give the instruction side: what the kernel issues
 per element, and what the copy ceiling allows.
@@ -38,7 +40,7 @@ __all__ = [
     "BENCH_SIZES", "SMOKE_SIZES", "ZEROS_EMPTY_SIZES", "SWEEP_SIZES", "SWEEP_CONFIGS", "HEATMAP_K", "HEATMAP_M",
     "SMALL_M", "SMALL_K", "TARGET_FRAC", "TARGET_MIN_INPUT_BYTES", "TIMERS", "NOTES", "bytes_moved",
     "compiled_ref_timer", "run", "table", "measure_sizes", "measure_zeros_vs_empty", "measure_config_sweep",
-    "measure_heatmap", "measure_small_m", "targets", "sass_counts", "instruction_budget",
+    "measure_heatmap", "measure_small_m", "measure_peer_bytes", "PEER_INPUTS", "targets", "sass_counts", "instruction_budget",
 ]
 
 BENCH_SIZES = [(128, 4096), (512, 4096), (1024, 8192), (3000, 5120), (4096, 8192), (12288, 7168), (16384, 8192)]
@@ -279,6 +281,9 @@ def run(*, budget_s: float | None = None, smoke: bool = False) -> Measurement:
     small = {} if smoke else measure_small_m()
     results = {"sizes": rows, "zeros_vs_empty": zve, "config_sweep": sweep, "heatmap": heat, "small_m": small,
                "targets": targets(rows, heat), "notes": dict(NOTES)}
+    peer = {} if smoke else {d: measure_peer_bytes(d) for d in ("cpu", "cuda")}   # run() needs a GPU
+    if peer and all(peer.values()):
+        results["peer_bytes"] = peer
     return Measurement(results=results, timers=dict(TIMERS), ceilings={"copy_GBps": ceiling})
 
 
@@ -295,6 +300,76 @@ def table(rec: dict) -> str:
         ("speedup", lambda r: f"{r['speedup_vs_compiled']:.2f}x", "s"),
         ("exact", lambda r: str(r["exact_vs_ref"]), "s"),
     ], title=f"copy ceiling {rec['ceilings']['copy_GBps']:.0f} GB/s (read + write)")
+
+
+# --------------------------------------------------------------------------------------------------
+# Bytes against a peer: torchao's nvfp4_quantize (no timer: which bytes differ, and why)
+# --------------------------------------------------------------------------------------------------
+
+# (name, seed, transform of a standard normal [1000, 2048]): Gaussian activations, and heavy tails
+# (cubed), whose blocks put amax*gs/6 in more places between two E4M3 values
+PEER_INPUTS = (("gaussian", 0, lambda z: z), ("gaussian", 1, lambda z: z), ("heavy tails (z^3)", 0, lambda z: z ** 3),
+               ("heavy tails (z^3)", 1, lambda z: z ** 3))
+_E2M1_THRESHOLDS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)
+
+
+def _peer_row(x: torch.Tensor, ours, peer_quantize, peer_scale_of) -> dict:
+    M, K = x.shape
+    gs = nvfp4.global_scale_of(x)
+    codes, sf = ours(x, gs)
+    pts = peer_scale_of(x.float().abs().amax())      # the peer's per-tensor scale, amax / (448 * 6)
+    peer_sf, peer_codes = peer_quantize(x, 16, pts)
+    a, b = sf.view(torch.uint8).cpu(), peer_sf.view(torch.uint8).cpu()
+    codes, peer_codes = codes.cpu(), peer_codes.cpu()
+    # the exactly rounded scale: gs * amax / 6 in float64 (exact to far below an E4M3 step), then RNE
+    amax = x.double().cpu().view(M, K // 16, 16).abs().amax(-1)
+    exact = nvfp4.e4m3_round_brute(gs.double().cpu() * amax / 6)
+    exact_peer = nvfp4.e4m3_round_brute(amax / 6 / pts.double().cpu())   # the same, with the peer's scale
+    d = a != b
+    nib = lambda c: torch.stack([c & 15, c >> 4], -1).reshape(M, K)  # noqa: E731
+    same_scale = (~d).repeat_interleave(16, dim=1)
+    dc = (nib(codes) != nib(peer_codes)) & same_scale
+    # where codes differ under the same scale: the exact quotient's distance to the nearest E2M1 threshold
+    s = sf.double().cpu().repeat_interleave(16, dim=1)
+    y = (x.double().cpu() * gs.double().cpu() / torch.where(s > 0, s, torch.ones_like(s))).abs()[dc]
+    th = torch.tensor(_E2M1_THRESHOLDS, dtype=torch.float64)
+    dist = ((y[:, None] - th).abs() / th).min(-1).values if y.numel() else y
+    return {"M": M, "K": K, "scale_bytes": a.numel(), "scale_bytes_equal": int((~d).sum()),
+            "scales_differing_ours_exact": int((a[d] == exact[d]).sum()),
+            "scales_differing_peer_exact": int((b[d] == exact[d]).sum()),
+            "scales_differing_peer_exact_own_scale": int((b[d] == exact_peer[d]).sum()),
+            "global_scales_rel_diff": float(gs.double().cpu() * pts.double().cpu() - 1),
+            "code_bytes": codes.numel(), "code_bytes_equal": int((codes == peer_codes).sum()),
+            "codes_differing_same_scale": int(dc.sum()),
+            "max_rel_distance_to_threshold": float(dist.max()) if dist.numel() else None}
+
+
+def measure_peer_bytes(device=None) -> dict | None:
+    """Our NVFP4 bytes (linear scales) against torchao's ``nvfp4_quantize`` on :data:`PEER_INPUTS`, bf16
+    [1000, 2048], both with the per-tensor scale of the input's amax. On a GPU ours is the shipped kernel,
+    on a CPU the pure-torch reference (the kernels match it byte for byte: tests/test_nvfp4.py). For each
+    input: how many scale and code bytes are equal; at each differing scale, which side is the exactly
+    rounded ``RNE_e4m3(gs * amax / 6)`` (and whether the peer's is, for its own per-tensor scale, which
+    is not exactly ``1 / gs``); and where codes differ under an equal scale, how close the exact
+    quotient ``x * gs / scale`` lies to an E2M1 rounding threshold. None when torchao is not installed."""
+    try:
+        import torchao
+        from torchao.prototype.mx_formats.nvfp4_tensor import nvfp4_quantize, per_tensor_amax_to_scale
+    except ImportError:
+        return None
+    device = torch.device(device or DEVICE)
+    if device.type == "cuda":
+        ours = lambda x, gs: nvfp4.nvfp4_quant(x, gs, swizzled=False)  # noqa: E731
+    else:
+        ours = lambda x, gs: nvfp4.quantize_ref(x, gs, swizzled=False)  # noqa: E731
+    rows = []
+    for name, seed, shape_of in PEER_INPUTS:
+        z = torch.randn(1000, 2048, generator=torch.Generator().manual_seed(seed))
+        x = shape_of(z).to(torch.bfloat16).to(device)
+        rows.append({"input": name, "seed": seed, **_peer_row(x, ours, nvfp4_quantize, per_tensor_amax_to_scale)})
+    return {"peer": f"torchao {torchao.__version__} nvfp4_quantize(x, 16, per_tensor_amax_to_scale(amax))",
+            "ours": "nvfp4_quant (shipped kernel)" if device.type == "cuda" else "quantize_ref (pure torch)",
+            "device": device.type, "rows": rows}
 
 
 # --------------------------------------------------------------------------------------------------
