@@ -248,6 +248,31 @@ def test_mixed_batches_match_reference(case):
     assert rel_err(out, ref) <= BOUND
 
 
+# Continuation chunks under prefix caching (vLLM #46461: a TurboQuant backend lost the cached prefix of
+# such requests in a mixed batch). Each case: decode requests first, then prefill requests whose cached
+# prefix P = seq_len - query_len is longer than the chunk, shorter, equal, page-aligned or not, or 0.
+CONTINUATIONS = [
+    dict(query_lens=[1, 1, 9], seq_lens=[40, 3, 79], nd=2),             # prefix 70 > chunk 9, mid page
+    dict(query_lens=[1, 30], seq_lens=[17, 33], nd=1),                  # prefix 3 < chunk 30
+    dict(query_lens=[1, 16, 16], seq_lens=[5, 32, 16], nd=1),           # prefix 16 = chunk, page-aligned; fresh
+    dict(query_lens=[1, 1, 1, 5, 24, 2], seq_lens=[64, 1, 20, 21, 24, 50], nd=3),  # three kinds at once
+]
+
+
+@pytest.mark.parametrize("case", CONTINUATIONS, ids=["longer", "shorter", "equal", "all"])
+def test_continuation_chunks_keep_their_cached_prefix(case):
+    out, ref, (q, k, v, cache, batch) = _run(case["query_lens"], case["seq_lens"], case["nd"], seed=3)
+    assert rel_err(out, ref) <= BOUND
+    # the test can fail for the bug it guards: a chunk that ignored its prefix would give these rows
+    for r in range(batch.num_decode_reqs, batch.num_reqs):
+        a, b = batch.query_start_host[r], batch.query_start_host[r + 1]
+        prefix = batch.seq_lens_host[r] - (b - a)
+        assert rel_err(out[a:b], ref[a:b]) <= BOUND, f"request {r} (prefix {prefix}, chunk {b - a})"
+        if prefix:
+            dropped = tq.reference_attention(q[a:b], k[a:b].float(), v[a:b].float(), causal_offset=0)
+            assert rel_err(dropped, ref[a:b]) > 20 * BOUND, "the case does not tell a dropped prefix apart"
+
+
 @pytest.mark.parametrize("hq,hkv", [(2, 2), (4, 1), (8, 1)])
 def test_gqa_ratios(hq, hkv):
     out, ref, _ = _run([1, 4], [33, 20], 1, hq=hq, hkv=hkv, d=64)
