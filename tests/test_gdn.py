@@ -490,6 +490,36 @@ def test_unsupported_or_bad_fla_options(kw, match):
             fn(**x, **kw)
 
 
+@pytest.mark.skipif(ON_GPU, reason="the launchers run on the GPU there, with cu_seqlens on the device")
+@pytest.mark.parametrize("kind", list(KERNELS))
+@pytest.mark.parametrize("cu,match", [([0, 5, 3, 8], "non-decreasing"), ([0, 3, 7], "end at T=8"),
+                                      ([0, 3, 9], "end at T=8"), ([2, 8], "start at 0")])
+def test_host_offsets_are_checked_on_the_host(kind, cu, match):
+    """cu_seqlens on the host (a CPU run): its values are checked without a host copy, as reading
+    them costs nothing there; on a GPU only cu_seqlens_cpu is read (test_bad_cu_seqlens)."""
+    fn, _ = KERNELS[kind]
+    with pytest.raises(ValueError, match=match):
+        fn(**_good(), cu_seqlens=torch.tensor(cu))
+
+
+@pytest.mark.parametrize("kind", list(KERNELS))
+@pytest.mark.parametrize("qk,v", [(torch.float32, torch.float16), (torch.bfloat16, torch.float16),
+                                  (torch.float16, torch.float32)])
+def test_mixed_dtypes_as_fla_accepts_them(kind, qk, v):
+    """fla's own tests pass fp32 q/k with fp16 v and beta: computed in the wider dtype
+    (compute_dtype), o returned in v's dtype, against the fp32 reference."""
+    fn, _ = KERNELS[kind]
+    x = gdn.make_inputs(1, 67, 2, 32, HV=4, dtype=torch.float32, initial_state=True, seed=31)
+    x["q"], x["k"], x["v"], x["beta"] = x["q"].to(qk), x["k"].to(qk), x["v"].to(v), x["beta"].to(v)
+    assert gdn.compute_dtype(x["q"], x["v"]) == torch.promote_types(qk, v)
+    o, ht = fn(**x, output_final_state=True)
+    ref, ref_ht = gdn.naive_recurrent_gated_delta_rule(**x, output_final_state=True)
+    assert o.dtype == v and ht.dtype == torch.float32
+    bound = 2e-2 if torch.float32 not in (qk, v) or qk == torch.float16 else 5e-3
+    assert_rel_close(o, ref, bound, "o")
+    assert_rel_close(ht, ref_ht, bound, "final state")
+
+
 def test_cu_seqlens_cpu_is_checked():
     x = gdn.make_inputs(1, 8, 1, 16, seed=20)
     cu = torch.tensor([0, 3, 8], device=DEVICE)
@@ -596,12 +626,15 @@ def test_varlen_call_never_reads_device_values_on_the_host(kind):
 
 @pytest.mark.skipif(ON_GPU, reason="checks the interpreter's addresses (on a GPU: compute-sanitizer)")
 @pytest.mark.parametrize("kind", list(KERNELS))
-def test_unchecked_bad_offsets_stay_inside_the_buffers(kind):
+def test_unchecked_bad_offsets_stay_inside_the_buffers(kind, monkeypatch):
     # Without a host copy the offsets are trusted (checking them would read the device tensor). A
     # malformed table then gives wrong rows, but every address stays inside the buffers: the kernels
     # clamp each sequence to [0, T] and the state pass to the NT_MAX rows of h.
     fn, _ = KERNELS[kind]
     x = gdn.make_inputs(1, 8, 1, 16, seed=25)
+    # on the host the offsets are checked (test_host_offsets_are_checked_on_the_host); the GPU's
+    # contract is to trust a device tensor without a host copy: emulate that here
+    monkeypatch.setattr(gdn, "_host_offsets", lambda cu, cu_cpu: cu_cpu)
     with bounds_checked():
         for cu in ([0, 3, 70, 100], [5, 0, 8], [-40, 2, 8]):      # past T, decreasing, negative
             fn(**x, output_final_state=True, cu_seqlens=torch.tensor(cu, device=DEVICE))

@@ -34,7 +34,7 @@ from .device import (DEVICE, ON_GPU, check_tensor, require_launchable, resolve_c
 from .kernels import gdn as kern
 
 __all__ = [
-    "l2norm", "naive_recurrent_gated_delta_rule", "chunk_gated_delta_rule_ref",
+    "compute_dtype", "l2norm", "naive_recurrent_gated_delta_rule", "chunk_gated_delta_rule_ref",
     "fused_recurrent_gated_delta_rule", "chunk_gated_delta_rule", "gated_rmsnorm", "gated_rmsnorm_ref",
     "GDNBlockParams", "make_block_params", "qwen3_next_linear_attention", "z_handoff_zero_then_copy",
     "make_inputs", "chunk_count_bound", "state_launch", "CHUNK", "CONFIG", "EMULATE_WHY", "STATE_FILL",
@@ -91,20 +91,40 @@ def _check_bounds(bounds, T, name="cu_seqlens"):
         raise ValueError(f"{name} must be non-decreasing, got {bounds}")
 
 
+def _host_offsets(cu_seqlens, cu_seqlens_cpu):
+    """The host tensor whose values the checks read: ``cu_seqlens_cpu`` when given, else ``cu_seqlens``
+    itself when it lives on the host (a CPU run: reading it costs nothing), else None (on a GPU the
+    values are trusted, as a CUDA graph cannot wait for a copy)."""
+    if cu_seqlens_cpu is not None:
+        return cu_seqlens_cpu
+    return cu_seqlens if cu_seqlens.device.type == "cpu" else None
+
+
+def compute_dtype(q: torch.Tensor, v: torch.Tensor) -> torch.dtype:
+    """The dtype both launchers compute in. fla accepts q and k in one float dtype and v (and beta)
+    in another (its own tests pass fp32 q/k with fp16 v). The rule here: when v's dtype differs from
+    q's, q, k and v are converted to the wider of the two (``torch.promote_types``: fp32 with fp16
+    gives fp32, bf16 with fp16 gives fp32), so no input loses precision, and ``o`` is returned in
+    v's dtype, as fla returns it. One dtype for all three: no conversion, no copy."""
+    return torch.promote_types(q.dtype, v.dtype)
+
+
 def _check(q, k, v, g, beta, scale, initial_state, cu_seqlens, *, device=None, inplace=False, cu_seqlens_cpu=None):
     """Validate the public arguments; return (B, T, H, HV, K, V, N).
 
     Never reads a device tensor on the host (no sync, so a CUDA graph can hold the call): shapes,
-    dtypes and devices only. The VALUES of cu_seqlens are checked only from ``cu_seqlens_cpu``, a
-    host copy the caller already has (as engines do); without it they are trusted."""
+    dtypes and devices only. The VALUES of cu_seqlens are checked from ``cu_seqlens_cpu``, a host
+    copy the caller already has (as engines do), or from cu_seqlens itself when it is on the host;
+    a device tensor without a host copy is trusted (:func:`_host_offsets`)."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         check_tensor(name, t, dtypes=_FLOATS, ndim=4, device=device)
     dev = q.device
     for name, t in (("k", k), ("v", v)):
         if not same_device(t.device, dev):
             raise ValueError(f"{name} is on {t.device} but q is on {dev}: all inputs must share one device")
-    if k.dtype != q.dtype or v.dtype != q.dtype:
-        raise TypeError(f"q, k, v must share one dtype, got q {q.dtype}, k {k.dtype}, v {v.dtype}")
+    if k.dtype != q.dtype:
+        raise TypeError(f"q and k must share one dtype, got q {q.dtype}, k {k.dtype} (v may differ: "
+                        "see compute_dtype)")
     if k.shape != q.shape:
         raise ValueError(f"k must have q's shape [B, T, H, K] = {list(q.shape)}, got {list(k.shape)}")
     B, T, H, K = q.shape
@@ -137,7 +157,9 @@ def _check(q, k, v, g, beta, scale, initial_state, cu_seqlens, *, device=None, i
             if cu_seqlens_cpu.numel() != N + 1:
                 raise ValueError(f"cu_seqlens_cpu must hold the same {N + 1} offsets as cu_seqlens, "
                                  f"got {cu_seqlens_cpu.numel()}")
-            _check_bounds(cu_seqlens_cpu.tolist(), T, "cu_seqlens")   # a host tensor: no device sync
+        host = _host_offsets(cu_seqlens, cu_seqlens_cpu)
+        if host is not None:
+            _check_bounds(host.tolist(), T, "cu_seqlens")   # a host tensor: no device sync
     else:
         if cu_seqlens_cpu is not None:
             raise ValueError("cu_seqlens_cpu is a host copy of cu_seqlens: give cu_seqlens too")
@@ -306,8 +328,11 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=Non
     ``CONFIG["recurrent"]`` (``{"BV": 32, "num_warps": 4}``).
 
     A varlen decode step (``cu_seqlens`` on the device) never waits for the device nor copies from
-    it, so a CUDA graph can hold the call; the offsets' values are checked only from
-    ``cu_seqlens_cpu`` (a host copy) when it is given.
+    it, so a CUDA graph can hold the call. The contract of ``cu_seqlens``: int32/int64 offsets
+    starting at 0, ending at T, non-decreasing (empty sequences allowed). It is checked from
+    ``cu_seqlens_cpu`` (a host copy) when given, or from ``cu_seqlens`` when it is on the host; a device
+    tensor without a host copy is trusted: offsets breaking the contract then give wrong rows, but
+    every address stays inside the buffers (tested). Mixed dtypes: :func:`compute_dtype`.
     """
     g, beta = _fla_gates(q, v, g, beta, gk=gk, gv=gv, use_gate_in_kernel=use_gate_in_kernel, A_log=A_log,
                          dt_bias=dt_bias, use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel,
@@ -316,6 +341,8 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=Non
                                   device=DEVICE, inplace=inplace_final_state, cu_seqlens_cpu=cu_seqlens_cpu)
     cfg = resolve_config(config, CONFIG["recurrent"], name="config of fused_recurrent_gated_delta_rule")
     scale = K ** -0.5 if scale is None else float(scale)
+    out_dtype, ct = v.dtype, compute_dtype(q, v)
+    q, k, v = q.to(ct), k.to(ct), v.to(ct)       # no copy when they already share one dtype
     # empty: o[b, t, hv, :] is written by the programs of head hv of the sequence holding t, one
     # value block each, at its step t; every token belongs to exactly one sequence (checked above).
     o = torch.empty_like(v)
@@ -330,7 +357,7 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=Non
         q, k, v, g, beta, o, initial_state, ht, cu_seqlens, scale, T,
         H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, USE_QK_L2NORM=bool(use_qk_l2norm_in_kernel),
         num_warps=cfg["num_warps"])
-    return o, ht
+    return o.to(out_dtype), ht
 
 
 def chunk_count_bound(T: int, N: int, chunk: int = CHUNK) -> int:
@@ -493,9 +520,10 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
 
     Varlen (``cu_seqlens`` on the device) never waits for the device nor copies from it: the chunk
     table is built on the device for an upper bound of the chunk count known from shapes
-    (:func:`chunk_count_bound`), so a CUDA graph can hold the call. The offsets' values are checked
-    only from ``cu_seqlens_cpu`` (a host copy, as engines keep one) when it is given;
-    ``chunk_indices`` is accepted and ignored (built here).
+    (:func:`chunk_count_bound`), so a CUDA graph can hold the call. The contract of ``cu_seqlens``
+    and where it is checked are those of :func:`fused_recurrent_gated_delta_rule` (on a GPU: only
+    from ``cu_seqlens_cpu``, a host copy, as engines keep one); ``chunk_indices`` is accepted and
+    ignored (built here). Mixed dtypes (fp32 q/k with fp16 v, as fla's tests pass): :func:`compute_dtype`.
 
     ``config``: launch configuration, one dict per kernel, names as in ``CONFIG["chunk"]`` (e.g.
     ``{"state": {"BV": 32, "num_warps": 8}}``); the state pass's BV, num_warps and num_stages left None
@@ -512,6 +540,8 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     cfg = _chunk_config(config)
     emulate = resolve_emulate(emulate, EMULATE_WHY)
     scale = K ** -0.5 if scale is None else float(scale)
+    out_dtype, ct = v.dtype, compute_dtype(q, v)
+    q, k, v = q.to(ct), k.to(ct), v.to(ct)       # no copy when they already share one dtype
     dev = q.device
     dt = q.dtype   # storage dtype of w, u, v', h (and of the matrix units), as in fla
     l2 = bool(use_qk_l2norm_in_kernel)
@@ -556,6 +586,7 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     if NT and not fuse:
         _launch_output(cfg["output"], q, kc, v_new, h, G, o, cu_seqlens, chunk_indices, scale, T, NT, l2=l2,
                        emulate=emulate)
+    o = o.to(out_dtype)                           # v's dtype, as fla returns it (a no-op unless mixed)
     if return_intermediates:
         return o, ht, {"G": G, "A": A, "w": w, "u": u, "v_new": v_new, "h": h, **({"kn": kn} if l2 else {})}
     return o, ht
