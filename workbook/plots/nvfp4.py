@@ -9,7 +9,7 @@ from ..benchmarks.nvfp4 import TARGET_FRAC, TARGET_MIN_INPUT_BYTES, compiled_ref
 from ..nvfp4 import E2M1_VALUES, e4m3_grid, round_up, swizzle_offset
 
 __all__ = ["plot_value_grids", "plot_swizzle", "plot_benchmark", "plot_heatmap", "plot_small_m",
-           "plot_zeros_vs_empty"]
+           "plot_zeros_vs_empty", "peer_bytes_text"]
 
 
 def plot_value_grids():
@@ -217,3 +217,20 @@ def plot_zeros_vs_empty(rec: dict, label: str = ""):
         fig.suptitle(label, fontsize=9)
     fig.tight_layout(rect=(0, 0.07, 1, 1))
     return fig
+
+
+def peer_bytes_text(p: dict, label: str) -> str:
+    """One comparison of ``measure_peer_bytes`` (benchmarks/nvfp4.py) as text, one line per input: the
+    share of equal scale and code bytes, which side is exactly rounded at each differing scale, and how
+    close to an E2M1 threshold the codes that differ under an equal scale sit."""
+    lines = [f"{label}: ours = {p['ours']} on {p['device']}; peer = {p['peer']}"]
+    for r in p["rows"]:
+        dist = r["max_rel_distance_to_threshold"]
+        lines.append(
+            f"  {r['input']:<18} seed {r['seed']}: scale bytes equal {100 * r['scale_bytes_equal'] / r['scale_bytes']:6.2f}% "
+            f"({r['scale_bytes'] - r['scale_bytes_equal']} differ; exactly rounded there: ours "
+            f"{r['scales_differing_ours_exact']}, torchao for its own scale {r['scales_differing_peer_exact_own_scale']}); "
+            f"code bytes equal {100 * r['code_bytes_equal'] / r['code_bytes']:6.2f}%, codes differing under an equal "
+            f"scale {r['codes_differing_same_scale']}" + ("" if dist is None else
+                                                          f", each within {dist:.1e} (relative) of an E2M1 threshold"))
+    return "\n".join(lines)
