@@ -619,6 +619,33 @@ def test_benchmark_code_path_on_tiny_sizes():
             tq_bench.run(smoke=True)
 
 
+def test_mixed_step_twin_code_path_on_the_cpu(monkeypatch):
+    """The mixed-step benchmark's plumbing on tiny sizes (the flash call is CUDA-only: replaced by
+    per-request SDPA): zeros and empty both timed, the fill alone, the bf16 twin's new tokens stored at
+    the end of each request's span, and its output checked against exact attention."""
+    import torch.nn.functional as F
+    from workbook.benchmarks import turboquant as bench
+
+    def flash_by_sdpa(q, k, v, cu_q, cu_k, max_q, max_k):
+        out = torch.empty_like(q)
+        for r in range(len(cu_q) - 1):
+            a, b, lo, hi = int(cu_q[r]), int(cu_q[r + 1]), int(cu_k[r]), int(cu_k[r + 1])
+            qq, kk, vv = (t.transpose(0, 1)[None].float() for t in (q[a:b], k[lo:hi], v[lo:hi]))
+            mask = torch.ones(b - a, hi - lo, dtype=torch.bool).tril(hi - lo - (b - a))
+            o = F.scaled_dot_product_attention(qq, kk, vv, attn_mask=mask, enable_gqa=True)
+            out[a:b] = o[0].transpose(0, 1).to(q.dtype)
+        return out
+
+    monkeypatch.setattr(bench, "_varlen_flash", flash_by_sdpa)
+    calls = []
+    res = bench._mixed_step_point(lambda fn: (calls.append(fn()), 2.0)[1],
+                                  dict(nd=3, ctx=40, pre_q=[9, 5], pre_ctx=[30, 5], hq=4, hkv=2, d=32))
+    assert res["zeros_over_empty"] == 1.0 and res["zero_fill_alone_graph_us"] == 2.0
+    twin = res["bf16_twin"]
+    assert twin["gqa"] == "native" and twin["max_rel_err_vs_exact"] < 1e-2 and twin["turboquant_over_twin"] == 1.0
+    assert torch.equal(calls[2], torch.zeros_like(calls[2]))     # the third timed call is the fill alone
+
+
 def test_record_reads_back_into_table_and_plot():
     """The recorded H200 figures (schema 2) as notebook 04 shows them: the table and the picture."""
     import matplotlib

@@ -105,7 +105,7 @@ def run(*, budget_s: float | None = None, smoke: bool = False) -> Measurement:
     ceilings = {}
     if not smoke:
         try:
-            res["mixed_step"] = _mixed_step_point(timer)
+            res["mixed_step"] = _mixed_step_point(timer, eager=time_us)
         except Exception as e:  # noqa: BLE001  (recorded; the decode figures above stand)
             res["mixed_step"] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
         print("mixed", res["mixed_step"], flush=True)
@@ -248,8 +248,11 @@ def decode_point(B, T, hq, hkv, d, block_size, timer, eager, configs, seed=0):
     return row
 
 
-def _mixed_step_point(timer, shape: dict = MIXED_STEP) -> dict:
-    """zeros vs empty for attn_out in a mixed step (store + decode + prefill), both timed by ``timer``."""
+def _mixed_step_point(timer, shape: dict = MIXED_STEP, eager=None) -> dict:
+    """A mixed step (store + decode + prefill, one prefill a continuation chunk after a cached prefix)
+    timed by ``timer``: ``attn_out`` from ``empty`` and from ``zeros``, what the difference is made of
+    (the zero fill of those bytes alone, in a graph), and the step's bf16 twin (:func:`_bf16_twin`).
+    ``eager`` (a per-call timer) adds the eager time beside each graph time."""
     nd, ctx, pre_q, pre_ctx = shape["nd"], shape["ctx"], list(shape["pre_q"]), list(shape["pre_ctx"])
     q, k, v, cache, batch = make_example([1] * nd + pre_q, [ctx] * nd + pre_ctx, nd, block_size=16,
                                          dtype=torch.bfloat16, hq=shape["hq"], hkv=shape["hkv"], d=shape["d"])
@@ -257,5 +260,65 @@ def _mixed_step_point(timer, shape: dict = MIXED_STEP) -> dict:
            "attn_out_bytes": q.numel() * q.element_size()}
     for alloc in ("empty", "zeros"):
         res[f"{alloc}_graph_us"] = timer(lambda alloc=alloc: mixed_attention(q, k, v, cache, batch, alloc=alloc))
+        if eager is not None:
+            res[f"{alloc}_eager_us"] = eager(lambda alloc=alloc: mixed_attention(q, k, v, cache, batch, alloc=alloc))
     res["zeros_over_empty"] = res["zeros_graph_us"] / res["empty_graph_us"]
+    res["zero_fill_alone_graph_us"] = timer(lambda: torch.zeros_like(q))
+    try:
+        res["bf16_twin"] = _bf16_twin(q, k, v, batch, timer, eager)
+        res["bf16_twin"]["turboquant_over_twin"] = res["empty_graph_us"] / res["bf16_twin"]["twin_graph_us"]
+    except (NotImplementedError, RuntimeError) as e:    # torch's flash attention is CUDA-only
+        res["bf16_twin"] = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
     return res
+
+
+def _varlen_flash(q, k, v, cu_q, cu_k, max_q: int, max_k: int) -> torch.Tensor:
+    """torch's varlen flash-attention forward (CUDA only): causal, aligned bottom-right."""
+    return torch.ops.aten._flash_attention_forward(q, k, v, cu_q, cu_k, max_q, max_k, 0.0, True, False)[0]
+
+
+def _bf16_twin(q, k, v, batch: MixedBatch, timer, eager=None) -> dict:
+    """The same mixed step on a bf16 cache with the best attention torch offers for it: every request's
+    tokens contiguous in one packed bf16 cache (no pages: an optimistic twin, nothing to gather), the new
+    tokens stored with ``index_copy_``, then ONE varlen flash-attention call for the decode and prefill
+    rows together (``torch.ops.aten._flash_attention_forward``, causal aligned bottom-right, GQA native).
+    Its output is checked against exact attention per request before it is timed."""
+    import torch.nn.functional as F
+    dev, R = q.device, batch.num_reqs
+    seq = list(batch.seq_lens_host)
+    qs = list(batch.query_start_host[: R + 1])
+    cu_k = torch.tensor([0] + [sum(seq[: i + 1]) for i in range(R)], dtype=torch.int32, device=dev)
+    cu_q = torch.tensor(qs, dtype=torch.int32, device=dev)
+    kc = torch.randn(int(cu_k[-1]), k.shape[1], k.shape[2], device=dev).to(torch.bfloat16)
+    vc = torch.randn_like(kc)
+    # the new tokens go to the end of each request's span of the packed cache
+    slots = torch.cat([torch.arange(int(cu_k[r + 1]) - (qs[r + 1] - qs[r]), int(cu_k[r + 1]), device=dev)
+                       for r in range(R)])
+    max_q, max_k = max(b - a for a, b in zip(qs, qs[1:])), max(seq)
+
+    heads = {"gqa": "native"}
+
+    def step():
+        kc.index_copy_(0, slots, k)
+        vc.index_copy_(0, slots, v)
+        if heads["gqa"] == "native":
+            return _varlen_flash(q, kc, vc, cu_q, cu_k, max_q, max_k)
+        g = q.shape[1] // k.shape[1]
+        return _varlen_flash(q, kc.repeat_interleave(g, 1), vc.repeat_interleave(g, 1), cu_q, cu_k, max_q, max_k)
+
+    try:
+        out = step()
+    except RuntimeError:          # a flash build without native GQA: K and V heads repeated (recorded)
+        heads["gqa"] = "K/V heads repeated in the step"
+        out = step()
+    errs = []
+    for r in (0, R - 2, R - 1):     # a decode request and the prefill requests, against exact attention
+        a, b, lo, hi = qs[r], qs[r + 1], int(cu_k[r]), int(cu_k[r + 1])
+        qq, kk, vv = (t.transpose(0, 1)[None].float() for t in (q[a:b], kc[lo:hi], vc[lo:hi]))
+        mask = torch.ones(b - a, hi - lo, dtype=torch.bool, device=dev).tril(hi - lo - (b - a))
+        ref = F.scaled_dot_product_attention(qq, kk, vv, attn_mask=mask, enable_gqa=True)[0].transpose(0, 1)
+        errs.append(rel_err(out[a:b], ref))
+    return {"layout": "packed contiguous bf16 KV per request (no pages)", "attention":
+            "torch.ops.aten._flash_attention_forward (varlen, causal bottom-right), one call",
+            "store": "index_copy_ of the new K and V", "gqa": heads["gqa"], "max_rel_err_vs_exact": max(errs),
+            "twin_graph_us": timer(step), **({"twin_eager_us": eager(step)} if eager is not None else {})}
