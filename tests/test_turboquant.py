@@ -631,7 +631,7 @@ def test_mixed_step_twin_code_path_on_the_cpu(monkeypatch):
         for r in range(len(cu_q) - 1):
             a, b, lo, hi = int(cu_q[r]), int(cu_q[r + 1]), int(cu_k[r]), int(cu_k[r + 1])
             qq, kk, vv = (t.transpose(0, 1)[None].float() for t in (q[a:b], k[lo:hi], v[lo:hi]))
-            mask = torch.ones(b - a, hi - lo, dtype=torch.bool).tril(hi - lo - (b - a))
+            mask = torch.ones(b - a, hi - lo, dtype=torch.bool, device=q.device).tril(hi - lo - (b - a))
             o = F.scaled_dot_product_attention(qq, kk, vv, attn_mask=mask, enable_gqa=True)
             out[a:b] = o[0].transpose(0, 1).to(q.dtype)
         return out

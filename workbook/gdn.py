@@ -109,6 +109,12 @@ def compute_dtype(q: torch.Tensor, v: torch.Tensor) -> torch.dtype:
     return torch.promote_types(q.dtype, v.dtype)
 
 
+def _in_compute_dtype(q, k, v):
+    """(q, k, v) in :func:`compute_dtype` (no copy when they already share one dtype), and v's dtype."""
+    ct = compute_dtype(q, v)
+    return q.to(ct), k.to(ct), v.to(ct), v.dtype
+
+
 def _check(q, k, v, g, beta, scale, initial_state, cu_seqlens, *, device=None, inplace=False, cu_seqlens_cpu=None):
     """Validate the public arguments; return (B, T, H, HV, K, V, N).
 
@@ -341,8 +347,7 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=Non
                                   device=DEVICE, inplace=inplace_final_state, cu_seqlens_cpu=cu_seqlens_cpu)
     cfg = resolve_config(config, CONFIG["recurrent"], name="config of fused_recurrent_gated_delta_rule")
     scale = K ** -0.5 if scale is None else float(scale)
-    out_dtype, ct = v.dtype, compute_dtype(q, v)
-    q, k, v = q.to(ct), k.to(ct), v.to(ct)       # no copy when they already share one dtype
+    q, k, v, out_dtype = _in_compute_dtype(q, k, v)
     # empty: o[b, t, hv, :] is written by the programs of head hv of the sequence holding t, one
     # value block each, at its step t; every token belongs to exactly one sequence (checked above).
     o = torch.empty_like(v)
@@ -520,18 +525,15 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
 
     Varlen (``cu_seqlens`` on the device) never waits for the device nor copies from it: the chunk
     table is built on the device for an upper bound of the chunk count known from shapes
-    (:func:`chunk_count_bound`), so a CUDA graph can hold the call. The contract of ``cu_seqlens``
-    and where it is checked are those of :func:`fused_recurrent_gated_delta_rule` (on a GPU: only
-    from ``cu_seqlens_cpu``, a host copy, as engines keep one); ``chunk_indices`` is accepted and
-    ignored (built here). Mixed dtypes (fp32 q/k with fp16 v, as fla's tests pass): :func:`compute_dtype`.
+    (:func:`chunk_count_bound`), so a CUDA graph can hold the call. ``cu_seqlens``'s contract and its
+    checks, and mixed dtypes: as :func:`fused_recurrent_gated_delta_rule`. ``chunk_indices`` is ignored.
 
     ``config``: launch configuration, one dict per kernel, names as in ``CONFIG["chunk"]`` (e.g.
     ``{"state": {"BV": 32, "num_warps": 8}}``); the state pass's BV, num_warps and num_stages left None
     take the pick of :func:`state_launch`, or with ``{"state": {"RULE": False}}`` the previous default
     (``STATE_PREVIOUS``). ``return_intermediates=True`` also returns the dict of intermediate buffers
     (G, A, w, u, v_new, h, and kn with the in-kernel L2 norm) so that their coverage can be checked.
-    ``emulate`` (default: True without a GPU) runs ``tl.dot`` on fp32 copies, the interpreter's
-    workaround (kernels/gdn.py ``_dot``); ``emulate=False`` needs a GPU."""
+    ``emulate`` (default: True without a GPU) runs ``tl.dot`` on fp32 copies (kernels/gdn.py ``_dot``)."""
     g, beta = _fla_gates(q, v, g, beta, use_gate_in_kernel=use_gate_in_kernel, A_log=A_log, dt_bias=dt_bias,
                          use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel,
                          allow_neg_eigval=allow_neg_eigval, state_v_first=state_v_first)
@@ -540,8 +542,7 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     cfg = _chunk_config(config)
     emulate = resolve_emulate(emulate, EMULATE_WHY)
     scale = K ** -0.5 if scale is None else float(scale)
-    out_dtype, ct = v.dtype, compute_dtype(q, v)
-    q, k, v = q.to(ct), k.to(ct), v.to(ct)       # no copy when they already share one dtype
+    q, k, v, out_dtype = _in_compute_dtype(q, k, v)
     dev = q.device
     dt = q.dtype   # storage dtype of w, u, v', h (and of the matrix units), as in fla
     l2 = bool(use_qk_l2norm_in_kernel)
@@ -574,8 +575,8 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     o = torch.empty_like(v)
     store = output_final_state or inplace_final_state
     ht = _final_state_buffer(initial_state, inplace_final_state, N, HV, K, V, dev) if store else None
-    # Absent optional inputs (initial_state, ht, cu_seqlens and its tables, kn) go in as None; the
-    # kernels' heuristics turn them into constexpr flags.
+    # Absent optional inputs (initial_state, ht, cu_seqlens and its tables, kn) go in as None
+    # (the kernels' heuristics turn them into constexpr flags).
     if NT:
         _launch_solve_wu(cfg["solve"], cfg["wu"], k, v, g, beta, G, A, kn, w, u, cu_seqlens, chunk_indices, T, NT,
                          emulate=emulate)
@@ -586,7 +587,7 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     if NT and not fuse:
         _launch_output(cfg["output"], q, kc, v_new, h, G, o, cu_seqlens, chunk_indices, scale, T, NT, l2=l2,
                        emulate=emulate)
-    o = o.to(out_dtype)                           # v's dtype, as fla returns it (a no-op unless mixed)
+    o = o.to(out_dtype)                           # v's dtype, as fla returns it (no-op unless mixed)
     if return_intermediates:
         return o, ht, {"G": G, "A": A, "w": w, "u": u, "v_new": v_new, "h": h, **({"kn": kn} if l2 else {})}
     return o, ht
