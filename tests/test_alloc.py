@@ -1,6 +1,7 @@
 """Notebook 01's topic: the demos (workbook/alloc.py) on this machine, the recorded alloc figures and
 their readers (workbook/benchmarks/alloc.py), the benchmark's pieces on a GPU, the pictures, and the
-grader of exercise 1.2 (workbook/graders/alloc.py) against its solution, its stub and wrong answers.
+graders of exercises 1.1 and 1.2 (workbook/graders/alloc.py) against their solutions, their stubs and
+tables of wrong answers.
 The record schema itself is tests/test_records.py; the timers are tests/test_timing.py."""
 import copy
 
@@ -13,7 +14,8 @@ from workbook.benchmarks import alloc as alloc_bench
 from workbook.benchmarks.alloc import SMOKE_SIZES, SWEEP_SIZES, fill_rate_table, fill_sweep
 from workbook.check import grade
 from workbook.device import ON_GPU
-from workbook.graders.alloc import check_zero_fill_prediction, solution_zero_fill_prediction
+from workbook.graders.alloc import (check_pad_rows, check_zero_fill_prediction, solution_pad_rows,
+                                    solution_zero_fill_prediction)
 from workbook.records import Measurement, NotRecorded, load_record, time_keys, validate_record
 
 FILL_DTYPES = alloc.FILL_DTYPES
@@ -129,6 +131,89 @@ def test_a_record_without_a_dtype_says_so():
         fill_sweep(rec, "uint8")
     table = fill_rate_table(rec)
     assert "uint8          not recorded" in table and "float32" in table and "TB/s" in table
+
+
+# ---- the grader of notebook 01's exercise 1.1 -------------------------------------------------------
+
+def _round_up(m, k):
+    return (m + k - 1) // k * k
+
+
+def _padded(x, multiple, rows=None, dtype="x", fill=None, pad=0, gap=0, add=False):
+    """A pad_rows answer with one mistake switched on: ``rows`` allocated, a ``dtype`` other than x's,
+    a whole-buffer ``fill`` ('zero_', 'setitem') before the data, ``pad`` the padding's value (None:
+    unwritten), ``gap`` padding rows skipped after row M, ``add`` the data added into the buffer."""
+    M, N = x.shape
+    out = torch.empty(rows or _round_up(M, multiple), N, device=x.device, dtype=x.dtype if dtype == "x" else dtype)
+    if fill == "zero_":
+        out.zero_()
+    elif fill == "setitem":
+        out[:] = 0
+    k = min(M, out.shape[0])
+    if pad is not None:
+        out[k + gap:] = pad
+    if add:
+        out[:k] += x[:k]
+    else:
+        out[:k] = x[:k]
+    return out
+
+
+def _zeros_then_copy(x, multiple):
+    out = torch.zeros(_round_up(x.shape[0], multiple), x.shape[1], device=x.device, dtype=x.dtype)
+    out[: x.shape[0]] = x
+    return out
+
+
+_ZERO_FILLED = "`padded` was zero-filled ({}): that is the extra memset kernel this workbook removes. " \
+               "Allocate it with torch.empty"
+
+PAD_ROWS_WRONG = {
+    "torch.zeros": (_zeros_then_copy, _ZERO_FILLED.format("torch.zeros")),
+    "F.pad": (lambda x, m: torch.nn.functional.pad(x, (0, 0, 0, _round_up(x.shape[0], m) - x.shape[0])),
+              _ZERO_FILLED.format("torch.nn.functional.pad")),
+    "cat with new_zeros": (lambda x, m: torch.cat([x, x.new_zeros(_round_up(x.shape[0], m) - x.shape[0], x.shape[1])]),
+                           _ZERO_FILLED.format("Tensor.new_zeros")),
+    "empty then zero_()": (lambda x, m: _padded(x, m, fill="zero_"), _ZERO_FILLED.format("Tensor.zero_()")),
+    "empty then out[:] = 0": (lambda x, m: _padded(x, m, fill="setitem"), _ZERO_FILLED.format("Tensor[...] = 0")),
+    "padding forgotten": (lambda x, m: _padded(x, m, pad=None),
+                          "M=13, N=6, multiple=8, float32: padded: 18 element(s) were NEVER WRITTEN (rows 13..15"),
+    "off by one: out[M + 1:] = 0": (lambda x, m: _padded(x, m, gap=1), "were NEVER WRITTEN (rows 13..13"),
+    "rounded down": (lambda x, m: _padded(x, m, rows=max(x.shape[0] // m * m, m)),
+                     "expected shape [16, 6] (M rounded UP"),
+    "a block too many on multiples": (lambda x, m: _padded(x, m, rows=(x.shape[0] // m + 1) * m),
+                                      "M=16, N=3, multiple=8, float32: expected shape [16, 3]"),
+    "dtype forgotten": (lambda x, m: _padded(x, m, dtype=torch.float32), "keep x's dtype torch.bfloat16"),
+    "accumulated": (lambda x, m: _padded(x, m, add=True), "READ BEFORE WRITTEN, i.e. accumulated into (rows 0..12"),
+    "padded with ones": (lambda x, m: _padded(x, m, pad=1), "rows 13..15 hold wrong values (padding rows)"),
+    "a view of a larger buffer": (lambda x, m: _padded(x, m, rows=_round_up(x.shape[0], m) + m)[:_round_up(x.shape[0], m)],
+                                  "must own exactly its [16, 6] storage"),
+}
+
+
+def _grade_pad(capsys, fn):
+    v = grade("exercise 1.1", lambda: check_pad_rows(fn))
+    return v, capsys.readouterr().out
+
+
+def test_pad_rows_grader_passes_the_solutions_and_not_the_stub(capsys):
+    def stub(x, multiple):
+        raise NotImplementedError
+
+    for fn in (solution_pad_rows, lambda x, m: _padded(x, m),
+               lambda x, m: torch.cat([x, x.new_empty(_round_up(x.shape[0], m) - x.shape[0], x.shape[1]).fill_(0)])):
+        v, out = _grade_pad(capsys, fn)
+        assert v and v.status == "passed", out
+    v, out = _grade_pad(capsys, stub)
+    assert not v and v.status == "not attempted", out
+
+
+@pytest.mark.parametrize("which", list(PAD_ROWS_WRONG))
+def test_pad_rows_grader_fails_wrong_answers_with_the_intended_message(capsys, which):
+    fn, message = PAD_ROWS_WRONG[which]
+    v, out = _grade_pad(capsys, fn)
+    assert not v and v.status == "wrong", out
+    assert message in out, out
 
 
 # ---- the grader of notebook 01's exercise 1.2 -------------------------------------------------------

@@ -2,10 +2,12 @@
 are part of the result not reported, helpers followed across files, the reverse risk, broken files,
 the JSON schema, exit codes and --exclude; and notebook 07's graders (workbook/graders/audit.py)."""
 import json
+import re
 import textwrap
 from pathlib import Path
 
 import pytest
+import torch
 
 from workbook import audit as A
 
@@ -377,57 +379,85 @@ def _stub(*args):
     raise NotImplementedError
 
 
-def test_check_verdicts():
+def _verdicts(**changes):
+    return lambda: dict(G.solution_verdicts(), **changes)
+
+
+VERDICTS_WRONG = {
+    "padding left to empty": (_verdicts(row_scales="empty"), "row_scales: 'empty' would change results.*padding"),
+    "atomics on empty": (_verdicts(token_histogram="empty"), "atomic_adds"),
+    "accumulator on empty": (_verdicts(expert_sums="empty"), "index_add_ accumulates"),
+    "zeros everywhere": (lambda: {k: "zeros" for k in G.SAMPLE_VERDICTS}, "memset for nothing"),
+    "empty everywhere": (lambda: {k: "empty" for k in G.SAMPLE_VERDICTS},
+                         "(?s)4 of 7 verdicts are wrong.*project_tokens: 'empty' is what it does now, and that is the bug"),
+    "zeros to hide the partial write": (_verdicts(project_tokens="zeros"), "a zero fill would only hide"),
+    "a fix where nothing is broken": (_verdicts(gate_into="fix"), "gate_into: nothing to fix"),
+    "one verdict only": (lambda: {"scale_rows": "empty"}, "missing"),
+    "capitalised verdicts": (_verdicts(scale_rows="Empty"), "each verdict is one of"),
+    "a list": (lambda: list(G.solution_verdicts().values()), "return a dict"),
+}
+
+
+@pytest.mark.parametrize("which", list(VERDICTS_WRONG))
+def test_check_verdicts_fails_wrong_answers_with_the_intended_message(which):
+    fn, message = VERDICTS_WRONG[which]
+    with pytest.raises(AssertionError, match=message):
+        G.check_verdicts(fn)
+
+
+def test_graders_pass_the_solutions_and_report_the_stubs_not_attempted():
     from workbook.check import grade
     G.check_verdicts(G.solution_verdicts)
-    assert not grade("stub", lambda: G.check_verdicts(_stub))
-    padding_empty = dict(G.solution_verdicts(), row_scales="empty")
-    with pytest.raises(AssertionError, match="row_scales: 'empty' would change results.*padding"):
-        G.check_verdicts(lambda: padding_empty)
-    atomics_empty = dict(G.solution_verdicts(), token_histogram="empty")
-    with pytest.raises(AssertionError, match="atomic_adds"):
-        G.check_verdicts(lambda: atomics_empty)
-    all_zeros = {k: "zeros" for k in G.SAMPLE_VERDICTS}
-    with pytest.raises(AssertionError, match="memset for nothing"):
-        G.check_verdicts(lambda: all_zeros)
-    with pytest.raises(AssertionError, match="missing"):
-        G.check_verdicts(lambda: {"scale_rows": "empty"})
-
-
-def test_check_mixed_batch_writer():
-    import torch
-    from workbook.check import grade
     G.check_mixed_batch_writer(G.solution_mixed_batch_writer)
-    assert not grade("stub", lambda: G.check_mixed_batch_writer(_stub))
+    G.check_mixed_batch_writer(lambda dec, pre: torch.cat([dec, pre]))   # cat allocates and writes every row
+    assert grade("stub", lambda: G.check_verdicts(_stub)).status == "not attempted"
+    assert grade("stub", lambda: G.check_mixed_batch_writer(_stub)).status == "not attempted"
 
-    def zeros_writer(dec, pre):
-        out = torch.zeros(dec.shape[0] + pre.shape[0], dec.shape[1])
-        out[:dec.shape[0]] = dec
-        out[dec.shape[0]:] = pre
+
+def _writer(dtype=None, alloc=torch.empty, rows=None, prefill_at=None, decode_first=True, fill=None):
+    """A mixed-batch writer with one mistake switched on: the output's ``dtype`` (None: the inputs'),
+    ``alloc``, ``rows`` allocated (a function of n = nd + npf), the row where the prefill rows start,
+    the order of the two slices, a whole-buffer ``fill`` ('zero_', 'setitem') first."""
+    def write(dec, pre):
+        nd, n = dec.shape[0], dec.shape[0] + pre.shape[0]
+        out = alloc(rows(n) if rows else n, dec.shape[1], dtype=dtype or dec.dtype, device=dec.device)
+        if fill == "zero_":
+            out.zero_()
+        elif fill == "setitem":
+            out[:] = 0
+        first, second = (dec, pre) if decode_first else (pre, dec)
+        at = first.shape[0] if prefill_at is None else prefill_at(nd)
+        out[:first.shape[0]] = first
+        out[at:at + second.shape[0]] = second[:max(0, min(second.shape[0], out.shape[0] - at))]
         return out
+    return write
 
-    def padded_writer(dec, pre):  # a CUDA-graph style padded batch: rows past nd + npf written by nobody
-        n = dec.shape[0] + pre.shape[0]
-        out = torch.empty((n + 3) // 4 * 4 + 4, dec.shape[1])
-        out[:dec.shape[0]] = dec
-        out[dec.shape[0]:n] = pre
-        return out
 
-    def gap_writer(dec, pre):  # prefill one row too far: row nd never written
-        nd = dec.shape[0]
-        out = torch.empty(nd + pre.shape[0], dec.shape[1])
-        out[:nd] = dec
-        out[nd + 1:] = pre[:-1] if pre.shape[0] else pre
-        return out
+_ZERO_FILLED = ("nd=3, npf=5, D=4, float32: `out` was zero-filled ({}): that is the extra memset kernel this "
+                "workbook removes. Allocate it with torch.empty: rows [0, nd) from the decode path and rows "
+                "[nd, nd + npf) from the prefill path are disjoint and together cover every row")
 
-    def swapped_writer(dec, pre):
-        return torch.cat([pre, dec])
+MIXED_BATCH_WRONG = {
+    "torch.zeros": (_writer(alloc=torch.zeros), _ZERO_FILLED.format("torch.zeros")),
+    "empty then zero_()": (_writer(fill="zero_"), _ZERO_FILLED.format("Tensor.zero_()")),
+    "empty then out[:] = 0": (_writer(fill="setitem"), _ZERO_FILLED.format("Tensor.fill_(0)")),
+    "a float16 buffer": (_writer(dtype=torch.float16),
+                         "nd=3, npf=5, D=4, float32: the output is float16, the inputs are float32: allocate with "
+                         "the inputs' dtype"),
+    "the dtype forgotten (float32 for bf16 inputs)": (
+        lambda dec, pre: _writer(dtype=torch.float32)(dec, pre),
+        "nd=0, npf=4, D=2, bfloat16: the output is float32, the inputs are bfloat16"),
+    "a padded batch": (_writer(rows=lambda n: (n + 3) // 4 * 4 + 4), r"the output must be \[nd \+ npf, D\] = \[8, 4\], got \[12, 4\].*"
+                       "padding that nobody writes"),
+    "prefill one row too far": (_writer(prefill_at=lambda nd: nd + 1), "elements never written .*rows 3..3"),
+    "slices swapped": (_writer(decode_first=False), "decode outputs go first"),
+    "a tuple": (lambda dec, pre: (G.solution_mixed_batch_writer(dec, pre),), "return one tensor"),
+}
 
-    with pytest.raises(AssertionError, match="zero-fills"):
-        G.check_mixed_batch_writer(zeros_writer)
-    with pytest.raises(AssertionError, match="padded batch|never written"):
-        G.check_mixed_batch_writer(padded_writer)
-    with pytest.raises(AssertionError, match="never written"):
-        G.check_mixed_batch_writer(gap_writer)
-    with pytest.raises(AssertionError, match="decode outputs go first"):
-        G.check_mixed_batch_writer(swapped_writer)
+
+@pytest.mark.parametrize("which", list(MIXED_BATCH_WRONG))
+def test_check_mixed_batch_writer_fails_wrong_answers_with_the_intended_message(which):
+    fn, message = MIXED_BATCH_WRONG[which]
+    with pytest.raises(AssertionError) as e:
+        G.check_mixed_batch_writer(fn)
+    assert message in str(e.value) or re.search(message, str(e.value)), str(e.value)

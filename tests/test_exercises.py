@@ -118,6 +118,37 @@ def test_participant_versions_show_no_test_markers():
         assert not [i for i, c in enumerate(real.cells) if "NBVAL" in c.source], path.name
 
 
+# A participant version reads on its own: the cell above each stub states its exercise, and no
+# markdown cell promises a cell the generator removed (a solution, a wrong answer shown beside it),
+# unless the sentence says it is in the complete notebook.
+_PROMISES_A_REMOVED_CELL = re.compile(
+    r"solution (follows|below|passing)|follows,? (displayed|collapsed)|collapsed below|then (a plain |the )?"
+    r"reference solution|wrong answers? (to show|the grader|below|follow)|graded below|shown below|"
+    r"solution[^.]{0,40} follows", re.I)
+
+
+def test_the_removed_cell_check_can_fail():
+    assert _PROMISES_A_REMOVED_CELL.search("a grader, and then the reference solution passing the same grader")
+    assert _PROMISES_A_REMOVED_CELL.search("a plain reference solution follows, displayed and graded")
+    assert not _PROMISES_A_REMOVED_CELL.search("Both the kernel and the reference define what follows:")
+
+
+@pytest.mark.parametrize("name", WITH_EXERCISES)
+def test_participant_version_reads_without_the_removed_cells(name):
+    p = ex.participant_version(COMPLETE[name], name)
+    for i, c in enumerate(p.cells):
+        if "exercise" in c.metadata.get("tags", []):
+            fn = re.search(r"^def (\w+)", c.source, re.M).group(1)
+            eid, above = c.metadata["workbook"]["exercise"], p.cells[i - 1]
+            assert above.cell_type == "markdown" and re.search(rf"Exercise {re.escape(eid)}\b", above.source) \
+                and f"`{fn}" in above.source, (f"{name}: the cell above exercise {eid}'s stub must be its statement (a "
+                                               f"markdown cell naming 'Exercise {eid}' and `{fn}`), got {above.source[:80]!r}")
+        if c.cell_type == "markdown" and c.metadata.get("workbook", {}).get("replaces") != "solution":
+            for sentence in re.split(r"(?<=[.!?])\s+", c.source):
+                assert not (_PROMISES_A_REMOVED_CELL.search(sentence) and "complete notebook" not in sentence), \
+                    f"{name}, participant cell {i}: promises a cell the participant version removed: {sentence!r}"
+
+
 def _broken(mutate):
     nb = _toy()
     mutate(nb.cells)

@@ -397,96 +397,155 @@ def _fails(check, answer, *phrases):
     return str(err.value)
 
 
-def test_grader_exponent_byte():
+def test_graders_pass_the_solutions_and_report_the_stubs_not_attempted():
+    from workbook.check import grade
+
     graders.check_exponent_byte(graders.solution_exponent_byte)
-    with pytest.raises(NotImplementedError):
-        graders.check_exponent_byte(_stub)
-    log2 = lambda a: torch.log2(torch.clamp(a / 448, min=1e-10))  # noqa: E731
-    # floor instead of ceil: the values a hair around 224 = 448/2 are printed apart, not both as 224
-    msg = _fails(graders.check_exponent_byte, lambda a: torch.floor(log2(a)) + 127, "round UP (ceil)")
-    assert "amax = 223.99998 " in msg and "224.00002" not in msg.replace("amax = 224.00002 (amax/448 = 0.50000006)", "")
-    _fails(graders.check_exponent_byte, lambda a: torch.round(log2(a)) + 127, "round UP (ceil)")
-    _fails(graders.check_exponent_byte, lambda a: torch.ceil(log2(a)), "e + 127")
-    _fails(graders.check_exponent_byte, lambda a: torch.ceil(torch.log2(a / 448)) + 127, "log2(0) = -inf")
-    _fails(graders.check_exponent_byte, lambda a: torch.ceil(torch.log2(a / 448)).clamp(-127, 128) + 127,
-           "all-zero group")
-    _fails(graders.check_exponent_byte, lambda a: torch.ceil(log2(a)).to(torch.int8) + 127, "int8 wraps")
-
-
-def test_grader_pack():
     graders.check_pack(graders.solution_pack)
     graders.check_pack(fp8.pack_ue8m0_reference)
-    with pytest.raises(NotImplementedError):
-        graders.check_pack(_stub)
+    graders.check_pack_kernel(fp8.pack_ue8m0_mn_major)
+    graders.check_pack_kernel(_learner_pack())
+    # writing zeros into the TMA padding rows is allowed (not required): it passes
+    graders.check_pack_kernel(_learner_pack(store_rows="tma"))
+    for check in (graders.check_exponent_byte, graders.check_pack, graders.check_pack_kernel):
+        assert grade("stub", lambda: check(_stub)).status == "not attempted"
 
-    def words(e, shifts, n_words=None):
-        m, g = e.shape
-        p = n_words or fp8.num_packed_words(g)
-        padded = torch.zeros(m, 4 * p, dtype=torch.int64)
-        padded[:, :min(g, 4 * p)] = e[:, :4 * p].to(torch.int64)
-        w = (padded.view(m, p, 4) << torch.tensor(shifts)).sum(-1)
-        return (w - ((w >> 31) << 32)).to(torch.int32)
 
-    _fails(graders.check_pack, lambda e: words(e, [24, 16, 8, 0]), "bytes are reversed")
-    _fails(graders.check_pack, lambda e: words(e, [0, 8, 16, 24], n_words=e.shape[1] // 4), "need ceil(")
+def _log2(a):
+    return torch.log2(torch.clamp(a / 448, min=1e-10))
 
-    def uint8_shifts(e):  # shifting uint8 bytes: everything above bit 7 falls off
-        m, g = e.shape
-        padded = torch.zeros(m, 4 * fp8.num_packed_words(g), dtype=torch.uint8)
-        padded[:, :g] = e
-        return (padded.view(m, -1, 4) << torch.tensor([0, 8, 16, 24], dtype=torch.uint8)).sum(-1).to(torch.int32)
 
-    _fails(graders.check_pack, uint8_shifts, "Byte 0 is right")
+EXPONENT_BYTE_WRONG = {
+    "floor": (lambda a: torch.floor(_log2(a)) + 127, ["round UP (ceil)", "amax = 223.99998 "]),
+    "round": (lambda a: torch.round(_log2(a)) + 127, ["round UP (ceil)"]),
+    "no bias": (lambda a: torch.ceil(_log2(a)), ["e + 127"]),
+    "no floor: log2(0)": (lambda a: torch.ceil(torch.log2(a / 448)) + 127, ["log2(0) = -inf"]),
+    "exponent clamped instead": (lambda a: torch.ceil(torch.log2(a / 448)).clamp(-127, 128) + 127,
+                                 ["all-zero group"]),
+    "int8 wraps": (lambda a: torch.ceil(_log2(a)).to(torch.int8) + 127, ["int8 wraps"]),
+    "log2(448) subtracted as 9": (lambda a: torch.ceil(torch.log2(torch.clamp(a, min=1e-10))) - 9 + 127,
+                                  ["is not ceil(log2(amax / 448))", "Divide first"]),
+    "frexp's exponent": (lambda a: torch.frexp(torch.clamp(a / 448, min=1e-10))[1] + 127,
+                         ["exactly where amax/448 is a power of two"]),
+    "divided by 224": (lambda a: torch.ceil(torch.log2(torch.clamp(a / 224, min=1e-10))) + 127,
+                       ["one too large", "448"]),
+    "a list": (lambda a: [int(v) for v in graders.solution_exponent_byte(a)], ["return a tensor of shape"]),
+}
 
-    def garbage_past_g(e):  # the missing groups of the last word filled with 0xFF
-        m, g = e.shape
-        padded = torch.full((m, 4 * fp8.num_packed_words(g)), 0xFF, dtype=torch.uint8)
-        padded[:, :g] = e
-        return padded.view(torch.int32)
 
-    _fails(graders.check_pack, garbage_past_g, "past G) must leave their bytes 0")
+@pytest.mark.parametrize("which", list(EXPONENT_BYTE_WRONG))
+def test_grader_exponent_byte_fails_wrong_answers_with_the_intended_message(which):
+    fn, phrases = EXPONENT_BYTE_WRONG[which]
+    msg = _fails(graders.check_exponent_byte, fn, *phrases)
+    if which == "floor":   # the values a hair around 224 = 448/2 are printed apart, not both as 224
+        assert "224.00002" not in msg.replace("amax = 224.00002 (amax/448 = 0.50000006)", "")
+
+
+def _words(e, shifts, n_words=None, dtype=torch.int32):
+    m, g = e.shape
+    p = n_words or fp8.num_packed_words(g)
+    padded = torch.zeros(m, 4 * p, dtype=torch.int64)
+    padded[:, :min(g, 4 * p)] = e[:, :4 * p].to(torch.int64)
+    w = (padded.view(m, p, 4) << torch.tensor(shifts)).sum(-1)
+    return w if dtype == torch.int64 else (w - ((w >> 31) << 32)).to(torch.int32)
+
+
+def _uint8_shifts(e):  # shifting uint8 bytes: everything above bit 7 falls off
+    m, g = e.shape
+    padded = torch.zeros(m, 4 * fp8.num_packed_words(g), dtype=torch.uint8)
+    padded[:, :g] = e
+    return (padded.view(m, -1, 4) << torch.tensor([0, 8, 16, 24], dtype=torch.uint8)).sum(-1).to(torch.int32)
+
+
+def _garbage_past_g(e):  # the missing groups of the last word filled with 0xFF
+    m, g = e.shape
+    padded = torch.full((m, 4 * fp8.num_packed_words(g)), 0xFF, dtype=torch.uint8)
+    padded[:, :g] = e
+    return padded.view(torch.int32)
+
+
+PACK_WRONG = {
+    "bytes reversed": (lambda e: _words(e, [24, 16, 8, 0]), ["bytes are reversed"]),
+    "floor(G / 4) words": (lambda e: _words(e, [0, 8, 16, 24], n_words=e.shape[1] // 4), ["need ceil("]),
+    "uint8 shifts": (_uint8_shifts, ["Byte 0 is right"]),
+    "bytes past G not zero": (_garbage_past_g, ["past G) must leave their bytes 0"]),
+    "int64 words": (lambda e: _words(e, [0, 8, 16, 24], dtype=torch.int64), ["return an int32 tensor, got torch.int64"]),
+}
+
+
+@pytest.mark.parametrize("which", list(PACK_WRONG))
+def test_grader_pack_fails_wrong_answers_with_the_intended_message(which):
+    fn, phrases = PACK_WRONG[which]
+    _fails(graders.check_pack, fn, *phrases)
 
 
 @triton.jit
-def _learner_pack_kernel(e, s, M, G, stride_e, stride_s, TMA_M, BLOCK_M: tl.constexpr,
-                         WRITE_PADDING: tl.constexpr, REVERSED: tl.constexpr):
+def _learner_pack_kernel(e, s, M, G, stride_e, stride_s, STORE_ROWS, BLOCK_M: tl.constexpr,
+                         REVERSED: tl.constexpr, ACCUMULATE: tl.constexpr, MASK_GROUPS: tl.constexpr):
     """Exercise 3 as a learner might write it, with switches for the variants the grader judges."""
     o_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     o_j = tl.arange(0, 4)
-    m_g = tl.program_id(1) * 4 + o_j < G
+    m_g = tl.program_id(1) * 4 + o_j < (G if MASK_GROUPS else 4 * G)
     b = tl.load(e + o_m[:, None] * stride_e + tl.program_id(1) * 4 + o_j[None, :],
                 mask=(o_m < M)[:, None] & m_g[None, :], other=0).to(tl.int32)
     shifts = 24 - 8 * o_j if REVERSED else 8 * o_j
     w = tl.sum(b << shifts[None, :], axis=1)
-    m_store = o_m < TMA_M if WRITE_PADDING else o_m < M  # padding rows get 0 words (loads masked)
-    tl.store(s + tl.program_id(1) * stride_s + o_m, w, mask=m_store)
+    p_s = s + tl.program_id(1) * stride_s + o_m
+    m_store = o_m < STORE_ROWS       # M, or the TMA rows (padding rows get 0 words: loads masked), or M + 1
+    if ACCUMULATE:
+        tl.store(p_s, tl.load(p_s, mask=m_store, other=0) | w, mask=m_store)
+    else:
+        tl.store(p_s, w, mask=m_store)
 
 
-def _learner_pack(write_padding=False, reversed_bytes=False, alloc=torch.empty, one_block=False):
+def _learner_pack(store_rows="m", reversed_bytes=False, alloc=torch.empty, one_block=False, alloc_rows="tma",
+                  accumulate=False, mask_groups=True, stride="storage"):
+    """A launcher for ``_learner_pack_kernel``: ``store_rows`` 'm', 'tma' or 'm+1' (the store mask),
+    ``alloc_rows`` 'tma' or 'm' (the storage's rows), ``stride`` 'storage' (its stride) or 'tma'
+    (round_up(M, 4) whatever was allocated)."""
     def launch(e):
         m, g = e.shape
         p, tm = fp8.num_packed_words(g), fp8.tma_aligned_rows(m)
-        storage = alloc(p, tm, dtype=torch.int32, device=e.device)
+        storage = alloc(p, tm if alloc_rows == "tma" else m, dtype=torch.int32, device=e.device)
         block = 16
         grid = (1 if one_block else triton.cdiv(tm, block), p)
-        _learner_pack_kernel[grid](e, storage, m, g, e.stride(0), storage.stride(0), tm, BLOCK_M=block,
-                                   WRITE_PADDING=write_padding, REVERSED=reversed_bytes)
+        rows = {"m": m, "tma": tm, "m+1": m + 1}[store_rows]
+        _learner_pack_kernel[grid](e, storage, m, g, e.stride(0), storage.stride(0) if stride == "storage" else tm,
+                                   rows, BLOCK_M=block, REVERSED=reversed_bytes, ACCUMULATE=accumulate,
+                                   MASK_GROUPS=mask_groups)
         return storage.T[:m, :]
     return launch
 
 
-def test_grader_pack_kernel():
-    graders.check_pack_kernel(fp8.pack_ue8m0_mn_major)
-    graders.check_pack_kernel(_learner_pack())
-    # writing zeros into the TMA padding rows is allowed (not required): it passes
-    graders.check_pack_kernel(_learner_pack(write_padding=True))
-    with pytest.raises(NotImplementedError):
-        graders.check_pack_kernel(_stub)
-    _fails(graders.check_pack_kernel, lambda e: graders.solution_pack(e.cpu()).to(DEVICE), "strides (1, ")
-    _fails(graders.check_pack_kernel, _learner_pack(one_block=True), "never written", "ceil(M / BLOCK_M)")
-    _fails(graders.check_pack_kernel, _learner_pack(reversed_bytes=True), "bytes are reversed")
-    _fails(graders.check_pack_kernel, _learner_pack(write_padding=True, alloc=torch.zeros), "zero-filled",
-           "torch.empty")
+_ZERO_FILLED = ("M=1, G=1: `scales` was zero-filled (torch.zeros): that is the extra memset kernel this workbook "
+                "removes. Allocate it with torch.empty")
+
+PACK_KERNEL_WRONG = {
+    "row-major words": (lambda e: _words(e.cpu(), [0, 8, 16, 24]).to(DEVICE), ["strides (1, "]),
+    "one row block": (_learner_pack(one_block=True), ["never written", "ceil(M / BLOCK_M)"]),
+    "bytes reversed": (_learner_pack(reversed_bytes=True), ["bytes are reversed"]),
+    "zero-filled storage": (_learner_pack(store_rows="tma", alloc=torch.zeros), [_ZERO_FILLED]),
+    "storage not TMA-aligned": (_learner_pack(alloc_rows="m"), ["M=1, G=1: the view must be storage.T[:M, :]",
+                                                                "strides (1, 4)"]),
+    # rows M..round_up(M, 4) stored into a [P, M] storage: the last word runs past its end
+    "padding stored into an unpadded storage": (
+        _learner_pack(alloc_rows="m", store_rows="tma", stride="tma"),
+        ["M=1, G=1: your kernel stored past the end of `scales` (allocated [1, 1] int32 = 4 bytes; the layout "
+         "needs int32 [P, round_up(M, 4)] = [1, 4] = 16 bytes", "guard zone"]),
+    # m <= M: at M = 8 (no padding rows) row M of word p is token 0 of word p + 1, and past the last word
+    "store mask m <= M": (_learner_pack(store_rows="m+1"), ["M=8, G=9: your kernel stored past the end of `scales`"]),
+    "accumulated into the storage": (_learner_pack(accumulate=True), ["depend on what torch.empty left there",
+                                                                      "store it once"]),
+    # in the interpreter bounds_checked stops the load past the last row; on a GPU it reads stray bytes
+    "groups past G loaded from the next row": (_learner_pack(mask_groups=False), [
+        "groups past G loaded as 0" if ON_GPU else "M=1, G=1: your kernel tried a load outside every tensor"]),
+}
+
+
+@pytest.mark.parametrize("which", list(PACK_KERNEL_WRONG))
+def test_grader_pack_kernel_fails_wrong_answers_with_the_intended_message(which):
+    fn, phrases = PACK_KERNEL_WRONG[which]
+    _fails(graders.check_pack_kernel, fn, *phrases)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -725,23 +725,53 @@ def _decode(heads="group", order="decay_first", scale=True, read_old=False, inpl
     return fn
 
 
-def test_decode_grader_catches_wrong_answers():
-    _fails(graders.check_decode_step, _decode(out_k=True), "VALUE space")
-    _fails(graders.check_decode_step, _decode(heads="mod"), r"hv // \(HV // H\)")
-    _fails(graders.check_decode_step, _decode(order="decay_after"), "decay FIRST")
-    _fails(graders.check_decode_step, _decode(inplace=False), "not updated in place")
-    _fails(graders.check_decode_step, _decode(read_old=True), "BEFORE this token's write")
-    _fails(graders.check_decode_step, _decode(scale=False), "sqrt")
+def _skips_heads(h, q, k, v, g, beta):       # writes only the first H value heads of o
+    o_ref = _decode()(h, q, k, v, g, beta)
+    o = torch.empty_like(o_ref)
+    o[:, :q.shape[1]] = o_ref[:, :q.shape[1]]
+    return o
 
+
+def _g_not_exponentiated(h, q, k, v, g, beta):  # h * g: the log decay used as a factor
+    o, hn = graders._decode_step_torch(h, q, k, v, torch.log(g.abs() + 1e-30), beta)
+    h.copy_(hn)
+    return o
+
+
+def _decode_kernel_into_small_o(h, q, k, v, g, beta):
+    import triton
+
+    from workbook.kernels import gdn as kern
+
+    N, H, K = q.shape
+    HV, V = v.shape[1], v.shape[2]
+    o = torch.empty(N, HV, V // 2, dtype=torch.float32, device=h.device)
+    kern.decode_step_solution_kernel[(N * HV,)](h, q, k, v, g, beta, o, K ** -0.5, H=H, HV=HV, K=K, V=V,
+                                               BK=triton.next_power_of_2(K), BV=triton.next_power_of_2(V))
+    return o
+
+
+DECODE_WRONG = {
+    "output in key space": (_decode(out_k=True), "VALUE space"),
+    "value head hv % H": (_decode(heads="mod"), r"hv // \(HV // H\)"),
+    "decay after the write": (_decode(order="decay_after"), "decay FIRST"),
+    "a new state, not in place": (_decode(inplace=False), "not updated in place"),
+    "o from the old state": (_decode(read_old=True), "BEFORE this token's write"),
+    "no 1/sqrt(K)": (_decode(scale=False), "sqrt"),
     # h @ k contracts h's V axis with k: a shape error when K != V, reported, not raised
-    _fails(graders.check_decode_step, lambda h, q, k, v, g, beta: h @ k[:, :, :, None], "raised")
+    "h @ k": (lambda h, q, k, v, g, beta: h @ k[:, :, :, None], "your decode step raised RuntimeError"),
+    "only H value heads written": (_skips_heads, "still holds poison"),
+    "g used without exp": (_g_not_exponentiated, r"the state is off by .*h <- exp\(g\) h"),
+    # the solution's Triton kernel launched on an o of half the values: it stores past the end
+    "o allocated too small (a Triton kernel)": (_decode_kernel_into_small_o,
+                                                r"your kernel stored past the end of `o` \(allocated \[3, 4, 8\]"),
+}
 
-    def skips_heads(h, q, k, v, g, beta):       # writes only the first H value heads of o
-        o_ref = _decode()(h, q, k, v, g, beta)
-        o = torch.empty_like(o_ref)
-        o[:, :q.shape[1]] = o_ref[:, :q.shape[1]]
-        return o
-    _fails(graders.check_decode_step, skips_heads, "poison")
+
+@pytest.mark.parametrize("which", list(DECODE_WRONG))
+def test_decode_grader_fails_wrong_answers_with_the_intended_message(which):
+    fn, match = DECODE_WRONG[which]
+    _fails(graders.check_decode_step, fn, match)
 
 
 def _ut(beta_side="row", strict=True, how="mask_first", inverse=True):
@@ -761,56 +791,103 @@ def _ut(beta_side="row", strict=True, how="mask_first", inverse=True):
     return fn
 
 
-def test_ut_grader_catches_wrong_answers():
+def _ut_variant(change):
+    """The solution's steps with one of them changed: 'reversed' exponent G_j - G_i, 'no_gamma',
+    'inv_minus' (I - L)^-1."""
+    def fn(k, beta, G):
+        C = k.shape[0]
+        low = torch.ones(C, C, dtype=torch.bool).tril(-1)
+        diff = G[None, :] - G[:, None] if change == "reversed" else G[:, None] - G[None, :]
+        gam = torch.where(low, diff, torch.zeros(())).exp() if change != "no_gamma" else torch.ones(C, C)
+        L = torch.where(low, beta[:, None] * (k @ k.T) * gam, torch.zeros(()))
+        eye = torch.eye(C)
+        return torch.linalg.inv(eye - L) if change == "inv_minus" else torch.linalg.inv(eye + L)
+    return fn
+
+
+UT_WRONG = {
+    "exp, then tril": (_ut(how="exp_then_tril"), "exponentiated a positive number"),
+    "exp times a mask": (_ut(how="exp_times_mask"), "exponentiated a positive number"),
+    "beta on the columns": (_ut(beta_side="col"), "wrong side"),
+    "L with its diagonal": (_ut(strict=False), "STRICTLY lower"),
+    "I - L, no inverse": (_ut(inverse=False), "I - L, the first terms"),
+    "the exponent's sign reversed": (_ut_variant("reversed"), "its sign is reversed"),
+    "(I - L)^-1": (_ut_variant("inv_minus"), r"you inverted I - L"),
+    "no decay": (_ut_variant("no_gamma"), r"A \(I \+ L\) - I has entries up to"),
+}
+
+
+def test_ut_grader_passes_a_torch_solution():
     graders.check_ut_transform(_ut())
-    _fails(graders.check_ut_transform, _ut(how="exp_then_tril"), "exponentiated a positive number")
-    _fails(graders.check_ut_transform, _ut(how="exp_times_mask"), "exponentiated a positive number")
-    _fails(graders.check_ut_transform, _ut(beta_side="col"), "wrong side")
-    _fails(graders.check_ut_transform, _ut(strict=False), "STRICTLY lower")
-    _fails(graders.check_ut_transform, _ut(inverse=False), "I - L")
 
 
-def test_chunk_spans_grader_catches_wrong_answers():
-    def whole_batch_grid(cu, C):       # ignores the sequence boundaries
-        return [(s, min(s + C, cu[-1])) for s in range(0, cu[-1], C)]
-
-    def floor_count(cu, C):            # drops each sequence's partial tail
-        return [(a + i * C, a + (i + 1) * C) for a, b in zip(cu, cu[1:]) for i in range((b - a) // C)]
-
-    def not_cut(cu, C):                # the last chunk keeps its full length
-        return [(s, s + C) for a, b in zip(cu, cu[1:]) for s in range(a, b, C)]
-
-    def empty_gets_a_chunk(cu, C):
-        return [(s, min(s + C, b)) for a, b in zip(cu, cu[1:]) for s in (range(a, b, C) if b > a else [a])]
-
-    _fails(graders.check_chunk_spans, whole_batch_grid, "never spans two sequences")
-    _fails(graders.check_chunk_spans, floor_count, r"ceil\(L / chunk\)")
-    _fails(graders.check_chunk_spans, not_cut, "runs past the end of its sequence")
-    _fails(graders.check_chunk_spans, empty_gets_a_chunk, "zero-length sequence has no chunks")
-    _fails(graders.check_chunk_spans, lambda cu, C: list(reversed(graders.solution_chunk_spans(cu, C))), "not in order")
+@pytest.mark.parametrize("which", list(UT_WRONG))
+def test_ut_grader_fails_wrong_answers_with_the_intended_message(which):
+    fn, match = UT_WRONG[which]
+    _fails(graders.check_ut_transform, fn, match)
 
 
-def test_state_pass_grader_catches_wrong_answers():
-    def variant(name):
-        return lambda k, w, u, G, h0, cu, C: graders._state_pass_torch(k, w, u, G, h0, cu, C, variant=name)
+SPANS_WRONG = {
+    # ignores the sequence boundaries
+    "one grid over the batch": (lambda cu, C: [(s, min(s + C, cu[-1])) for s in range(0, cu[-1], C)],
+                                "never spans two sequences"),
+    # drops each sequence's partial tail
+    "floor of L / chunk": (lambda cu, C: [(a + i * C, a + (i + 1) * C) for a, b in zip(cu, cu[1:])
+                                          for i in range((b - a) // C)], r"ceil\(L / chunk\)"),
+    # the last chunk keeps its full length
+    "last chunk not cut": (lambda cu, C: [(s, s + C) for a, b in zip(cu, cu[1:]) for s in range(a, b, C)],
+                           "runs past the end of its sequence"),
+    "a chunk for an empty sequence": (lambda cu, C: [(s, min(s + C, b)) for a, b in zip(cu, cu[1:])
+                                                     for s in (range(a, b, C) if b > a else [a])],
+                                      "zero-length sequence has no chunks"),
+    "off by one: range(bos, eos - 1, chunk)": (lambda cu, C: [(s, min(s + C, b)) for a, b in zip(cu, cu[1:])
+                                                              for s in range(a, b - 1, C)],
+                                               r"cu_seqlens = \[0, 1\], chunk = 64: rows 0..0 \(1 rows\) belong to no chunk"),
+    "reversed": (lambda cu, C: list(reversed(graders.solution_chunk_spans(cu, C))), "not in order"),
+}
 
-    _fails(graders.check_state_pass, variant("carry"), "leaked from one sequence")
-    _fails(graders.check_state_pass, variant("batch_end"), "SEQUENCE end")
-    _fails(graders.check_state_pass, variant("first"), "LAST row")
-    _fails(graders.check_state_pass, variant("no_weights"), r"exp\(G_C - G\)")
 
-    def skips_partial_chunk(k, w, u, G, h0, cu, C):   # floor: the partial last chunk is never processed
-        v_new, finals = torch.empty_like(u), []
-        for n in range(len(cu) - 1):
-            h = h0[n].clone()
-            for s in range(cu[n], cu[n + 1] - C + 1, C):
-                e = s + C
-                v_new[s:e] = u[s:e] - w[s:e] @ h
-                h = h * G[e - 1].exp() + (k[s:e] * (G[e - 1] - G[s:e]).exp()[:, None]).T @ v_new[s:e]
-            finals.append(h)
-        return v_new, torch.stack(finals)
+@pytest.mark.parametrize("which", list(SPANS_WRONG))
+def test_chunk_spans_grader_fails_wrong_answers_with_the_intended_message(which):
+    fn, match = SPANS_WRONG[which]
+    _fails(graders.check_chunk_spans, fn, match)
 
-    _fails(graders.check_state_pass, skips_partial_chunk, "never written")
+
+def _state_pass_variant(name):
+    return lambda k, w, u, G, h0, cu, C: graders._state_pass_torch(k, w, u, G, h0, cu, C, variant=name)
+
+
+def _state_pass_written(k, w, u, G, h0, cu, C, *, floor=False, decay_state=True, h0_of=lambda n: n):
+    """The solution's loop with one change: ``floor`` (the partial last chunk never processed),
+    ``decay_state`` False (h not multiplied by exp(G_C)), ``h0_of`` (which initial state a sequence uses)."""
+    v_new, finals = torch.empty_like(u), []
+    for n in range(len(cu) - 1):
+        h = h0[h0_of(n)].clone()
+        for s in range(cu[n], cu[n + 1] - (C - 1 if floor else 0), C):
+            e = min(s + C, cu[n + 1])
+            v_new[s:e] = u[s:e] - w[s:e] @ h
+            h = h * (G[e - 1].exp() if decay_state else 1) + (k[s:e] * (G[e - 1] - G[s:e]).exp()[:, None]).T @ v_new[s:e]
+        finals.append(h)
+    return v_new, torch.stack(finals)
+
+
+STATE_PASS_WRONG = {
+    "state carried across sequences": (_state_pass_variant("carry"), "leaked from one sequence"),
+    "chunk end past the sequence end": (_state_pass_variant("batch_end"), "SEQUENCE end"),
+    "G_C at the chunk's first row": (_state_pass_variant("first"), "LAST row"),
+    "no per-row decay weights": (_state_pass_variant("no_weights"), r"exp\(G_C - G\)"),
+    "partial last chunk skipped": (lambda *a: _state_pass_written(*a, floor=True), "never written"),
+    "state not decayed": (lambda *a: _state_pass_written(*a, decay_state=False),
+                          r"rows 16..31 \(sequence 0, not its first chunk.*h <- exp\(G_C\) h"),
+    "h0[0] for every sequence": (lambda *a: _state_pass_written(*a, h0_of=lambda n: 0),
+                                 r"rows 5..20 \(sequence 1, its first chunk: the state there is h0\[n\]"),
+}
+
+
+@pytest.mark.parametrize("which", list(STATE_PASS_WRONG))
+def test_state_pass_grader_fails_wrong_answers_with_the_intended_message(which):
+    fn, match = STATE_PASS_WRONG[which]
+    _fails(graders.check_state_pass, fn, match)
 
 
 def test_benchmark_table_reads_the_record_and_new_rows():

@@ -354,32 +354,67 @@ def _stub(*args):
     raise NotImplementedError
 
 
-def test_grader_e2m1_round():
+def _swz(tile=lambda r, c, Kp: r // 128 * (Kp // 4) + c // 4, inner=lambda r, c: (r % 32) * 16 + ((r % 128) // 32) * 4 + c % 4,
+         unit=1):
+    """The swizzled offset with one of its parts replaced: the tile number, the offset inside it, the unit."""
+    return lambda r, c, Kp: (tile(r, c, Kp) * 512 + inner(r, c)) // unit
+
+
+def _e2m1_sign_by_division(y):
+    return e2m1_round_brute(y.abs()) * (y / y.abs())      # 0 / 0 at zero
+
+
+E2M1_WRONG = {
+    "ties away from zero": (lambda y: e2m1_round_brute(y + torch.sign(y) * 1e-4), "EVEN"),
+    "ties to the smaller": (lambda y: torch.tensor(E2M1_VALUES)[(y.abs().clamp(max=6)[:, None]
+                                                                 - torch.tensor(E2M1_VALUES)).abs().argmin(1)]
+                            * torch.sign(y), "EVEN"),
+    "no clamp": (lambda y: torch.where(y.abs() > 6, y, e2m1_round_brute(y)), "saturate"),
+    "magnitude only": (lambda y: e2m1_round_brute(y).abs(), "sign is kept"),
+    "a uniform grid of step 0.5": (lambda y: (y.clamp(-6, 6) * 2).round() / 2, "NEAREST"),
+    "the code, not its value": (lambda y: e2m1_encode(y).float(), "you returned the 4-bit CODE"),
+    "sign by y / |y|": (_e2m1_sign_by_division, "y / |y| is 0 / 0 at zero"),
+}
+
+
+def test_grader_e2m1_round_passes_the_solution():
     check_e2m1_round(lambda y: e2m1_decode(e2m1_encode(y)))
     with pytest.raises(NotImplementedError):
         check_e2m1_round(_stub)
-    with pytest.raises(AssertionError, match="EVEN"):          # round half away from zero
-        check_e2m1_round(lambda y: e2m1_round_brute(y + torch.sign(y) * 1e-4))
-    with pytest.raises(AssertionError, match="saturate"):      # no clamp: 6.5 -> 6.5, 100 -> 100
-        check_e2m1_round(lambda y: torch.where(y.abs() > 6, y, e2m1_round_brute(y)))
-    with pytest.raises(AssertionError, match="sign is kept"):  # magnitude only
-        check_e2m1_round(lambda y: e2m1_round_brute(y).abs())
-    with pytest.raises(AssertionError, match="NEAREST"):       # a uniform grid of step 0.5
-        check_e2m1_round(lambda y: (y.clamp(-6, 6) * 2).round() / 2)
 
 
-def test_grader_swizzle_offset():
+@pytest.mark.parametrize("which", list(E2M1_WRONG))
+def test_grader_e2m1_round_fails_wrong_answers_with_the_intended_message(which):
+    fn, match = E2M1_WRONG[which]
+    with pytest.raises(AssertionError, match=match):
+        check_e2m1_round(fn)
+
+
+SWIZZLE_WRONG = {
+    "tile row-major inside": (_swz(inner=lambda r, c: (r % 128) * 4 + c % 4), "32 lines of 16 bytes"),
+    "slab and line swapped": (_swz(inner=lambda r, c: ((r % 128) // 32) * 128 + (r % 32) * 4 + c % 4),
+                              "32 lines of 16 bytes"),
+    "tiles column-major": (_swz(tile=lambda r, c, Kp: c // 4 * ((int(r.max()) + 1) // 128) + r // 128),
+                           "tiles are stored row-major"),
+    "Kp tiles per row of tiles": (_swz(tile=lambda r, c, Kp: r // 128 * Kp + c // 4), "tiles are stored row-major"),
+    "c, not c % 4, inside the tile": (_swz(inner=lambda r, c: (r % 32) * 16 + ((r % 128) // 32) * 4 + c),
+                                      r"(?s)grid \[256, 8\].*32 lines of 16 bytes"),
+    "offsets in 4-byte words": (_swz(unit=4), "offset counts BYTES"),
+    "a list": (lambda r, c, Kp: swizzle_offset(r, c, Kp).tolist(), "return an integer tensor"),
+}
+
+
+def test_grader_swizzle_offset_passes_the_solution():
     check_swizzle_offset(swizzle_offset)
     with pytest.raises(NotImplementedError):
         check_swizzle_offset(_stub)
-    with pytest.raises(AssertionError, match="32 lines of 16 bytes"):     # tile row-major inside
-        check_swizzle_offset(lambda r, c, Kp: (r // 128 * (Kp // 4) + c // 4) * 512 + (r % 128) * 4 + c % 4)
-    with pytest.raises(AssertionError, match="32 lines of 16 bytes"):     # slab and line swapped
-        check_swizzle_offset(lambda r, c, Kp: (r // 128 * (Kp // 4) + c // 4) * 512
-                             + ((r % 128) // 32) * 128 + (r % 32) * 4 + c % 4)
-    with pytest.raises(AssertionError, match="tiles are stored row-major"):  # tiles column-major
-        check_swizzle_offset(lambda r, c, Kp: (c // 4 * ((int(r.max()) + 1) // 128) + r // 128) * 512
-                             + (r % 32) * 16 + ((r % 128) // 32) * 4 + c % 4)
+
+
+@pytest.mark.parametrize("which", list(SWIZZLE_WRONG))
+def test_grader_swizzle_offset_fails_wrong_answers_with_the_intended_message(which):
+    fn, match = SWIZZLE_WRONG[which]
+    with pytest.raises(AssertionError, match=match):
+        check_swizzle_offset(fn)
 
 
 def _nan_padding(x, g):

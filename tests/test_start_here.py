@@ -86,6 +86,9 @@ def test_grid_grader_stub_is_not_attempted(capsys):
     (lambda n, b: n, "write nothing"),                                            # one program per element
     (lambda n, b: n / b, "return a whole number of programs"),                    # a float
     (lambda n, b: -1, "cannot be negative"),
+    (lambda n, b: (n + b) // b, "n=64, block=64: grid=2 launches 1 program(s)"),  # "round up" by adding a block
+    (lambda n, b: n // b or 1, "n=65, block=64: grid=1 leaves flat elements 64 unwritten"),  # floor, at least 1
+    (lambda n, b: __import__("numpy").ceil(n / b), "(float64). n / block is a float: round it up to an int"),       # ceil, still a float
 ])
 def test_grid_grader_fails_wrong_answers_with_the_intended_message(capsys, wrong, message):
     v, out = _verdict(capsys, wrong)

@@ -44,7 +44,7 @@ __all__ = [
     "POISONS", "poisons_for", "poison_", "storage_bytes", "storage_view", "poisoned_allocations",
     "Coverage", "coverage", "assert_fully_written", "ConsumerCheck", "consumer_differential",
     "assert_consumer_reads_only_written", "ZeroFillSite", "ZeroFillReport", "find_redundant_zero_fills",
-    "check_pad_rows", "bounds_checked",
+    "bounds_checked",
 ]
 
 # Poison patterns. "nan" fills floating-point elements with NaN (float8_e4m3fn: 0x7F); "a5" and "7f"
@@ -701,90 +701,6 @@ def find_redundant_zero_fills(fn: Callable, *args, **kwargs) -> ZeroFillReport:
                   else "; ".join(diffs) + " when poisoned")
         sites.append(ZeroFillSite(site, info["op"], info["calls"], redundant, detail))
     return ZeroFillReport(sites)
-
-
-# --------------------------------------------------------------------------------------------------
-# Grader of notebook 01's exercise 1.1 (raises AssertionError with a message that teaches)
-# --------------------------------------------------------------------------------------------------
-
-PAD_ROWS_CASES = [(13, 6, 8), (16, 3, 8), (1, 5, 128), (130, 2, 128)]
-
-
-class _ZeroSourceMode(TorchFunctionMode):
-    """Records the calls that produce zeros without the producer writing them: zero-filled allocations
-    (``zeros``, ``zeros_like``, ``new_zeros``, ``full(.., 0)``), padding helpers (``F.pad``) and
-    whole-buffer fills (``zero_()``, ``fill_(0)``)."""
-
-    def __init__(self):
-        super().__init__()
-        self.calls: list[tuple[str, torch.Tensor | None]] = []
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        out = func(*args, **kwargs)
-        name = getattr(func, "__name__", "")
-        module = getattr(func, "__module__", "") or ""
-        if func in (torch.zeros, torch.zeros_like) or name == "new_zeros":
-            self.calls.append((f"{'Tensor.' if name == 'new_zeros' else 'torch.'}{name}", None))
-        elif func in (torch.full, torch.full_like) or name == "new_full":
-            value = args[1] if len(args) >= 2 else kwargs.get("fill_value")
-            if _is_zero(value):
-                self.calls.append((f"torch.{name}(.., 0)", None))
-        elif (name == "pad" and "functional" in module) or func is torch.constant_pad_nd:
-            self.calls.append(("torch.nn.functional.pad", None))
-        elif name == "zero_" or (name == "fill_" and len(args) >= 2 and _is_zero(args[1])):
-            self.calls.append((f"Tensor.{name}", args[0] if args else None))
-        return out
-
-
-def check_pad_rows(fn) -> None:
-    """Grader of exercise 1.1: ``fn(x, multiple)`` -> a ``[round_up(M, multiple), N]`` tensor whose
-    first M rows are ``x`` and whose padding rows are zero, allocated with ``torch.empty`` and written
-    entirely by ``fn`` itself: no ``torch.zeros``/``zeros_like``/``new_zeros``/``full(.., 0)``, no
-    ``F.pad``, no ``zero_()`` of the whole buffer (each is a zero fill the data rows then overwrite,
-    exactly the cost this notebook removes). Checks the whole storage under two poisons and the values."""
-    from .device import DEVICE as device
-
-    for M, N, multiple in PAD_ROWS_CASES:
-        case = f"M={M}, N={N}, multiple={multiple}"
-        x = torch.randn(M, N, device=device)
-        Mp = (M + multiple - 1) // multiple * multiple
-        mode = _ZeroSourceMode()
-        with mode:
-            got = fn(x.clone(), multiple)
-        if not isinstance(got, torch.Tensor):
-            raise AssertionError(f"{case}: return a tensor, got {type(got).__name__}")
-        whole = [c for c, t in mode.calls if t is not None and t.untyped_storage().data_ptr()
-                 == got.untyped_storage().data_ptr() and t.numel() * t.element_size() >= got.numel() * got.element_size()]
-        allocs = [c for c, t in mode.calls if t is None]
-        if allocs or whole:
-            used = sorted(set(allocs + whole))
-            raise AssertionError(
-                f"{case}: you used {', '.join(used)}: that fills zeros the producer did not write itself, "
-                f"so every data row is written twice (once 0, once x), the cost this notebook removes. "
-                f"Allocate the [{Mp}, {N}] output with torch.empty and write each row once: out[:M] = x "
-                "for the data, out[M:] = 0 for the padding only.")
-        if tuple(got.shape) != (Mp, N):
-            raise AssertionError(f"{case}: expected shape [{Mp}, {N}] (M rounded UP to a multiple of {multiple}), "
-                                 f"got {list(got.shape)}")
-        if got.dtype != x.dtype:
-            raise AssertionError(f"{case}: keep x's dtype {x.dtype}, got {got.dtype}")
-        cov = coverage(fn, x, multiple, names=["padded"])[0]
-        if cov.storage_shape != (Mp, N):
-            raise AssertionError(f"{case}: the returned tensor must own exactly its [{Mp}, {N}] storage, but it is "
-                                 f"a view over a storage of shape {list(cov.storage_shape)}")
-        probs = cov.problems("storage")
-        if probs:
-            raise AssertionError(f"{case}: " + " ".join(probs)
-                                 + " A consumer that reads whole tiles reads the padding too.")
-        ref = torch.cat([x, torch.zeros(Mp - M, N, device=device)])
-        if not torch.equal(got, ref):
-            bad = (got != ref) & ~(torch.isnan(got) & torch.isnan(ref))
-            rows = bad.any(dim=1).nonzero().flatten().tolist()
-            where = "padding" if min(rows) >= M else "data"
-            raise AssertionError(f"{case}: rows {_fmt_runs(_ranges(rows))} hold wrong values ({where} rows): the "
-                                 "first M rows must equal x and the padding rows must be exactly 0.")
-
 
 
 @contextlib.contextmanager

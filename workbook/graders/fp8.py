@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..coverage import coverage
 from ..device import DEVICE
 from ..fp8 import (
     E4M3_MAX, EPS, num_packed_words, pack_ue8m0_reference, tma_aligned_rows, ue8m0_exponent_reference,
 )
+from .common import check_zero_fills, run_guarded
 
 __all__ = ["check_exponent_byte", "check_pack", "check_pack_kernel", "solution_exponent_byte", "solution_pack"]
 
@@ -56,11 +56,23 @@ def check_exponent_byte(fn) -> None:
     lines = [f"amax = {_f32(amax[i])} (amax/448 = {_f32(amax[i] / E4M3_MAX)}): got {int(got[i])}, "
              f"expected {int(ref[i])} (0x{int(ref[i]):02X})" for i in bad]
     hint = ""
+    pow2 = [i for i in bad if float(torch.frexp(amax[i] / E4M3_MAX)[0]) == 0.5]   # amax/448 a power of two
+    split = torch.ceil(torch.log2(torch.clamp(amax, min=1e-30))).to(torch.int64) - 9 + 127   # log2(448) ~ 8.8 -> 9
     if all(int(got[i]) == int(ref[i]) - 127 for i in bad):
         hint = "the byte is the exponent plus the UE8M0 bias: e + 127 (an all-zero group gives 0x5E = 94)."
     elif any(not 0 <= int(got[i]) <= 255 for i in bad):
         hint = ("a byte holds 0..255, and an int8 wraps above 127: compute e + 127 in a wider type "
                 "(int32 or float) and clamp it to [0, 255].")
+    elif all(int(got[i]) == int(split[i]) for i in bad if amax[i] > 1e-9) and any(amax[i] > 1e-9 for i in bad):
+        hint = ("ceil(log2(amax)) - ceil(log2(448)) is not ceil(log2(amax / 448)): log2(448) = 8.81 is not "
+                "a whole number. Divide first (amax / 448), then log2, then ceil.")
+    elif all(int(got[i]) == int(ref[i]) + 1 for i in bad) and pow2 and len(pow2) == len(bad):
+        hint = ("every wrong byte is one too large, exactly where amax/448 is a power of two: "
+                "ceil(log2(2^k)) = k, no rounding up there (frexp's exponent is one more than log2 at powers "
+                "of two).")
+    elif all(int(got[i]) == int(ref[i]) + 1 for i in bad):
+        hint = ("every wrong byte is one too large: e is the SMALLEST integer with 2^e >= amax/448, 448 "
+                "being E4M3's largest value (not 224, not 256).")
     elif all(int(got[i]) == int(ref[i]) - 1 for i in bad):
         hint = ("every wrong byte is one too small: round UP (ceil), since the scale must satisfy "
                 "2^e >= amax/448 so that no |y|/2^e exceeds 448. Near 224 = 448/2 the values differ in "
@@ -116,30 +128,6 @@ def check_pack(fn) -> None:
             raise AssertionError(msg)
 
 
-class _ZeroFills(TorchDispatchMode):
-    """Records the storages that a zero fill produced (torch.zeros, zeros_like, new_zeros, zero_(),
-    fill_(0), full(.., 0)): an exercise about torch.empty can then tell a zero-filled output apart."""
-
-    _OPS = {"aten::zeros", "aten::zeros_like", "aten::new_zeros", "aten::zero_", "aten::fill_", "aten::full"}
-
-    def __init__(self):
-        super().__init__()
-        self.ptrs: set[int] = set()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        name = func._schema.name
-        if name in self._OPS and isinstance(out, torch.Tensor):
-            value = 0
-            if name in ("aten::fill_", "aten::full"):
-                value = args[1] if len(args) > 1 else (kwargs or {}).get("fill_value", (kwargs or {}).get("value"))
-                if isinstance(value, torch.Tensor) and value.numel() == 1:
-                    value = value.item()
-            if isinstance(value, (int, float, bool)) and value == 0:
-                self.ptrs.add(out.untyped_storage().data_ptr())
-        return out
-
-
 def check_pack_kernel(fn) -> None:
     """Grader of exercise 3: fn(exp_bytes uint8 [M, G] on DEVICE) -> the MN-major view int32 [M, P],
     strides (1, round_up(M, 4)), of a storage [P, round_up(M, 4)] allocated with torch.empty.
@@ -147,34 +135,38 @@ def check_pack_kernel(fn) -> None:
     Every element of the view must be written, with the reference's word. The storage rows
     M..round_up(M, 4)-1 belong to no element of the view: the kernel may leave them alone or write
     them (zeros, say); either passes. A zero-filled allocation does not: it is the memset the
-    exercise removes."""
+    exercise removes. Allocations carry a poisoned guard zone (:func:`.common.run_guarded`): a store
+    past the end of a too-small storage is named, not a crashed interpreter. M = 8 is a multiple of 4
+    (no padding rows: a store to row M is a store into the next word, or past the end)."""
     gen = torch.Generator().manual_seed(5)
-    for m, g in [(1, 1), (5, 5), (9, 8), (70, 6)]:
+    for m, g in [(1, 1), (5, 5), (8, 9), (9, 8), (70, 6)]:
         e = torch.randint(0, 256, (m, g), generator=gen, dtype=torch.int32).to(torch.uint8).to(DEVICE)
         p, tm = num_packed_words(g), tma_aligned_rows(m)
-        with _ZeroFills() as fills:
-            got = fn(e.clone())
+        case = f"M={m}, G={g}"
+        got, mode = run_guarded(lambda: fn(e.clone()), case, guard=4 * (p * tm + m * g) + 4096,
+                                outputs=lambda out: [("scales", out)],
+                                needs={"scales": f"the layout needs int32 [P, round_up(M, 4)] = [{p}, {tm}] = "
+                                                 f"{4 * p * tm} bytes, and token m's word p at offset p * {tm} + m"})
+        check_zero_fills(mode, [("scales", got)], case, {"scales": (
+            "your kernel writes every element of the view, and the padding rows "
+            f"M..{tm - 1} of each word are no element of it (no consumer reads them into a kept result)")},
+            twice="the view")
         if not isinstance(got, torch.Tensor) or got.dtype != torch.int32 or tuple(got.shape) != (m, p):
-            raise AssertionError(f"M={m}, G={g}: return the int32 view [M, P] = [{m}, {p}], got "
+            raise AssertionError(f"{case}: return the int32 view [M, P] = [{m}, {p}], got "
                                  f"{getattr(got, 'dtype', type(got).__name__)} {tuple(getattr(got, 'shape', ()))}")
-        if got.stride() != (1, tm) or got.untyped_storage().nbytes() != 4 * p * tm:
-            raise AssertionError(f"M={m}, G={g}: the view must be storage.T[:M, :] of an int32 storage [P, round_up(M, 4)]"
+        if got.stride() != (1, tm) or mode.nbytes(got) != 4 * p * tm:
+            raise AssertionError(f"{case}: the view must be storage.T[:M, :] of an int32 storage [P, round_up(M, 4)]"
                                  f" = [{p}, {tm}]: strides (1, {tm}) over {4 * p * tm} bytes; got strides "
-                                 f"{got.stride()} over {got.untyped_storage().nbytes()} bytes")
-        if got.untyped_storage().data_ptr() in fills.ptrs:
-            raise AssertionError(f"M={m}, G={g}: the storage was zero-filled (torch.zeros, zero_() or fill_(0)): "
-                                 "that is the extra memset kernel this workbook removes. Allocate it with "
-                                 "torch.empty: the kernel writes every element of the view, and the padding rows "
-                                 f"M..{tm - 1} of each word are no element of it.")
+                                 f"{got.stride()} over {mode.nbytes(got)} bytes")
         cov = coverage(fn, e, names=["scales"])[0]
         if bool((cov.read_before_written & cov.in_view).any()):
             raise AssertionError(
-                f"M={m}, G={g}: view elements {cov.ranges(cov.read_before_written & cov.in_view)} end with values that "
+                f"{case}: view elements {cov.ranges(cov.read_before_written & cov.in_view)} end with values that "
                 "depend on what torch.empty left there: the kernel read them (added or OR-ed into them) before "
                 "writing. Build the whole word in registers and store it once.")
         if not cov.view_fully_written:
             raise AssertionError(
-                f"M={m}, G={g}: elements of the view were never written (they still hold torch.empty's poison): "
+                f"{case}: elements of the view were never written (they still hold torch.empty's poison): "
                 f"{cov.unwritten_ranges('view')} (storage coordinates [word p, token m]). Every token m < M "
                 f"needs its word p at storage offset p * {tm} + m: does the grid cover all "
                 f"ceil(M / BLOCK_M) row blocks and all {p} words, and is the store masked with m < M?")
@@ -185,4 +177,4 @@ def check_pack_kernel(fn) -> None:
             w, r = int(got[i, j]) & 0xFFFFFFFF, int(ref[i, j]) & 0xFFFFFFFF
             hint = (" The bytes are reversed: group 4p+j goes to bits 8j..8j+7." if w == int.from_bytes(r.to_bytes(4, "little"), "big")
                     else f" Is token m's word p stored at storage offset p * {tm} + m, and are groups past G loaded as 0?")
-            raise AssertionError(f"M={m}, G={g}: word [{i}, {j}] is 0x{w:08X}, expected 0x{r:08X}.{hint}")
+            raise AssertionError(f"{case}: word [{i}, {j}] is 0x{w:08X}, expected 0x{r:08X}.{hint}")

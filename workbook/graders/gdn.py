@@ -18,6 +18,7 @@ from ..coverage import poisoned_allocations
 from ..device import require_launchable
 from ..gdn import l2norm, make_inputs
 from ..kernels import gdn as kern
+from .common import run_guarded
 
 __all__ = [
     "check_decode_step", "check_ut_transform", "check_chunk_spans", "check_state_pass",
@@ -86,8 +87,11 @@ def check_decode_step(fn) -> None:
     h = h0.clone()
     shapes = (f"h [N, HV, K, V] = [{N}, {HV}, {K}, {V}], q and k [N, H, K] = [{N}, {H}, {K}], "
               f"v [N, HV, V] = [{N}, {HV}, {V}], g and beta [N, HV] = [{N}, {HV}]")
-    with poisoned_allocations("nan"):
-        o = _call_learner(fn, h, q, k, v, g, beta, what="your decode step", shapes=shapes)
+    # allocations poisoned (NaN) and guarded: a Triton kernel's store past the end of o is named, and
+    # in the interpreter a stray access is stopped before it can kill the Python kernel
+    o, _ = run_guarded(lambda: _call_learner(fn, h, q, k, v, g, beta, what="your decode step", shapes=shapes),
+                       f"[N={N}, HV={HV}, K={K}, V={V}]", outputs=lambda o: [("o", o)],
+                       needs={"o": f"o is [N, HV, V] = [{N}, {HV}, {V}] fp32 = {4 * N * HV * V} bytes"})
     if not isinstance(o, torch.Tensor):
         raise AssertionError(f"return o, a tensor [N, HV, V] = [{N}, {HV}, {V}] (got {type(o).__name__})")
     if tuple(o.shape) == (N, HV, K):
@@ -133,6 +137,7 @@ class _ExpWatch:
 
         watch = self
         self.max_arg = float("-inf")
+        self.hot = None          # the argument that held the largest value
         ops = {torch.ops.aten.exp, torch.ops.aten.exp_, torch.ops.aten.exp2, torch.ops.aten.exp2_}
 
         class Mode(TorchDispatchMode):
@@ -140,8 +145,8 @@ class _ExpWatch:
                 if func.overloadpacket in ops and isinstance(args[0], torch.Tensor) and args[0].numel():
                     a = args[0].detach().float()
                     a = a[~torch.isnan(a)]
-                    if a.numel():
-                        watch.max_arg = max(watch.max_arg, float(a.max()))
+                    if a.numel() and float(a.max()) > watch.max_arg:
+                        watch.max_arg, watch.hot = float(a.max()), args[0].detach().float()
                 return func(*args, **(kwargs or {}))
 
         self.mode = Mode()
@@ -176,6 +181,12 @@ def check_ut_transform(fn) -> None:
         with watch.mode:
             A = _call_learner(fn, k.clone(), beta.clone(), G.clone(), what="your UT transform",
                               shapes=f"k [C, K] = [{C}, {K}], beta [C], G [C] with C = {C}")
+        hot = watch.hot
+        if watch.max_arg > 1.0 and hot is not None and hot.shape == (C, C) and bool((hot.triu(1) <= 0).all()):
+            raise AssertionError(
+                f"[C={C}] you masked the exponent, but its sign is reversed (exp of up to {watch.max_arg:+.1f} "
+                "below the diagonal): Gamma_ij = exp(G_i - G_j) for i > j, the decay from token j to the later "
+                "token i; the log decays only fall, so G_i - G_j <= 0 there and exp stays in [0, 1].")
         if watch.max_arg > 1.0:
             raise AssertionError(
                 f"[C={C}] you exponentiated a positive number (up to {watch.max_arg:+.1f}): above the diagonal "
@@ -207,6 +218,9 @@ def check_ut_transform(fn) -> None:
         if (A - inv(torch.where(below | eye.bool(), beta[:, None] * S, torch.zeros(())))).abs().max() < 1e-4:
             raise AssertionError(f"[C={C}] L must be STRICTLY lower (i > j): a token does not correct against "
                                  "itself, so I + L has ones on its diagonal.")
+        if (A - inv(-L)).abs().max() < 1e-4:
+            raise AssertionError(f"[C={C}] you inverted I - L: A = (I + L)^-1 (the plus sign: row i of A is "
+                                 "e_i - sum_{j<i} L[i, j] A[j]).")
         if (A - (eye - L)).abs().max() < 1e-4:
             raise AssertionError(f"[C={C}] you returned I - L, the first terms of the inverse only: solve "
                                  "(I + L) A = I (forward substitution or torch.linalg.solve_triangular).")

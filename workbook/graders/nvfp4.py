@@ -8,7 +8,8 @@ that teaches, and the notebook calls it through :func:`workbook.check.grade`.
   (two poisons), codes and real scales exact, every padded scale entry ZERO; a wrong padding is
   explained by what the two consumers of :mod:`workbook.nvfp4` make of it. Its allocations carry a
   guard zone (a store past the end of a too-small ``codes`` or ``scales`` is named, not a crash), and
-  a zero fill of either output (the statement says ``torch.empty``) fails as in notebooks 01 and 03.
+  a zero fill of either output (the statement says ``torch.empty``) gets the words every such
+  exercise gives (:func:`.common.zero_fill_message`).
 
 The reference solutions are the workbook's own code (``e2m1_decode(e2m1_encode(y))``,
 ``swizzle_offset``, ``nvfp4_quant_plain``); ``quant_with_nan_padding`` is a wrong answer to exercise 3
@@ -16,16 +17,12 @@ that the notebook shows the grader catching.
 """
 from __future__ import annotations
 
-import contextlib
-import os
-
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
-from ..coverage import EMPTY_OPS, bounds_checked, poison_, poisons_for, storage_bytes
 from ..device import DEVICE
 from ..nvfp4 import (E2M1_MAX, E2M1_VALUES, e2m1_round_brute, global_scale_of, nvfp4_gemm_ref,
                      nvfp4_gemm_small_m_model, nvfp4_quant, quantize_ref, unswizzle_scales)
+from .common import check_zero_fills, run_guarded
 
 __all__ = ["check_e2m1_round", "check_swizzle_offset", "check_quant", "QUANT_GRADER_SHAPES",
            "quant_with_nan_padding"]
@@ -56,7 +53,15 @@ def check_e2m1_round(fn) -> None:
         lines = [f"y={float(y[i]):+g}: got {float(out[i]):+g}, expected {float(ref[i]):+g}" for i in bad[:6]]
         o, r, a = out.float().cpu()[bad], ref[bad], y[bad].abs()
         on_grid = torch.isin(o.abs(), torch.tensor(E2M1_VALUES))
-        if bool(((a > E2M1_MAX) & (o.abs() > E2M1_MAX)).any()):
+        codes = torch.isin(o.abs(), torch.arange(16.0)).all() and bool((o.abs() > E2M1_MAX).any())
+        if bool(o.isnan().any()):
+            z = y[bad][o.isnan()]
+            hint = (f"NaN at y = {float(z[0]):+g}: " + ("y / |y| is 0 / 0 at zero: take the sign with torch.sign, "
+                    "torch.copysign or torch.where" if bool((z == 0).any()) else "every output must be a grid value"))
+        elif codes:
+            hint = ("you returned the 4-bit CODE (its index 0..7 plus the sign bit 8); return its VALUE, "
+                    "one of 0, 0.5, 1, 1.5, 2, 3, 4, 6 with y's sign, as fp32")
+        elif bool(((a > E2M1_MAX) & (o.abs() > E2M1_MAX)).any()):
             hint = "values beyond 6 saturate to 6 (E2M1 has no infinity): clamp to [-6, 6] first"
         elif not bool(on_grid.all()):
             hint = "round to the NEAREST of 0, 0.5, 1, 1.5, 2, 3, 4, 6 (the grid is not uniform)"
@@ -88,7 +93,10 @@ def check_swizzle_offset(fn) -> None:
         bad = (got != ref).nonzero()
         if len(bad):
             desc = [f"(r={a}, c={b}): got {int(got[a, b])}, expected {int(ref[a, b])}" for a, b in bad[:5].tolist()]
-            if torch.equal(got % 512, ref % 512):
+            if torch.equal(got, ref // 4) or torch.equal(got, ref // 16):
+                hint = (f"your offsets are in units of {4 if torch.equal(got, ref // 4) else 16} bytes: the "
+                        "offset counts BYTES (one E4M3 scale is one byte)")
+            elif torch.equal(got % 512, ref % 512):
                 hint = ("inside each tile you are right, but the tiles are in the wrong order: tiles are "
                         "stored row-major, tile (r // 128, c // 4) is number (r // 128) * (Kp / 4) + c // 4")
             else:
@@ -129,125 +137,24 @@ def _consumer_effects(codes, sf, rc, rs, gs, K) -> str:
     return "\n".join(lines)
 
 
-class _GuardedAllocations(TorchDispatchMode):
-    """``poisoned_allocations`` with a guard zone: every ``torch.empty``/``empty_like``/``new_empty``/
-    ``empty_strided`` (and every zero-filled allocation: ``zeros``, ``zeros_like``, ``new_zeros``,
-    ``full(.., 0)``) returns a tensor of the shape asked for at the start of a storage ``guard`` bytes
-    longer, the whole storage poisoned (``poisons_for(dtype)[which]``; zero allocations hold zeros in
-    their own bytes). A store past the end of an allocation lands in its guard, not in the memory that
-    follows (which in Triton's interpreter is the host heap: a stray store there can kill the Python
-    process), and :meth:`overruns` finds it. Also records the zero fills: zero-filled allocations and
-    ``zero_()``/``fill_(0)`` of a whole allocation."""
-
-    _ZERO_ALLOCS = {"aten::zeros", "aten::zeros_like", "aten::new_zeros", "aten::full", "aten::full_like",
-                    "aten::new_full"}
-
-    def __init__(self, which: int, guard: int):
-        super().__init__()
-        self.which, self.guard = which, guard
-        self.allocs: list[dict] = []        # shape, dtype, nbytes, ptr, guard snapshot
-        self.zero_fills: dict[int, str] = {}  # storage ptr -> the call that zero-filled it
-
-    def _guarded(self, out: torch.Tensor, fill_zero: bool) -> torch.Tensor:
-        nbytes, item = out.untyped_storage().nbytes(), out.element_size()
-        big = torch.empty(-(-(nbytes + self.guard) // item), dtype=out.dtype, device=out.device)
-        poison_(big, poisons_for(out.dtype)[self.which])
-        if fill_zero:
-            storage_bytes(big)[:nbytes].zero_()
-        t = torch.empty(0, dtype=out.dtype, device=out.device).set_(big.untyped_storage(), 0, out.shape, out.stride())
-        self.allocs.append(dict(shape=list(out.shape), dtype=out.dtype, nbytes=nbytes,
-                                ptr=t.untyped_storage().data_ptr(), tensor=t,
-                                snapshot=storage_bytes(big)[nbytes:].clone()))
-        return t
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        out = func(*args, **kwargs)
-        if not isinstance(out, torch.Tensor):
-            return out
-        name = func._schema.name
-        if name in ("aten::full", "aten::full_like", "aten::new_full", "aten::fill_"):
-            value = args[1] if len(args) > 1 else kwargs.get("fill_value", kwargs.get("value"))
-            if isinstance(value, torch.Tensor) and value.numel() == 1:
-                value = value.item()
-            zero = isinstance(value, (int, float, bool)) and value == 0
-        else:
-            zero = name in ("aten::zeros", "aten::zeros_like", "aten::new_zeros", "aten::zero_")
-        if (func in EMPTY_OPS or (zero and name in self._ZERO_ALLOCS)) and out.untyped_storage().nbytes():
-            out = self._guarded(out, fill_zero=func not in EMPTY_OPS)
-            if func not in EMPTY_OPS:
-                self.zero_fills[out.untyped_storage().data_ptr()] = f"torch.{name[6:]}"
-        elif zero and name in ("aten::zero_", "aten::fill_"):
-            ptr = out.untyped_storage().data_ptr()
-            mine = [a for a in self.allocs if a["ptr"] == ptr]
-            if mine and out.numel() * out.element_size() >= mine[0]["nbytes"]:   # the whole allocation
-                self.zero_fills.setdefault(ptr, "Tensor.zero_()" if name == "aten::zero_" else "Tensor.fill_(0)")
-        return out
-
-    def overruns(self):
-        """(allocation, bytes changed in its guard, farthest changed byte past its end) per overrun."""
-        found = []
-        for a in self.allocs:
-            now = storage_bytes(a["tensor"])[a["nbytes"]:]
-            changed = (now != a["snapshot"]).nonzero().flatten()
-            if len(changed):
-                found.append((a, len(changed), int(changed[-1]) + 1))
-        return found
-
-
-def _check_overruns(mode: _GuardedAllocations, out, M: int, K: int, Mp: int, Kp: int) -> None:
-    """Raise, naming the buffer, when a store landed past the end of an allocation."""
-    outs = list(out) if isinstance(out, (tuple, list)) and len(out) == 2 else []
-    for a, n, far in mode.overruns():
-        what = f"{a['shape']} {str(a['dtype']).replace('torch.', '')} = {a['nbytes']} bytes"
-        need = ""
-        for t, name in zip(outs, ("codes", "scales")):
-            if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() == a["ptr"]:
-                need = (f"; the swizzled layout needs [round_up(M, 128), round_up(K/16, 4)] = [{Mp}, {Kp}] = "
-                        f"{Mp * Kp} bytes" if name == "scales" else
-                        f"; the codes need [M, K/2] = [{M}, {K // 2}] uint8 = {M * K // 2} bytes (two codes a byte)")
-                what = f"`{name}` (allocated {what}{need})"
-                break
-        else:
-            what = f"a buffer your launcher allocated ({what})"
-        raise AssertionError(
-            f"[{M}x{K}] your kernel stored past the end of {what}: {n} bytes changed up to {far} bytes past "
-            "its end. The grader caught them in a guard zone; without it they overwrite whatever memory "
-            "comes next (in Triton's interpreter that can kill the Python kernel, e.g. 'corrupted "
-            "double-linked list'; on a GPU an illegal memory access, or silent corruption). Allocate "
-            "the size the kernel writes.")
-
-
 def _run_guarded(fn, x, gs, which: int, Mp: int, Kp: int):
-    """``fn(x, gs)`` with its allocations poisoned (``which``) and guarded, under ``bounds_checked`` in
-    the interpreter; a store past an allocation, a stray access, or a zero-filled output is an
-    ``AssertionError`` that names it."""
+    """``fn(x, gs)`` with its allocations poisoned (``which``) and guarded (:func:`.common.run_guarded`):
+    a store past an allocation, a stray access, or a zero-filled output is an ``AssertionError`` that
+    names it."""
     M, K = x.shape
-    mode = _GuardedAllocations(which, guard=4 * (M * K + Mp * Kp) + 4096)
-    checked = bounds_checked() if os.environ.get("TRITON_INTERPRET") == "1" else contextlib.nullcontext()
-    try:
-        with checked, mode:
-            out = fn(x, gs)
-    except Exception as e:   # a stray access beyond every guard: bounds_checked stopped it
-        if "outside every tensor argument" not in str(e):
-            raise
-        _check_overruns(mode, None, M, K, Mp, Kp)
-        access = "store" if "store of" in str(e) else "load"
-        raise AssertionError(
-            f"[{M}x{K}] your kernel tried a {access} outside every tensor it was given (stopped before "
-            "it happened; unchecked, a stray store can kill the Python kernel in Triton's "
-            "interpreter, and is an illegal memory access on a GPU). Check the offsets and the "
-            "masks of your loads and stores against the shapes you allocated.") from None
-    _check_overruns(mode, out, M, K, Mp, Kp)
-    for t, name in zip(out if isinstance(out, (tuple, list)) and len(out) == 2 else (), ("codes", "scales")):
-        op = mode.zero_fills.get(t.untyped_storage().data_ptr()) if isinstance(t, torch.Tensor) else None
-        if op:
-            raise AssertionError(
-                f"[{M}x{K}] `{name}` was zero-filled ({op}): that is the extra memset kernel this "
-                "workbook removes. Allocate it with torch.empty: your kernel writes every byte, "
-                + ("the padded scale entries as 0 (let the grid span the padded grid), "
-                   if name == "scales" else "")
-                + "so a zero fill writes them twice.")
+    case = f"[{M}x{K}]"
+
+    def outputs(out):
+        return list(zip(("codes", "scales"), out)) if isinstance(out, (tuple, list)) and len(out) == 2 else []
+
+    needs = {"scales": f"the swizzled layout needs [round_up(M, 128), round_up(K/16, 4)] = [{Mp}, {Kp}] = "
+                       f"{Mp * Kp} bytes",
+             "codes": f"the codes need [M, K/2] = [{M}, {K // 2}] uint8 = {M * K // 2} bytes (two codes a byte)"}
+    out, mode = run_guarded(lambda: fn(x, gs), case, which=which, guard=4 * (M * K + Mp * Kp) + 4096,
+                            outputs=outputs, needs=needs)
+    check_zero_fills(mode, outputs(out), case, {
+        "scales": "your kernel writes every byte, the padded scale entries as 0 (let the grid span the padded grid)",
+        "codes": "your kernel writes every byte"})
     return out
 
 
