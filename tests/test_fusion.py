@@ -2,7 +2,9 @@
 with the return style), both styles equal, the fused add + RMSNorm kernel against the unfused chain,
 tensor parallel TP=2 over gloo against TP=1, bad input; the benchmark's profile summaries
 (workbook.benchmarks.fusion), the notebook's readings of them (workbook.plots.fusion), the tensor-parallel
-command line's answers to bad input, and the record's keys.
+command line's answers to bad input, and the record's keys; the NaN Inductor puts in rows nobody wrote,
+the audit's verdict on the decoder's buffer, and exercise 1's grader (workbook.graders.fusion) against its
+solution, its stub and a table of wrong answers.
 
 torch.compile is slow on a small CPU, mostly because Inductor compiles C++ kernels there: on a CPU the
 tests compile with ``codegen=False`` (Inductor's graph passes, the fusion pass among them, then the
@@ -17,9 +19,10 @@ import torch
 
 from workbook import fusion as fu
 from workbook.benchmarks import fusion as fb
-from workbook.check import assert_rel_close
+from workbook.check import assert_rel_close, grade
 from workbook.coverage import assert_fully_written, poisoned_allocations
 from workbook.device import DEVICE, ON_GPU
+from workbook.graders import fusion as fusion_graders
 from workbook.plots import fusion as fp
 
 T_PAD, N = 12, 9          # a batch padded to 12 rows, 9 real tokens
@@ -355,3 +358,146 @@ def test_tp2_record_merge(tmp_path, monkeypatch):
         fb._load_tp2()
     monkeypatch.setenv("WORKBOOK_FUSION_TP2", str(tmp_path / "absent.json"))
     assert fb._load_tp2() is None
+
+
+# --------------------------------------------------------------------------------------------------
+# Inductor's NaN in the rows nobody wrote (the notebook's readers of the output code); the audit's verdict
+# --------------------------------------------------------------------------------------------------
+
+_TRITON_CODE = """triton_per_fused_add_mean_mul_pow_rsqrt_8 = async_compile.triton('triton_per_fused_add_mean_mul_pow_rsqrt_8', '''
+@triton.jit
+def triton_per_fused_add_mean_mul_pow_rsqrt_8(in_ptr0, in_ptr1, ks0, xnumel, r0_numel, XBLOCK : tl.constexpr):
+    tmp6 = tl.load(in_ptr1 + (r0_1 + 64*x0), xmask, other=0.0)
+    tmp0 = x0
+    tmp1 = ks0
+    tmp2 = tmp0 < tmp1
+    tmp3 = tl.load(in_ptr0 + (r0_1 + 64*x0), tmp2 & xmask, other=0.0)
+    tmp4 = tl.full([1, 1], float("nan"), tl.float32)
+    tmp5 = tl.where(tmp2, tmp3, tmp4)
+    tmp7 = tmp5 + tmp6
+''', device_str='cuda')
+triton_per_fused_add_mean_mul_pow_rsqrt_9 = async_compile.triton('triton_per_fused_add_mean_mul_pow_rsqrt_9', '''
+def triton_per_fused_add_mean_mul_pow_rsqrt_9(in_ptr0):
+    tmp0 = tl.load(in_ptr0)
+''', device_str='cuda')
+"""
+
+_CPP_CODE = """cpp_fused_add_mean_mul_pow_rsqrt_3 = async_compile.cpp_pybinding(['const float*', 'const int64_t'], r'''
+extern "C" void kernel(const float* in_ptr0, const int64_t ks1)
+{
+                            auto tmp0 = x0;
+                            auto tmp1 = c10::convert<int64_t>(tmp0);
+                            auto tmp2 = ks1;
+                            auto tmp3 = c10::convert<int64_t>(tmp2);
+                            auto tmp4 = tmp1 < tmp3;
+                            auto tmp7 = tmp4 ? tmp5() : at::vec::Vectorized<float>(static_cast<float>(0.0));
+                            auto tmp8 = std::numeric_limits<float>::quiet_NaN();
+                            auto tmp9 = at::vec::VecMask<float,1>::from(tmp4);
+                            auto tmp10 = at::vec::Vectorized<float>(tmp8);
+                            auto tmp11 = decltype(tmp7)::blendv(tmp10, tmp7, tmp9.template cast<float,1>());
+                            auto tmp13 = tmp11 + tmp12;
+}
+''')
+"""
+
+
+def test_nan_fill_is_found_in_triton_and_cpp():
+    """Where a fused kernel reads rows of an `empty` buffer that nothing wrote, Inductor puts NaN there:
+    the readers find the kernel and print the lines from the row index to the select, on both devices."""
+    assert fp.nan_fill_kernels(_TRITON_CODE) == ["triton_per_fused_add_mean_mul_pow_rsqrt_8"]
+    got = fp.nan_fill_excerpt(_TRITON_CODE, "triton_per_fused_add_mean_mul_pow_rsqrt_8").splitlines()
+    assert got[0] == "tmp0 = x0" and got[-1] == "tmp5 = tl.where(tmp2, tmp3, tmp4)" and len(got) == 6
+    assert fp.nan_fill_kernels(_CPP_CODE) == ["cpp_fused_add_mean_mul_pow_rsqrt_3"]
+    got = fp.nan_fill_excerpt(_CPP_CODE, "cpp_fused_add_mean_mul_pow_rsqrt_3").splitlines()
+    assert got[0] == "auto tmp0 = x0;" and "quiet_NaN" in got[-4] and "blendv(tmp10" in got[-1]
+    with pytest.raises(ValueError, match="holds no NaN constant"):
+        fp.nan_fill_excerpt(_TRITON_CODE, "triton_per_fused_add_mean_mul_pow_rsqrt_9")
+    with pytest.raises(ValueError, match="no kernel"):
+        fp.nan_fill_excerpt(_TRITON_CODE, "absent")
+
+
+@pytest.mark.skipif(not ON_GPU, reason="full code generation: the CPU tests compile with codegen=False")
+def test_compiled_buffer_style_fills_the_padding_rows_with_nan(compiled):
+    out = compiled["buffer"]["out"]
+    assert out[N:].isnan().all() and out[:N].isfinite().all()
+    assert compiled["return"]["out"].isfinite().all()
+
+
+def test_audit_accepts_the_decoder_buffer_in_the_notebooks_words():
+    """The audit reports MiniDecoder._attention's partial write (it sees one function at a time) and the
+    reason at the allocation accepts it in notebook 06's words: no consumer reads the rows past
+    num_tokens into a kept result."""
+    from workbook import audit
+    res = audit.audit(fu.__file__, jobs=1)
+    assert res.findings == []
+    assert [(s["function"], s["variable"]) for s in res.suppressed] == [("MiniDecoder._attention", "output")]
+    assert "into a kept result" in res.suppressed[0]["reason"] and "notebook 06" in res.suppressed[0]["reason"]
+
+
+# --------------------------------------------------------------------------------------------------
+# Exercise 1's grader (workbook.graders.fusion): the reference, the stub, a table of wrong answers
+# --------------------------------------------------------------------------------------------------
+
+def _stub(block, x, num_tokens):
+    raise NotImplementedError
+
+
+def _verdict(step, prediction, capsys):
+    ok = grade("t", lambda: fusion_graders.check_return_step(step, prediction))
+    return bool(ok), capsys.readouterr().out
+
+
+def _into_a_buffer(block, x, num_tokens):
+    output = torch.empty_like(x)
+    output[:num_tokens] = fu.all_reduce(block(x[:num_tokens]))
+    return output
+
+
+def _padded(block, x, num_tokens):
+    return torch.nn.functional.pad(fu.all_reduce(block(x[:num_tokens])), (0, 0, 0, x.shape[0] - num_tokens))
+
+
+def _right(block, x, num_tokens):
+    return fu.all_reduce(block(x))
+
+
+# plausible wrong answers (step, prediction) and words the grader's message must contain
+_WRONG_STEPS = (
+    ("still writes into a buffer", _into_a_buffer, 6,
+     "'Replaced 3 patterns' on this decoder; the return style gives 6 (3 attention sites + 3 MLP sites). In the "
+     "post-grad graph the all-reduce's result goes into slice_scatter"),
+    ("pads the real rows", _padded, 6, "goes into constant_pad_nd, not straight into the residual add"),
+    ("skips the all-reduce", lambda b, x, n: b(x), 6, "never calls fu.all_reduce. The out projection is row-parallel"),
+    ("all-reduces twice", lambda b, x, n: fu.all_reduce(fu.all_reduce(b(x))), 6, "calls fu.all_reduce 2 times"),
+    ("reduces the input", lambda b, x, n: b(fu.all_reduce(x)), 6, "does not reduce the block's output"),
+    ("returns the real rows only", lambda b, x, n: fu.all_reduce(b(x[:n])), 6,
+     "your step returns [4, 16]: only the real rows. The residual add that follows consumes all T_pad rows"),
+    ("upcasts to fp32", lambda b, x, n: fu.all_reduce(b(x).float()), 6,
+     "returns torch.float32 for a torch.bfloat16 batch"),
+    ("scales after the all-reduce", lambda b, x, n: fu.all_reduce(b(x)) * 1.0001, 6, "goes into mul"),
+    ("forgets to return", lambda b, x, n: None, 6, "did the function forget to `return`?"),
+    ("predicts the attention sites only", _right, 3, "you predicted 3. 3 counts the attention sites only"),
+    ("predicts the demo's count", _right, 2, "2 is the demo's count"),
+    ("predicts 1", _right, 1, "you predicted 1. Count the all-reduce sites"),
+    ("predicts 4", _right, 4, "you predicted 4. Count the all-reduce sites"),
+    ("no prediction", _right, None, "set my_prediction to an int"),
+    ("a prediction as text", _right, "6", "set my_prediction to an int"),
+)
+
+
+def test_grader_return_step_passes_the_solution_and_waits_for_the_stub(capsys):
+    assert _verdict(fusion_graders.solution_return_step, fusion_graders.SOLUTION_PREDICTION, capsys)[0]
+    assert fusion_graders.SOLUTION_PREDICTION == sum(fu.expected_sites(fusion_graders.exercise_config(), "return").values())
+    ok, msg = _verdict(_stub, None, capsys)
+    assert not ok and "not attempted yet" in msg
+
+
+@pytest.mark.parametrize("name, step, prediction, words", _WRONG_STEPS, ids=[w[0] for w in _WRONG_STEPS])
+def test_grader_return_step_teaches_each_wrong_answer(capsys, name, step, prediction, words):
+    ok, msg = _verdict(step, prediction, capsys)
+    assert not ok and "not yet." in msg and words in msg, (name, msg)
+
+
+def test_grader_return_step_reports_a_bug_without_raising(capsys):
+    ok, msg = _verdict(lambda b, x, n: fu.all_reduce(b(x, n)), 6, capsys)
+    assert not ok and "your code raised an error" in msg and "TypeError" in msg

@@ -329,7 +329,8 @@ class MiniDecoder(torch.nn.Module):
     ``num_tokens`` rows are real tokens of one sequence. ``style``: 'buffer' or 'return' (module doc).
     Built from this rank's weights (:func:`shard_weights`); ``world_size`` ranks sum their partial
     out projections with :func:`all_reduce`. Returns ``[T_pad, D]``; only rows ``[:num_tokens]`` are
-    defined (with ``style='buffer'`` the others hold whatever the unwritten buffer rows held)."""
+    defined, and a caller keeps only those (with ``style='buffer'`` the others are undefined: eager, whatever
+    the unwritten buffer rows held; compiled by Inductor, NaN)."""
 
     def __init__(self, cfg: DecoderConfig, weights: dict, style: str, world_size: int = 1):
         super().__init__()
@@ -387,10 +388,11 @@ class MiniDecoder(torch.nn.Module):
         block = self._linear_attention if kind == "linear" else self._full_attention
         if self.style == "buffer":
             # the engine's layer: a caller-owned output buffer, written on the real tokens only.
-            # empty: rows [num_tokens:] stay unwritten, and only row-wise ops read them, into padding rows
-            # that nothing reads (attention is causal and runs on the real rows); the test
-            # test_buffer_padding_rows_never_reach_real_rows poisons them two ways.
-            # audit: ok -- rows [num_tokens:] reach only row-wise and causal ops, never a kept result (notebook 06)
+            # empty: rows [num_tokens:] stay unwritten. Their consumers (the residual add, the RMSNorms, the
+            # MLP) are row-wise and read them only into padding rows; attention runs on the real rows and is
+            # causal; the forward's kept result is rows [:num_tokens]. Compiled, Inductor fills these rows with
+            # NaN; test_buffer_padding_rows_never_reach_real_rows poisons them two ways.
+            # audit: ok -- no consumer reads rows [num_tokens:] into a kept result: only row-wise and causal ops read them, and the forward keeps rows [:num_tokens] (notebook 06)
             output = torch.empty_like(x)
             output[:num_tokens] = all_reduce(block(m, x[:num_tokens]))
             return output

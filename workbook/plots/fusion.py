@@ -1,6 +1,7 @@
 """Notebook 06's pictures and displays: the data path of an all-reduce site in a post-grad graph
 (:func:`site_chain`, :func:`plot_site`), excerpts of the code Inductor generates (:func:`code_excerpt`,
-:func:`kernel_names`, :func:`kernel_after`, :func:`kernel_source`), and readings of the recorded
+:func:`kernel_names`, :func:`kernel_after`, :func:`kernel_source`; the NaN it puts in rows that nothing
+wrote: :func:`nan_fill_kernels`, :func:`nan_fill_excerpt`), and readings of the recorded
 benchmark (``workbook/data/fusion.json``, written by :mod:`workbook.benchmarks.fusion`):
 :func:`load_timings`, the per-kernel table of one step (:func:`kernel_table`) and what the pass changes
 at the attention sites (:func:`site_costs`). Nothing here measures."""
@@ -13,8 +14,8 @@ import torch
 from ..records import load_record
 
 __all__ = [
-    "site_chain", "plot_site", "code_excerpt", "kernel_names", "kernel_after", "kernel_source", "load_timings",
-    "kernel_table", "site_costs",
+    "site_chain", "plot_site", "code_excerpt", "kernel_names", "kernel_after", "kernel_source", "nan_fill_kernels",
+    "nan_fill_excerpt", "load_timings", "kernel_table", "site_costs",
 ]
 
 # --------------------------------------------------------------------------------------------------
@@ -116,6 +117,54 @@ def kernel_source(code: str, name: str, lines: int = 30) -> str:
         if s.startswith(f"{name} = async_compile."):
             return "\n".join(src[i: i + lines])
     raise ValueError(f"no kernel {name!r} in this code")
+
+
+# a NaN constant in Inductor's kernels: Triton `tl.full([..], float("nan"), ..)`, C++ `quiet_NaN()`
+_NAN = re.compile(r'float\("nan"\)|quiet_NaN\(\)')
+_ASSIGN = re.compile(r"^\s*(?:auto\s+)?(tmp\d+)\s*=")
+_END = "'" * 3          # the end of a kernel's source string in the output code
+
+
+def _kernel_body(code: str, name: str) -> list[str]:
+    """The lines of kernel ``name``'s definition, up to the end of its source string."""
+    src = code.splitlines()
+    start = next((i for i, s in enumerate(src) if s.startswith(f"{name} = async_compile.")), None)
+    if start is None:
+        raise ValueError(f"no kernel {name!r} in this code")
+    end = next((i for i in range(start + 1, len(src)) if src[i].lstrip().startswith(_END)), len(src))
+    return src[start: end + 1]
+
+
+def nan_fill_kernels(code: str) -> list[str]:
+    """Names of the kernels (of :func:`kernel_names`) whose source holds a NaN constant: where a fused
+    kernel reads rows of an ``empty`` buffer that nothing wrote, Inductor puts a constant in place of
+    the load (NaN for floats)."""
+    return [n for n in kernel_names(code) if any(_NAN.search(s) for s in _kernel_body(code, n))]
+
+
+def nan_fill_excerpt(code: str, name: str) -> str:
+    """The lines of kernel ``name`` that choose, per row, between a loaded value and NaN: from the row
+    index (``tmp0 = x0``, compared with ``num_tokens``, a size argument ``ks..``) through the NaN
+    constant to the select that uses it (``tl.where`` in Triton, ``blendv`` in the CPU's C++). The first
+    such place only (a C++ kernel repeats it in each of its loops)."""
+    body = _kernel_body(code, name)
+    i = next((k for k, s in enumerate(body) if _NAN.search(s)), None)
+    if i is None:
+        raise ValueError(f"kernel {name!r} holds no NaN constant")
+    m = _ASSIGN.match(body[i])
+    derived, j = ({m.group(1)} if m else set()), i
+    for k in range(i + 1, len(body)):
+        if any(re.search(rf"\b{v}\b", body[k]) for v in derived):
+            j = k
+            if "where" in body[k] or "blendv" in body[k]:
+                break
+            a = _ASSIGN.match(body[k])
+            if a:
+                derived.add(a.group(1))
+    start = next((k for k in range(i, -1, -1) if re.search(r"=\s*x\d+;?\s*$", body[k])), max(0, i - 3))
+    lines = body[start: j + 1]
+    indent = min(len(s) - len(s.lstrip()) for s in lines if s.strip())
+    return "\n".join(s[indent:] for s in lines)
 
 
 # --------------------------------------------------------------------------------------------------
