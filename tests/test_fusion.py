@@ -1,5 +1,6 @@
 """Buffers block fusion: the pass's replacement counts (0 with buffer passing, one per attention site
-with the return style), both styles equal, the fused add + RMSNorm kernel against the unfused chain,
+with the return style), both styles equal, the fused add + RMSNorm kernel against the unfused chain, the
+one-shot fused op (two ranks simulated on one device: many steps, schedules, the sentinel's poison test),
 tensor parallel TP=2 over gloo against TP=1, bad input; the benchmark's profile summaries
 (workbook.benchmarks.fusion), the notebook's readings of them (workbook.plots.fusion), the tensor-parallel
 command line's answers to bad input, and the record's keys; the NaN Inductor puts in rows nobody wrote,
@@ -20,7 +21,7 @@ import torch
 from workbook import fusion as fu
 from workbook.benchmarks import fusion as fb
 from workbook.check import assert_rel_close, grade
-from workbook.coverage import assert_fully_written, poisoned_allocations
+from workbook.coverage import assert_fully_written, poison_, poisoned_allocations
 from workbook.device import DEVICE, ON_GPU
 from workbook.graders import fusion as fusion_graders
 from workbook.plots import fusion as fp
@@ -97,6 +98,271 @@ def test_add_rmsnorm_bad_input():
     if not ON_GPU:
         with pytest.raises(ValueError, match="emulate=False needs a GPU"):
             fu.add_rmsnorm(x, x, w, emulate=False)
+
+
+# --------------------------------------------------------------------------------------------------
+# The one-shot op: two ranks simulated on one device (the interpreter plays push, then reduce)
+# --------------------------------------------------------------------------------------------------
+
+W = 2
+
+
+def _step_inputs(gen, M, D, dtype, world=W):
+    """Per rank: its partial sums, its residual (the same on every rank, as under TP), one weight."""
+    x = torch.randn(world, M, D, generator=gen).to(DEVICE, dtype)
+    x[0, 0, 0] = -0.0                       # -0.0 in the data: pushed as +0.0 (the sentinel never travels)
+    r = torch.randn(M, D, generator=gen).to(DEVICE, dtype).expand(world, M, D).contiguous()
+    w = (1 + 0.1 * torch.randn(D, generator=gen)).to(DEVICE, dtype)
+    return x, r, w
+
+
+def _reduced(x):
+    """Pure torch: the partial sums added in rank order in fp32, rounded once to the dtype (what the
+    all-reduce returns)."""
+    acc = x[0].float()
+    for q in range(1, x.shape[0]):
+        acc = acc + x[q].float()
+    return acc.to(x.dtype)
+
+
+def _reference(x, r, w):
+    """The reduced sum, then the unfused add + RMSNorm: ``(normed, new_residual)`` of rank 0."""
+    return fu.add_rmsnorm_ref(_reduced(x), r[0], w)
+
+
+def _check_step(ex, x, r, w, out, res_out, label):
+    ref_out, ref_h = _reference(x, r, w)
+    tol = 1e-6 if x.dtype == torch.float32 else 8e-3
+    for q in range(x.shape[0]):
+        assert torch.equal(res_out[q], ref_h), f"{label} rank {q}: new residual"
+        assert_rel_close(out[q].float(), ref_out.float(), tol, f"{label} rank {q}: normed")
+        assert torch.equal(out[q], out[0]), f"{label}: every rank must get the same bits"
+    # the fallback's kernel (add_rmsnorm) on the reduced sum: the same bits
+    assert torch.equal(out[0], fu.add_rmsnorm(_reduced(x), r[0], w)[0]), f"{label}: not add_rmsnorm's bits"
+    # between steps every slot of every buffer holds the sentinel again (each reduce refilled what it read)
+    for b in ex.buffers:
+        assert bool((b == ex.sentinel).all()), f"{label}: an exchange buffer did not return to the sentinel"
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("D", [16, 48])
+def test_oneshot_many_steps_two_simulated_ranks(D, dtype):
+    """Back-to-back steps through one exchange (allocated once), tokens changing every step (1, 7, 63),
+    each step's both outputs of both ranks checked against pure torch; the step counter advanced on
+    the device by each reduce launch."""
+    gen = torch.Generator().manual_seed(D)
+    ex = fu.OneShotExchange.simulated(W, 64, D, dtype)
+    sizes = (1, 7, 63, 7, 1, 63, 2, 7, 1)
+    for t, M in enumerate(sizes):
+        x, r, w = _step_inputs(gen, M, D, dtype)
+        out, res_out = fu.oneshot_all_reduce_add_rmsnorm(ex, x, r, w)
+        ex.check()
+        _check_step(ex, x, r, w, out, res_out, f"step {t} (M={M})")
+    assert ex.state.tolist() == [[len(sizes), 0, 0]] * W
+
+
+def test_oneshot_equals_the_nccl_path_bits():
+    """bf16: the one-shot op gives the bits of the all-reduced sum followed by add_rmsnorm (the fallback)."""
+    gen = torch.Generator().manual_seed(3)
+    ex = fu.OneShotExchange.simulated(W, 8, 40, torch.bfloat16)
+    x, r, w = _step_inputs(gen, 5, 40, torch.bfloat16)
+    out, h = fu.oneshot_all_reduce_add_rmsnorm(ex, x, r, w)
+    red = (x[0].float() + x[1].float()).to(torch.bfloat16)
+    ref = fu.add_rmsnorm(red, r[0], w)
+    assert torch.equal(out[0], ref[0]) and torch.equal(h[0], ref[1])
+
+
+def _play(ex, steps, schedule):
+    """Run ``schedule`` (events (rank, 'push' | 'reduce')) over per-step inputs ``steps``; each rank
+    moves to its next step after its reduce. Returns, per rank, the outputs of each of its steps.
+    A wait is bounded (1000 reloads on a GPU; none in the interpreter): a schedule that makes a
+    reduce wait is reported by ``ex.check()``, never a hang."""
+    at, outs = [0] * W, [[] for _ in range(W)]
+    for q, phase in schedule:
+        x, r, w = steps[at[q]]
+        o = fu.oneshot_all_reduce_add_rmsnorm(ex, x, r, w, phase=phase, rank=q, max_spin=1000)
+        if phase == "reduce":
+            outs[q].append(o)
+            at[q] += 1
+    return outs
+
+
+@pytest.mark.parametrize("slots, correct", [(2, True), (1, False)])
+def test_oneshot_slots_against_a_fast_peer(monkeypatch, slots, correct):
+    """A peer can run one step ahead: it pushes step t+1 while this rank still reads step t. With two
+    slots that push goes elsewhere; with one it overwrites the partial this rank has not read yet."""
+    monkeypatch.setattr(fu, "ONESHOT_SLOTS", slots)
+    gen = torch.Generator().manual_seed(11)
+    ex = fu.OneShotExchange.simulated(W, 8, 16, torch.float32)
+    n = 4
+    steps = [_step_inputs(gen, 7, 16, torch.float32) for _ in range(n + 1)]
+    ev = [(1, "push")]
+    for _ in range(n):
+        ev += [(0, "push"), (1, "reduce"), (1, "push"), (0, "reduce")]
+    outs = _play(ex, steps, ev)
+    ok = [torch.equal(outs[0][t][1][0], _reference(*steps[t])[1]) for t in range(n)]
+    assert all(ok) == correct and (correct or not any(ok)), ok
+    assert all(torch.equal(outs[1][t][1][0], _reference(*steps[t])[1]) for t in range(n))   # rank 1 reads in time
+    ex.check()                                       # nothing waited on a missing partial either way
+
+
+def _early_reduce(ex, x, r, w):
+    """Rank 0 reduces before rank 1 has pushed: the read that the sentinel is for."""
+    _play(ex, [(x, r, w)], [(0, "push")])
+    early = fu.oneshot_all_reduce_add_rmsnorm(ex, x, r, w, phase="reduce", rank=0, max_spin=1000)
+    fu.oneshot_all_reduce_add_rmsnorm(ex, x, r, w, phase="push", rank=1)
+    return early
+
+
+@pytest.mark.parametrize("init", ["sentinel", "a5", "zeros"])
+def test_oneshot_poison_initial_contents(init):
+    """The wait reads the exchange buffer BEFORE the peer writes it, so its bytes before the first push
+    are read into a result: they must say "not arrived". With the sentinel fill the early read knows it
+    is early (the bounded spin flags it; a GPU would keep waiting). Stale bytes (poison 0xA5A5) or
+    zeros (+0.0, a plausible number) read as arrived data: a wrong result, and nothing notices."""
+    gen = torch.Generator().manual_seed(5)
+    ex = fu.OneShotExchange.simulated(W, 8, 16, torch.float32)
+    if init == "a5":
+        for b in ex.buffers:
+            poison_(b, "a5")
+    elif init == "zeros":
+        for b in ex.buffers:
+            b.zero_()
+    x, r, w = _step_inputs(gen, 5, 16, torch.float32)
+    out, h = _early_reduce(ex, x, r, w)
+    right = torch.equal(h[0], _reference(x, r, w)[1])
+    if init == "sentinel":
+        with pytest.raises(RuntimeError, match=r"rank\(s\) \[0\] stopped waiting"):
+            ex.check()
+    else:
+        ex.check()                        # no flag: the garbage looked like data
+        assert not right, "rank 0 read the peer's partial before it was pushed, and got it right?"
+
+
+def test_oneshot_refill_is_the_producer_for_the_next_use_of_a_slot():
+    """Each reduce refills the rows it read with the sentinel. Without that refill (emulated: the
+    step's partials written back after it) the slot's next use reads the old partials as arrived."""
+    gen = torch.Generator().manual_seed(6)
+    ex = fu.OneShotExchange.simulated(W, 8, 16, torch.float32)
+    steps = [_step_inputs(gen, 5, 16, torch.float32) for _ in range(fu.ONESHOT_SLOTS + 1)]
+    _play(ex, steps[:1], [(0, "push"), (1, "push")])
+    stale = [b.clone() for b in ex.buffers]           # what slot 0 holds once step 0 has arrived
+    _play(ex, steps[:1], [(0, "reduce"), (1, "reduce")])
+    _play(ex, steps[1:fu.ONESHOT_SLOTS], [e for _ in range(fu.ONESHOT_SLOTS - 1) for e in
+                                          [(0, "push"), (1, "push"), (0, "reduce"), (1, "reduce")]])
+    for b, s in zip(ex.buffers, stale):
+        b[0].copy_(s[0])                              # no refill: slot 0 still holds step 0's partials
+    x, r, w = steps[fu.ONESHOT_SLOTS]                 # the step that reuses slot 0
+    out, h = _early_reduce(ex, x, r, w)
+    ex.check()
+    assert not torch.equal(h[0], _reference(x, r, w)[1])
+
+
+def test_oneshot_interpreter_needs_two_launches():
+    """Triton's interpreter runs programs one after another: in one launch rank 0's programs would wait
+    for rank 1's, which have not started. Bounded (max_spin=0), the wait gives up and says so."""
+    gen = torch.Generator().manual_seed(8)
+    ex = fu.OneShotExchange.simulated(W, 8, 16, torch.float32)
+    x, r, w = _step_inputs(gen, 3, 16, torch.float32)
+    if ON_GPU:
+        pytest.skip("on a GPU one launch is the concurrent form (tested below)")
+    fu.oneshot_all_reduce_add_rmsnorm(ex, x, r, w, phase="both", max_spin=0)
+    with pytest.raises(RuntimeError, match="stopped waiting"):
+        ex.check()
+
+
+def test_fused_op_takes_the_oneshot_path_when_enabled(monkeypatch):
+    """With an exchange registered (here one rank, world 1) the fused op runs the one-shot kernel for
+    messages up to ONESHOT_MAX_BYTES (its step counter moves) and NCCL + add_rmsnorm above; without,
+    the CPU path is unchanged. enable_oneshot refuses where it does not apply."""
+    assert fu.enable_oneshot(16, torch.float32) is None          # no process group: one rank
+    ex = fu.OneShotExchange.simulated(1, 8, 16, torch.float32)
+    monkeypatch.setitem(fu._ONESHOT, (torch.float32, 16), ex)
+    x, r = (torch.randn(5, 16, device=DEVICE) for _ in range(2))
+    w = torch.randn(16, device=DEVICE)
+    ref = fu.add_rmsnorm(x, r, w)
+    got = torch.ops.workbook.fused_all_reduce_add_rmsnorm(x, r, w, fu.EPS)
+    assert torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1]) and ex.state.tolist() == [[1, 0, 0]]
+    monkeypatch.setattr(fu, "ONESHOT_MAX_BYTES", 5 * 16 * 4 - 1)
+    got = torch.ops.workbook.fused_all_reduce_add_rmsnorm(x, r, w, fu.EPS)
+    assert torch.equal(got[0], ref[0]) and ex.state.tolist() == [[1, 0, 0]]      # the fallback
+
+
+def test_oneshot_bad_input():
+    ex = fu.OneShotExchange.simulated(W, 8, 16, torch.bfloat16)
+    x = torch.randn(W, 4, 16, device=DEVICE).bfloat16()
+    w = torch.ones(16, device=DEVICE).bfloat16()
+    with pytest.raises(TypeError, match="x must have dtype in \\(bfloat16\\)"):
+        fu.oneshot_all_reduce_add_rmsnorm(ex, x.float(), x.float(), w.float())
+    with pytest.raises(ValueError, match=r"x must be \[served ranks = 2, M, D\]"):
+        fu.oneshot_all_reduce_add_rmsnorm(ex, x[:1], x[:1], w)
+    with pytest.raises(ValueError, match="at most max_tokens = 8 rows and hidden = 16"):
+        fu.oneshot_all_reduce_add_rmsnorm(ex, x.new_zeros(W, 9, 16), x.new_zeros(W, 9, 16), w)
+    with pytest.raises(ValueError, match="hidden = 16"):
+        fu.oneshot_all_reduce_add_rmsnorm(ex, x[..., :8].contiguous(), x[..., :8].contiguous(), w[:8])
+    with pytest.raises(ValueError, match="residual must have x's shape"):
+        fu.oneshot_all_reduce_add_rmsnorm(ex, x, x[:, :3].contiguous(), w)
+    with pytest.raises(ValueError, match="weight must be"):
+        fu.oneshot_all_reduce_add_rmsnorm(ex, x, x, w[:8])
+    with pytest.raises(ValueError, match="phase must be"):
+        fu.oneshot_all_reduce_add_rmsnorm(ex, x, x, w, phase="pull")
+    with pytest.raises(ValueError, match="rank must be None"):
+        fu.oneshot_all_reduce_add_rmsnorm(ex, x, x, w, phase="push", rank=2)
+    with pytest.raises(TypeError, match="ex must be a OneShotExchange"):
+        fu.oneshot_all_reduce_add_rmsnorm(None, x, x, w)
+    with pytest.raises(ValueError, match="world, max_tokens and hidden must be positive ints"):
+        fu.OneShotExchange.simulated(2, 0, 16)
+    with pytest.raises(TypeError, match="dtype must be one of"):
+        fu.OneShotExchange.simulated(2, 8, 16, torch.int8)
+    assert ex.state.tolist() == [[0, 0, 0]] * W and all(bool((b == ex.sentinel).all()) for b in ex.buffers)
+
+
+# GPU: the real concurrent protocol, one launch whose grid holds both ranks' programs
+
+@pytest.mark.skipif(not ON_GPU, reason="the single-launch concurrent form needs a GPU (programs run at once)")
+@pytest.mark.parametrize("D", [2048, 4096])
+def test_oneshot_concurrent_graph_replay_many_steps_on_gpu(D):
+    """One launch per step (both ranks' programs resident at once, at most one per SM), captured in CUDA
+    graphs at two token counts that share the exchange, replayed alternately for 300 steps with new
+    inputs each, each step checked; the device-side step counter advances under replay."""
+    dtype, gen = torch.bfloat16, torch.Generator().manual_seed(D)
+    ex = fu.OneShotExchange.simulated(W, 512, D, dtype)
+    graphs = {}
+    for M in (8, 512):
+        static = _step_inputs(gen, M, D, dtype)
+        fu.oneshot_all_reduce_add_rmsnorm(ex, *static, max_spin=1 << 22)      # warm-up (compiles)
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            outs = fu.oneshot_all_reduce_add_rmsnorm(ex, *static, max_spin=1 << 22)
+        graphs[M] = (g, static, outs)
+    for t in range(300):
+        g, (x, r, w), (out, res_out) = graphs[(8, 512)[t % 2]]
+        new = _step_inputs(gen, x.shape[1], D, dtype)
+        for dst, src in zip((x, r, w), new):
+            dst.copy_(src)
+        g.replay()
+        torch.cuda.synchronize()
+        ex.check()
+        _check_step(ex, x, r, w, out, res_out, f"replay {t}")
+    assert ex.state.tolist() == [[302, 0, 0]] * W
+
+
+@pytest.mark.skipif(not ON_GPU, reason="the hardware bf16 casts and the concurrent wait need a GPU")
+def test_oneshot_on_gpu_both_paths_and_the_bounded_wait():
+    """emulate=True and False give the same bits; on a GPU the early reduce of the poison test waits
+    (bounded) and flags with the sentinel, and silently reads stale bytes without it."""
+    gen = torch.Generator().manual_seed(9)
+    ex = fu.OneShotExchange.simulated(W, 64, 1000, torch.bfloat16)
+    x, r, w = _step_inputs(gen, 63, 1000, torch.bfloat16)
+    a = fu.oneshot_all_reduce_add_rmsnorm(ex, x, r, w, emulate=True)
+    b = fu.oneshot_all_reduce_add_rmsnorm(ex, x, r, w, emulate=False)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    ex.check()
+    fu.oneshot_all_reduce_add_rmsnorm(ex, x, r, w, phase="push", rank=0)
+    fu.oneshot_all_reduce_add_rmsnorm(ex, x, r, w, phase="reduce", rank=0, max_spin=1000)
+    with pytest.raises(RuntimeError, match="stopped waiting"):
+        ex.check()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -268,6 +534,7 @@ def test_kernel_groups_and_site_costs():
     assert fb.kernel_group("triton_per_fused_add_mean_mul_pow_rsqrt_slice_scatter_2") == "Inductor: norm kernels"
     assert fb.kernel_group("nvjet_sm90_tst_64x8_64x16_4x1_v_bz_TNT") == "matmul (cuBLAS)"
     assert fb.kernel_group("add_rmsnorm_kernel") == "fused add+RMSNorm (ours)"
+    assert fb.kernel_group("oneshot_all_reduce_add_rmsnorm_kernel") == "one-shot all-reduce+add+RMSNorm (ours)"
     assert fb.kernel_group("Memcpy DtoD (Device -> Device)") == "device copies (memcpy)"
     # two attention sites: the buffer style runs Inductor's norm kernel there (3 us), the return style ours (2 us)
     common = [("nvjet_a", 10.0), ("triton_red_fused_mean_rsqrt_0", 1.0), ("ncclDevKernel_AllReduce", 5.0)]
@@ -329,7 +596,7 @@ def test_benchmark_needs_a_gpu():
 
 def test_tp_command_line_answers_bad_input(tmp_path, capsys):
     for argv in (["--out", str(tmp_path / "missing" / "tp2.json")], ["--out", str(tmp_path)],
-                 ["--smoke", "--check"], ["--bench"]):
+                 ["--smoke", "--check"], ["--bench"], ["--oneshot", "--smoke"]):
         with pytest.raises(SystemExit) as e:
             fb.main(argv)
         assert e.value.code == 2, argv
@@ -337,6 +604,29 @@ def test_tp_command_line_answers_bad_input(tmp_path, capsys):
     if not ON_GPU:
         with pytest.raises(SystemExit, match="needs GPUs"):
             fb.main([])
+
+
+@pytest.mark.skipif(ON_GPU, reason="checks the answers without a GPU")
+def test_oneshot_sweep_needs_gpus():
+    with pytest.raises(RuntimeError, match="measures a GPU"):
+        fb.oneshot_sweep()
+    with pytest.raises(SystemExit, match="needs GPUs"):
+        fb.main(["--oneshot"])
+
+
+def test_oneshot_table_reads_the_record():
+    """Without two-GPU figures the reader says so (and how to get them); with a sweep block (made-up
+    numbers, the record's shape) it prints one row per size, the ratio NCCL / one-shot of graph times."""
+    assert fp.oneshot_table(None).startswith("two-GPU one-shot figures: not recorded yet (torchrun")
+    assert "not recorded yet" in fp.oneshot_table({"results": {"tp2": {"sizes": []}}})
+    row = {"hidden": 2048, "tokens": 8, "oneshot": {"graph_us": 4.0, "eager_us": 9.0},
+           "nccl": {"graph_us": 10.0, "eager_us": 20.0}, "same_bits": True}
+    block = {"world_size": 2, "dtype": "bfloat16", "multicast": "off", "oneshot_max_bytes": fu.ONESHOT_MAX_BYTES,
+             "sizes": [row, {**row, "tokens": 16, "oneshot": {"eager_us": 9.0, "graph_error": "x"}}]}
+    assert fp.oneshot_table({"results": {"oneshot_tp2": {"oneshot": block}}}).startswith("TP=2")   # --oneshot alone
+    text = fp.oneshot_table({"results": {"tp2": {"oneshot": block}}}).splitlines()
+    assert text[0].startswith("TP=2, bfloat16, multicast off") and len(text) == 4
+    assert "2.50x" in text[2] and "True" in text[2] and "(no graph time)" in text[3]
 
 
 def test_tp2_record_merge(tmp_path, monkeypatch):
@@ -430,8 +720,11 @@ def test_audit_accepts_the_decoder_buffer_in_the_notebooks_words():
     from workbook import audit
     res = audit.audit(fu.__file__, jobs=1)
     assert res.findings == []
-    assert [(s["function"], s["variable"]) for s in res.suppressed] == [("MiniDecoder._attention", "output")]
-    assert "into a kept result" in res.suppressed[0]["reason"] and "notebook 06" in res.suppressed[0]["reason"]
+    got = {(s["function"], s["variable"]): s["reason"] for s in res.suppressed}
+    assert set(got) == {("MiniDecoder._attention", "output"), ("OneShotExchange.__init__", "self.state")}
+    reason = got[("MiniDecoder._attention", "output")]
+    assert "into a kept result" in reason and "notebook 06" in reason
+    assert got[("OneShotExchange.__init__", "self.state")].startswith("read before written")
 
 
 # --------------------------------------------------------------------------------------------------

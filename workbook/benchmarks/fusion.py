@@ -19,6 +19,9 @@ alone with each kernel (where 'auto' switches) and the GPU's read bandwidth (the
   ``WORKBOOK_FUSION_TP2=FILE python3 -m workbook bench fusion`` merges into ``fusion.json``.
   ``--smoke``: the same code on the CPU with gloo at tiny sizes (CPU wall-clock times, labelled so,
   never GPU figures). ``--check``: TP=2 spawned on the CPU against TP=1 (counts and outputs).
+  With NCCL the record also holds ``tp2["oneshot"]`` (:func:`oneshot_sweep`): per site, the one-shot
+  fused op against NCCL all-reduce + add + RMSNorm at :data:`ONESHOT_TOKENS` x :data:`ONESHOT_HIDDEN`;
+  ``--oneshot`` runs that sweep alone. NVLink multicast stays off (:func:`workbook.fusion.multicast_off`).
 
 Timers come from :mod:`workbook.timing`; record keys follow :mod:`workbook.records`.
 """
@@ -41,14 +44,16 @@ import torch
 from .. import timing
 from ..device import DEVICE, ON_GPU
 from ..fusion import (
-    DECODER_VERSION, SMOKE, DecoderConfig, FusionPass, MiniDecoder, compile_decoder, expected_sites, gdn_core,
-    make_decoder_weights, run_tp, shard_weights,
+    DECODER_VERSION, ONESHOT_MAX_BYTES, ONESHOT_SLOTS, SMOKE, DecoderConfig, FusionPass, MiniDecoder, OneShotExchange,
+    add_rmsnorm, all_reduce, compile_decoder, expected_sites, gdn_core, make_decoder_weights, multicast_off,
+    oneshot_all_reduce_add_rmsnorm, run_tp, shard_weights,
 )
 from ..records import SCHEMA, Measurement, validate_record
 
 __all__ = [
     "run", "table", "timing_table", "main", "BENCH", "DECODE_TOKENS", "PREFILL_TOKENS", "TIMERS",
-    "KERNEL_GROUPS", "kernel_group", "summarize_kernels", "kernel_profile", "host_profile",
+    "KERNEL_GROUPS", "kernel_group", "summarize_kernels", "kernel_profile", "host_profile", "oneshot_sweep",
+    "ONESHOT_TOKENS", "ONESHOT_HIDDEN",
 ]
 
 BENCH = DecoderConfig(hidden=2048, layers=("linear", "linear", "linear", "full"), gdn_k_heads=16,
@@ -56,6 +61,10 @@ BENCH = DecoderConfig(hidden=2048, layers=("linear", "linear", "linear", "full")
                       shard_mlp=True, gdn_kernel="auto", dtype=torch.bfloat16)
 DECODE_TOKENS = (8, 64, 256)
 PREFILL_TOKENS = (2048, 8192)
+# The one-shot sweep (two GPUs): tokens x hidden of one all-reduce + add + RMSNorm site, bf16, past the
+# provisional ONESHOT_MAX_BYTES on purpose (the crossover with NCCL is what it is to find)
+ONESHOT_TOKENS = (8, 16, 32, 64, 128, 256, 512)
+ONESHOT_HIDDEN = (2048, 4096)
 
 # The record's timers (workbook.records): what each timer name means in this record
 TIMERS = {
@@ -90,6 +99,7 @@ def _cfg_json(cfg: DecoderConfig) -> dict:
 KERNEL_GROUPS = (
     ("all-reduce (NCCL)", r"nccl"),
     ("device copies (memcpy)", r"[Mm]emcpy"),
+    ("one-shot all-reduce+add+RMSNorm (ours)", r"oneshot_all_reduce"),
     ("fused add+RMSNorm (ours)", r"add_rmsnorm_kernel"),
     ("GDN kernels (ours)", r"^(?!triton_).*(gdn|chunk_table|gated_rmsnorm)"),   # not Inductor's ..._gdn_core_...
     ("attention", r"flash|fmha|attention|softmax|cudnn_generated|sdpa"),
@@ -298,6 +308,41 @@ def _read_GBps(device, nbytes: int = 1 << 30) -> float:
     return nbytes / (t * 1e-6) / 1e9
 
 
+def oneshot_sweep(group=None, tokens=ONESHOT_TOKENS, hidden=ONESHOT_HIDDEN, log=print) -> dict:
+    """One all-reduce + add + RMSNorm site on every rank of ``group`` (NCCL, one GPU each, under
+    torchrun; collective: every rank runs the same calls): per hidden size and token count the
+    one-shot op (:func:`workbook.fusion.oneshot_all_reduce_add_rmsnorm`, an exchange in symmetric
+    memory holding the largest count) against the fallback the fused op takes, NCCL all-reduce +
+    :func:`workbook.fusion.add_rmsnorm`; GPU time from graph replay and eager time beside it
+    (fixed-count timers), and whether the two give the same bits."""
+    import torch.distributed as dist
+
+    timing.require_gpu("workbook.benchmarks.fusion.oneshot_sweep")
+    rank, dev, rows = dist.get_rank(group), torch.device("cuda", torch.cuda.current_device()), []
+    for D in hidden:
+        ex = OneShotExchange.symmetric(max(tokens), D, torch.bfloat16, group)
+        for T in tokens:
+            gen = torch.Generator().manual_seed(T * D)           # residual and weight: the same on every rank
+            r = torch.randn(T, D, generator=gen).to(dev, torch.bfloat16)
+            w = (1 + 0.1 * torch.randn(D, generator=gen)).to(dev, torch.bfloat16)
+            x = torch.randn(T, D, generator=torch.Generator().manual_seed(T * D + 1 + rank)).to(dev, torch.bfloat16)
+            paths = {"oneshot": lambda: oneshot_all_reduce_add_rmsnorm(ex, x, r, w),
+                     "nccl": lambda: add_rmsnorm(all_reduce(x), r, w)}
+            row = {"tokens": T, "hidden": D, "message_bytes": T * D * 2}
+            with torch.no_grad():
+                a, b = paths["oneshot"](), paths["nccl"]()
+                for name, fn in paths.items():
+                    row[name] = _ranks_timer(fn)
+            torch.cuda.synchronize()
+            ex.check()
+            row["same_bits"] = bool(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]))
+            row["max_abs_diff"] = float((a[0].float() - b[0].float()).abs().max())
+            rows.append(row)
+            log(f"[fusion] one-shot T={T} D={D}: " + ", ".join(f"{k} {row[k].get('graph_us')}" for k in paths))
+    return {"dtype": "bfloat16", "world_size": dist.get_world_size(group), "slots": ONESHOT_SLOTS,
+            "oneshot_max_bytes": ONESHOT_MAX_BYTES, "multicast": "off", "sizes": rows}
+
+
 def _load_tp2() -> tuple[dict, dict] | None:
     """The TP=2 block and its notes from the record named by ``WORKBOOK_FUSION_TP2`` (what :func:`main`
     writes), or None when that variable is unset or names no file."""
@@ -382,8 +427,8 @@ def table(rec: dict) -> str:
 # Tensor parallel: torchrun entry point (and the CPU check)
 # --------------------------------------------------------------------------------------------------
 
-def _tp_record(res: dict, world: int, backend: str) -> dict:
-    """The schema-2 record that rank 0 writes: ``results["tp<world>"]`` (what :func:`run` merges)."""
+def _tp_record(res: dict, world: int, backend: str, key: str | None = None) -> dict:
+    """The schema-2 record that rank 0 writes: ``results[key or "tp<world>"]`` (what :func:`run` merges)."""
     from ..device import describe
 
     if backend == "nccl":
@@ -394,15 +439,17 @@ def _tp_record(res: dict, world: int, backend: str) -> dict:
         timers, note = {}, "CPU smoke run (gloo): wall-clock, not GPU"
     rec = {"schema": SCHEMA, "name": f"fusion_tp{world}", "recorded": datetime.date.today().isoformat(),
            "machine": describe(), "timers": timers, "ceilings": {},
-           "results": {f"tp{world}": res, "notes": {f"tp{world}": note}}}
+           "results": {key or f"tp{world}": res, "notes": {key or f"tp{world}": note}}}
     validate_record(rec)
     return rec
 
 
-def _bench_tp(smoke: bool, out: str | None) -> int:
-    """One rank of the tensor-parallel benchmark (environment from torchrun)."""
+def _bench_tp(smoke: bool, out: str | None, oneshot_only: bool = False) -> int:
+    """One rank of the tensor-parallel benchmark (environment from torchrun); ``oneshot_only``: the
+    one-shot sweep alone (:func:`oneshot_sweep`)."""
     import torch.distributed as dist
 
+    multicast_off()                 # before NCCL starts: NVLink multicast (NVLS) stays off
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local = int(os.environ.get("LOCAL_RANK", "0"))
@@ -419,10 +466,17 @@ def _bench_tp(smoke: bool, out: str | None) -> int:
                                 **({"device_id": device} if backend == "nccl" else {}))
     try:
         log = print if rank == 0 else (lambda *a: None)
-        res = _bench_sizes(cfg, rank, world, sizes, timer=timer, device=device, log=log, profile=ON_GPU and not smoke)
+        if oneshot_only and (backend != "nccl" or world < 2):
+            raise SystemExit("--oneshot needs two or more GPUs under torchrun (NCCL)")
+        res = {} if oneshot_only else _bench_sizes(cfg, rank, world, sizes, timer=timer, device=device, log=log,
+                                                   profile=ON_GPU and not smoke)
+        if backend == "nccl" and world > 1:
+            res["oneshot"] = oneshot_sweep(log=log)
         res["backend"] = backend
         if rank == 0:
-            text = json.dumps(_tp_record(res, world, backend), indent=1)
+            # --oneshot alone: a record of its own (results["oneshot_tp<world>"]), never merged as a tp2 block
+            rec = _tp_record(res, world, backend, key=f"oneshot_tp{world}" if oneshot_only else None)
+            text = json.dumps(rec, indent=1)
             if out:
                 Path(out).write_text(text + "\n")
                 print(f"[fusion] wrote {out}")
@@ -462,13 +516,14 @@ def main(argv=None) -> int:
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--smoke", action="store_true", help="tiny sizes, CPU + gloo")
     mode.add_argument("--check", action="store_true", help="TP=2 (spawned, gloo) vs TP=1 on CPU, counts and outputs")
+    mode.add_argument("--oneshot", action="store_true", help="the one-shot vs NCCL site sweep alone (GPUs)")
     ap.add_argument("--out", help="JSON file for the record (rank 0 writes it; default: print it)")
     args = ap.parse_args(argv)
     if args.out and (Path(args.out).is_dir() or not Path(args.out).resolve().parent.is_dir()):
         ap.error(f"--out {args.out}: not a file in an existing folder")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
-        return _check_cli() if args.check else _bench_tp(args.smoke, args.out)
+        return _check_cli() if args.check else _bench_tp(args.smoke, args.out, args.oneshot)
     except (OSError, ValueError, RuntimeError, TimeoutError) as e:
         if os.environ.get("WORKBOOK_DEBUG"):
             raise

@@ -4,7 +4,8 @@
 wrote: :func:`nan_fill_kernels`, :func:`nan_fill_excerpt`), and readings of the recorded
 benchmark (``workbook/data/fusion.json``, written by :mod:`workbook.benchmarks.fusion`):
 :func:`load_timings`, the per-kernel table of one step (:func:`kernel_table`) and what the pass changes
-at the attention sites (:func:`site_costs`). Nothing here measures."""
+at the attention sites (:func:`site_costs`), the two-GPU one-shot sweep (:func:`oneshot_table`).
+Nothing here measures."""
 from __future__ import annotations
 
 import re
@@ -15,7 +16,7 @@ from ..records import load_record
 
 __all__ = [
     "site_chain", "plot_site", "code_excerpt", "kernel_names", "kernel_after", "kernel_source", "nan_fill_kernels",
-    "nan_fill_excerpt", "load_timings", "kernel_table", "site_costs",
+    "nan_fill_excerpt", "load_timings", "kernel_table", "site_costs", "oneshot_table",
 ]
 
 # --------------------------------------------------------------------------------------------------
@@ -246,3 +247,29 @@ def site_costs(block: dict, T: int) -> dict:
                      for s in ("buffer", "return")},
     }
 
+
+ONESHOT_HOW = ("torchrun --nproc-per-node 2 -m workbook.benchmarks.fusion --out tp2.json on two GPUs, then "
+               "WORKBOOK_FUSION_TP2=tp2.json python3 -m workbook bench fusion")
+
+
+def oneshot_table(rec: dict | None) -> str:
+    """The one-shot sweep of the record's TP=2 block (``results["tp2"]["oneshot"]``, written by
+    :func:`workbook.benchmarks.fusion.oneshot_sweep`): per hidden size and token count, GPU time from
+    graph replay and eager time of the one-shot op and of NCCL + add_rmsnorm, their ratio, and whether
+    they gave the same bits; or a line saying that two-GPU figures do not exist yet."""
+    res = (rec or {}).get("results", {})
+    block = (res.get("tp2") or res.get("oneshot_tp2") or {}).get("oneshot")     # oneshot_tp2: --oneshot alone
+    if not block or not block.get("sizes"):
+        return f"two-GPU one-shot figures: not recorded yet ({ONESHOT_HOW})"
+    out = [f"TP={block['world_size']}, {block['dtype']}, multicast {block['multicast']}, provisional switch at "
+           f"{block['oneshot_max_bytes']} bytes per rank",
+           f"{'hidden':>6s} {'tokens':>6s} | {'one-shot graph':>14s} {'NCCL+norm graph':>15s} {'ratio':>6s} | "
+           f"{'one-shot eager':>14s} {'NCCL+norm eager':>15s} | same bits"]
+    for r in block["sizes"]:
+        a, b = r["oneshot"], r["nccl"]
+        ga, gb = a.get("graph_us"), b.get("graph_us")
+        ratio = f"{gb / ga:5.2f}x" if ga and gb else "   n/a"
+        g = f"{ga:12.1f}us {gb:13.1f}us" if ga and gb else f"{'(no graph time)':>29s}"
+        out.append(f"{r['hidden']:6d} {r['tokens']:6d} | {g} {ratio} | {a['eager_us']:12.1f}us "
+                   f"{b['eager_us']:13.1f}us | {r['same_bits']}")
+    return "\n".join(out)
