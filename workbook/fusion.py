@@ -36,6 +36,10 @@ Tensor parallelism: ``world_size`` ranks each hold a slice of the heads (and, wi
 the MLP's intermediate columns); row-parallel projections produce partial sums that
 ``workbook::all_reduce`` adds up with ``torch.distributed`` (gloo on CPU, NCCL on GPUs). With one rank
 it is the identity, but it stays in the graph as the same op, so the pass sees the same sites.
+Within one host the fused op can also do the communication itself: :func:`enable_oneshot` registers
+a one-shot exchange (peer-accessible buffers in symmetric memory, NVLink multicast off) and small
+messages then take :func:`oneshot_all_reduce_add_rmsnorm`, one kernel that pushes this rank's partial
+sums to every peer, waits for theirs (a sentinel says "not arrived"), adds the residual and normalises.
 :func:`run_tp` runs the ranks as spawned CPU processes; the GPU benchmark (one GPU, and two under
 ``torchrun``), the notebook's pictures and its displays of the record live in
 :mod:`workbook.benchmarks.fusion` and :mod:`workbook.plots.fusion`.
@@ -53,7 +57,7 @@ import torch
 import torch.nn.functional as F
 import triton
 
-from .device import DEVICE, ON_GPU, check_tensor, require_launchable, resolve_config, resolve_emulate
+from .device import DEVICE, ON_GPU, check_tensor, require_launchable, resolve_config, resolve_emulate, sm_count
 from .gdn import chunk_gated_delta_rule, fused_recurrent_gated_delta_rule, naive_recurrent_gated_delta_rule
 from .kernels import fusion as kern
 
@@ -169,8 +173,14 @@ def _(x):
 @torch.library.custom_op("workbook::fused_all_reduce_add_rmsnorm", mutates_args=())
 def fused_all_reduce_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
                                  eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """What the pass puts in place of all_reduce -> add -> RMSNorm: the all-reduce, then ONE kernel
-    (:func:`add_rmsnorm`, Triton; in the interpreter on a CPU) returning ``(normed, new_residual)``."""
+    """What the pass puts in place of all_reduce -> add -> RMSNorm, returning ``(normed, new_residual)``:
+    with a one-shot exchange registered (:func:`enable_oneshot`) and a message up to
+    :data:`ONESHOT_MAX_BYTES`, ONE kernel that also does the communication
+    (:func:`oneshot_all_reduce_add_rmsnorm`); otherwise the all-reduce (NCCL, gloo on a CPU), then ONE
+    kernel (:func:`add_rmsnorm`, Triton; in the interpreter on a CPU)."""
+    ex = _oneshot_for(x)
+    if ex is not None:
+        return oneshot_all_reduce_add_rmsnorm(ex, x.contiguous(), residual.contiguous(), weight.contiguous(), eps)
     return add_rmsnorm(all_reduce(x).contiguous(), residual.contiguous(), weight.contiguous(), eps)
 
 
@@ -642,3 +652,224 @@ def run_tp(cfg: DecoderConfig, hidden: torch.Tensor, num_tokens: int, world_size
                     p.kill()
                     p.join(5)
         return [torch.load(Path(tmp) / f"rank{r}.pt") for r in range(world_size)]
+
+
+# --------------------------------------------------------------------------------------------------
+# The one-shot fused op: all-reduce + add + RMSNorm in one kernel over peer-accessible buffers
+# --------------------------------------------------------------------------------------------------
+
+# The bits of -0.0 as a signed integer of the element's width: the "not arrived" sentinel of the
+# exchange buffers (data never carries it: the push turns -0.0 into +0.0, which sums the same)
+_BITS = {torch.bfloat16: (torch.int16, -(1 << 15)), torch.float16: (torch.int16, -(1 << 15)),
+         torch.float32: (torch.int32, -(1 << 31))}
+# Slots of the exchange buffers. Each reduce refills exactly the rows it has read, in the same
+# program, after reading them; a peer can run at most one step ahead (its step t+1 reduce waits for
+# this rank's step t+1 push, issued after this rank's step t launch ended), so its next write into a
+# slot comes two steps later: two slots suffice, one races (tests/test_fusion.py plays both schedules).
+ONESHOT_SLOTS = 2
+# The one-shot path serves messages up to this many bytes per rank (tokens x hidden x element size),
+# NCCL + add_rmsnorm above. PROVISIONAL: a guess, not a measurement; the crossover is to be measured on
+# two H200s (workbook.benchmarks.fusion's TP=2 one-shot sweep, 8..512 tokens x hidden 2048 and 4096).
+ONESHOT_MAX_BYTES = 1 << 20
+# Reloads of a block before a reduce gives up and counts it in ``state`` (a protocol bug fails, never
+# hangs); on a GPU a reload takes well under a microsecond, so this is seconds, far past any honest wait.
+ONESHOT_MAX_SPIN = 1 << 24
+_MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+_PHASES = {"push": 1, "reduce": 2, "both": 3}
+# (dtype, hidden) -> the exchange the fused op uses (enable_oneshot); empty: the NCCL path everywhere
+_ONESHOT: dict = {}
+
+
+def multicast_off() -> None:
+    """Keep NVLink multicast (NVLS, multimem) off: set before NCCL or symmetric memory first start."""
+    os.environ.update(_MULTICAST_OFF)
+
+
+class OneShotExchange:
+    """The exchange buffers of the one-shot op and its small device state, allocated once and reused
+    (and overwritten) every step. ``buffers``: the local buffer of each rank this process serves,
+    int bits ``[ONESHOT_SLOTS, world, max_tokens, hidden]``; ``peers``: int64 addresses of every rank's
+    buffer; ``state [served, 3]`` on the device: per served rank the step, the programs finished in
+    it, and the waits given up.
+
+    :meth:`simulated`: every rank's buffer on one device, all ranks served by one launch (tests, one
+    GPU). :meth:`symmetric`: one rank of real tensor parallelism, peers' buffers mapped by
+    ``torch.distributed._symmetric_memory``."""
+
+    def __init__(self, buffers, peers, world, rank0, dtype):
+        self.buffers, self.world, self.rank0, self.dtype = buffers, world, rank0, dtype
+        self.served = len(buffers)
+        self.slots, _, self.max_tokens, self.hidden = buffers[0].shape
+        self.bits, self.sentinel = _BITS[dtype]
+        self.peers = peers
+        dev = buffers[0].device
+        # zeros: the kernel reads the step and adds to the two counts before anyone writes them, and
+        # step 0, no program done, no wait given up are the values those first reads need
+        # audit: ok -- read before written: the one-shot kernel loads the step and atomically adds to both counts
+        self.state = torch.zeros(self.served, 3, dtype=torch.int32, device=dev)
+        self._given_up = [0] * self.served      # the counts that check() has reported
+
+    @staticmethod
+    def _check(world, max_tokens, hidden, dtype):
+        if not all(isinstance(v, int) and v > 0 for v in (world, max_tokens, hidden)):
+            raise ValueError(f"world, max_tokens and hidden must be positive ints, got {world}, {max_tokens}, {hidden}")
+        if dtype not in _BITS:
+            raise TypeError(f"dtype must be one of {[str(d) for d in _BITS]}, got {dtype}")
+
+    @staticmethod
+    def _fresh(world, max_tokens, hidden, dtype, device):
+        bits, sentinel = _BITS[dtype]
+        # full, not empty: the reduce's first reads of a slot come BEFORE any peer has pushed into it
+        # (that is the wait), so the bytes there before the first push must say "not arrived". Stale
+        # bytes of an empty would read as arrived data (tests: the poison). Every later step's refill
+        # (the kernel) is the producer of the sentinel for the next use of a slot.
+        return torch.full((ONESHOT_SLOTS, world, max_tokens, hidden), sentinel, dtype=bits, device=device)
+
+    @classmethod
+    def simulated(cls, world: int, max_tokens: int, hidden: int, dtype=torch.bfloat16, device=None):
+        """``world`` ranks on one device, each with its own buffer (the pointer table holds their
+        addresses): one launch serves them all, as concurrent programs on a GPU."""
+        cls._check(world, max_tokens, hidden, dtype)
+        dev = torch.device(device or DEVICE)
+        bufs = [cls._fresh(world, max_tokens, hidden, dtype, dev) for _ in range(world)]
+        return cls(bufs, torch.tensor([b.data_ptr() for b in bufs], dtype=torch.int64, device=dev), world, 0, dtype)
+
+    @classmethod
+    def symmetric(cls, max_tokens: int, hidden: int, dtype=torch.bfloat16, group=None):
+        """This rank's exchange for the process ``group`` (collective: every rank calls it), in
+        symmetric memory on the current CUDA device, peers' buffers mapped into this process. NVLink
+        multicast stays off (:func:`multicast_off`): peer loads and stores only."""
+        import torch.distributed as dist
+        from torch.distributed import _symmetric_memory as symm_mem
+
+        multicast_off()
+        group = group or dist.group.WORLD
+        world, rank = dist.get_world_size(group), dist.get_rank(group)
+        cls._check(world, max_tokens, hidden, dtype)
+        bits, sentinel = _BITS[dtype]
+        dev = torch.device("cuda", torch.cuda.current_device())
+        # empty, then filled whole with the sentinel on the next line (the reason: _fresh)
+        buf = symm_mem.empty((ONESHOT_SLOTS, world, max_tokens, hidden), dtype=bits, device=dev)
+        buf.fill_(sentinel)
+        handle = symm_mem.rendezvous(buf, group)
+        # every rank's fill must be done before any peer's first push lands, or the fill erases it
+        torch.cuda.synchronize()
+        dist.barrier(group)
+        peers = torch.tensor([handle.get_remote_tensor(q, buf.shape, bits).data_ptr() if q != rank else buf.data_ptr()
+                              for q in range(world)], dtype=torch.int64, device=dev)
+        ex = cls([buf], peers, world, rank, dtype)
+        ex.handle = handle
+        return ex
+
+    def check(self) -> None:
+        """Raise if a reduce gave up waiting since the last check (reads the device's counts)."""
+        given_up = self.state[:, 2].tolist()
+        bad = [i for i, (now, seen) in enumerate(zip(given_up, self._given_up)) if now > seen]
+        self._given_up = given_up
+        if bad:
+            raise RuntimeError(f"one-shot all-reduce: rank(s) {[self.rank0 + i for i in bad]} stopped waiting "
+                               "for a peer's partial sums (a peer never pushed, or the buffer lost the sentinel)")
+
+
+def _check_oneshot(ex, x, residual, weight, eps, rank):
+    if not isinstance(ex, OneShotExchange):
+        raise TypeError(f"ex must be a OneShotExchange, got {type(ex).__name__}")
+    if torch.is_tensor(x) and x.dim() == 2 and ex.served == 1:
+        x, residual = x[None], residual[None] if torch.is_tensor(residual) else residual
+    check_tensor("x", x, dtypes=(ex.dtype,), ndim=3, device=ex.buffers[0].device)
+    if x.shape[0] != ex.served:
+        raise ValueError(f"x must be [served ranks = {ex.served}, M, D] (or [M, D] with one), got {list(x.shape)}")
+    if x.shape[1] > ex.max_tokens or x.shape[2] != ex.hidden:
+        raise ValueError(f"x must have at most max_tokens = {ex.max_tokens} rows and hidden = {ex.hidden} columns, "
+                         f"got {list(x.shape[1:])}")
+    if not torch.is_tensor(residual) or residual.shape != x.shape:
+        got = list(residual.shape) if torch.is_tensor(residual) else type(residual).__name__
+        raise ValueError(f"residual must have x's shape {list(x.shape)}, got {got}")
+    _check_add_rmsnorm(x.reshape(-1, x.shape[2]), residual.reshape(-1, x.shape[2]), weight, eps)
+    if rank is not None and not (isinstance(rank, int) and 0 <= rank < ex.served):
+        raise ValueError(f"rank must be None (all served ranks) or an int in [0, {ex.served}), got {rank!r}")
+    return x.contiguous(), residual.contiguous()
+
+
+def oneshot_all_reduce_add_rmsnorm(ex: OneShotExchange, x, residual, weight, eps: float = EPS, *, phase: str = "auto",
+                                   rank: int | None = None, max_spin: int | None = None, config=None,
+                                   emulate: bool | None = None):
+    """All-reduce over ranks + residual add + RMSNorm in one Triton kernel (the one-shot design):
+    each rank pushes its partial sums into every rank's exchange buffer (peer stores), then waits on
+    its own buffer until no element holds the sentinel, sums the partials in rank order (fp32: every
+    rank gets the same bits), adds the residual, normalises and refills what it read. ``x, residual
+    [served, M, D]`` (``[M, D]`` with one served rank); returns ``(normed, new_residual)`` shaped so
+    (with ``rank``: that rank's ``[1, M, D]``).
+
+    ``phase``: 'auto' = 'both' (one launch; on a GPU every program resident at once: the grid is at
+    most one program per SM) or, in the interpreter, which runs programs one after another and would
+    wait forever, 'push' then 'reduce' as two launches. 'push' / 'reduce' alone (``rank``: one served
+    rank only) let tests play any schedule. ``max_spin``: reloads before a reduce gives up and counts
+    it (default :data:`ONESHOT_MAX_SPIN` on a GPU, 0 in the interpreter, where waiting cannot help);
+    :meth:`OneShotExchange.check` reports it."""
+    x3, r3 = _check_oneshot(ex, x, residual, weight, eps, rank)
+    if phase not in ("auto", *_PHASES):
+        raise ValueError(f"phase must be 'auto', 'push', 'reduce' or 'both', got {phase!r}")
+    emulate = resolve_emulate(emulate, EMULATE_WHY)
+    R, M, D = x3.shape
+    BLOCK_D = triton.next_power_of_2(D)
+    cfg = resolve_config(config, CONFIG, pow2=("BLOCK_M", "num_warps"))
+    cfg["BLOCK_M"] = cfg["BLOCK_M"] or (1 if ON_GPU else 64)
+    cfg["num_warps"] = cfg["num_warps"] or (4 if BLOCK_D <= 2048 else 8)
+    served = range(R) if rank is None else range(rank, rank + 1)
+    # co-residency: a waiting program holds its SM, so every program that it may wait for must be
+    # running too: at most one program per SM over all the ranks one launch serves (programs loop)
+    grid = (min(triton.cdiv(M, cfg["BLOCK_M"]), max(1, sm_count() // len(served))) if ON_GPU
+            else triton.cdiv(M, cfg["BLOCK_M"]), len(served))
+    # empty, both: over the grid's row blocks every row of every served rank is written (masked past M, D)
+    out, residual_out = torch.empty_like(x3), torch.empty_like(x3)
+    phases = [phase] if phase != "auto" else ["both"] if ON_GPU else ["push", "reduce"]
+    spin = (ONESHOT_MAX_SPIN if ON_GPU else 0) if max_spin is None else int(max_spin)
+    require_launchable(kern.oneshot_all_reduce_add_rmsnorm_kernel)
+    s = slice(served.start, served.stop)
+    for ph in phases if M else []:
+        kern.oneshot_all_reduce_add_rmsnorm_kernel[grid](
+            x3[s].view(ex.bits), r3[s], weight, out[s], residual_out[s], ex.peers, ex.state[s],
+            ex.rank0 + served.start, M, D, ex.max_tokens, float(eps), spin, WORLD=ex.world, SLOTS=ex.slots,
+            SENTINEL=ex.sentinel, BLOCK_M=cfg["BLOCK_M"], BLOCK_D=BLOCK_D, PHASE=_PHASES[ph],
+            IS_BF16=x3.dtype == torch.bfloat16, IS_FP16=x3.dtype == torch.float16, EMULATE=bool(emulate),
+            num_warps=cfg["num_warps"])
+    if rank is not None:                       # one served rank: its own [1, M, D] results
+        return out[s], residual_out[s]
+    return (out, residual_out) if x.dim() == 3 else (out[0], residual_out[0])
+
+
+def enable_oneshot(hidden: int, dtype=torch.bfloat16, group=None) -> OneShotExchange | None:
+    """Register a one-shot exchange for messages of ``hidden`` columns in ``dtype`` (collective: every
+    rank calls it after ``init_process_group``), sized for :data:`ONESHOT_MAX_BYTES`; the fused op then
+    takes the one-shot path for such messages up to that size. Returns None, and registers nothing,
+    where the path does not apply: one rank (or no process group), a backend other than NCCL (gloo on
+    a CPU keeps its path unchanged), or symmetric memory unavailable."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size(group) < 2:
+        return None
+    if dist.get_backend(group) != "nccl" or not torch.cuda.is_available():
+        return None
+    max_tokens = max(1, ONESHOT_MAX_BYTES // (hidden * torch.empty((), dtype=dtype).element_size()))
+    try:
+        ex = OneShotExchange.symmetric(max_tokens, hidden, dtype, group)
+    except (ImportError, RuntimeError, AttributeError) as e:      # no symmetric memory here: NCCL path
+        logging.getLogger(__name__).warning("one-shot all-reduce not enabled: %s", e)
+        return None
+    _ONESHOT[(dtype, hidden)] = ex
+    return ex
+
+
+def disable_oneshot() -> None:
+    """Forget every registered exchange: the fused op takes the NCCL path again."""
+    _ONESHOT.clear()
+
+
+def _oneshot_for(x: torch.Tensor) -> OneShotExchange | None:
+    """The exchange the fused op uses for ``x [M, D]``, or None (the NCCL path): one is registered for
+    its dtype and D, the message is at most ONESHOT_MAX_BYTES and fits the buffers."""
+    ex = _ONESHOT.get((x.dtype, x.shape[-1])) if x.dim() == 2 else None
+    if ex is None or _TRACING_PATTERN[0] or x.numel() * x.element_size() > ONESHOT_MAX_BYTES:
+        return None
+    return ex if x.shape[0] <= ex.max_tokens and ex.served == 1 else None
