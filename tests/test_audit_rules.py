@@ -1,8 +1,9 @@
 """The audit's rules, class by class, on the small sample files of tests/audit_samples/ (written for
 these tests; audited as text): out= that is not a whole write, a custom op's own words, unreachable
 launches, padding provenance, complementary writes and the reverse risk, aliases/duplicate names/list
-elements, where the trail is lost (low, never silent), suppressions with a reason, a nested
-function's finding reported once, and the workbook's own tree auditing clean."""
+elements, where the trail is lost (low, never silent), store masks that select and autotuned grids,
+suppressions with a reason, a nested function's finding reported once, and the workbook's own tree
+auditing clean."""
 import json
 import shutil
 from pathlib import Path
@@ -165,6 +166,74 @@ def test_a_nested_function_finding_is_reported_once_and_captures_are_uses():
     assert f["outer.inner"].confidence == "high"
     assert "captured" not in f and "nested function step()" in nec["captured"]
     assert f["grid_lambda_only_reads_shape"].confidence == "high"     # the lambda reads only its shape
+
+
+def test_a_mask_that_selects_and_an_autotuned_grid_do_not_claim_whole_coverage():
+    res = _run("masks_and_autotuned_grids.py")
+    f = {(x.function, x.variable): x for x in res.findings}
+    nec = _nec(res)
+    # a band scatter whose mask tests col >= 0: the kernel picks which in-bounds elements it writes
+    band = f[("band_to_dense", "dense")]
+    assert band.confidence == "low" and "(col >= 0) selects among in-bounds elements" in band.overwrite
+    # the plain bounds guard (o < n) is still a whole write
+    assert f[("bounded", "out")].confidence == "high"
+    # one slot per program on a grid the autotuned BLOCK sizes: how many slots depends on the config
+    part = f[("block_sums", "partial")]
+    assert part.confidence == "low" and "meta['BLOCK']" in part.overwrite and "depends on the config" in part.overwrite
+    # the same kernel's block-sized store follows BLOCK, and a BLOCK given at the launch fixes the grid
+    assert f[("block_sums", "copy")].confidence == "high"
+    assert f[("block_sums_fixed", "partial")].confidence == "high"
+    # autotune's reset_to_zero names the buffer: the kernel's authors say it must start zeroed
+    assert ("slot_sums", "slots") not in f and "reset_to_zero" in nec["slot_sums"]
+
+
+def test_writes_under_independent_ifs_are_no_shown_gap_and_the_answer_is_stable():
+    # the branch groups were once read from a set (the order of AST ids): the reported gap changed from
+    # run to run; and a write under another, independent if may fill the gap, so it is not shown unwritten
+    seen = set()
+    for _ in range(12):
+        res = _run("independent_branches.py")
+        seen.add(tuple((x.kind, x.confidence, tuple(x.reasons)) for x in res.findings))
+    assert len(seen) == 1, seen
+    (f,) = _run("independent_branches.py").findings
+    assert f.kind == "empty-partial-write" and f.confidence == "low"
+    assert "row[width] under another, independent if may write it" in f.reasons[1]
+
+
+def test_a_scratch_kept_in_an_attribute_loses_the_trail_and_an_alias_of_a_written_slice_reads_it():
+    res = _run("scratch_and_slice_alias.py")
+    f = {(x.function, x.variable): x for x in res.findings}
+    # decode scratch with headroom, kept in self.scores: its readers are not followed, so low, and said
+    scratch = f[("Decoder.step", "self.scores")]
+    assert scratch.kind == "empty-partial-write" and scratch.confidence == "low"
+    assert any(r.startswith("the trail is lost at self.scores") for r in scratch.reasons)
+    # joint = full[:, prefix_len:] is the written slice: the prefix rows are never read
+    assert ("tail_of_prefix", "full") not in f, res.report("low")
+    # padded heads returned whole: the tail [q.shape[1], heads) is shown unwritten (medium)
+    assert f[("padded_heads", "out")].confidence == "medium"
+    # a view of the written prefix of a PADDED buffer is no proof: a kernel may read the padding
+    assert f[("aligned_scales", "aligned")].confidence == "medium"
+
+
+def test_a_buffer_allocated_on_the_first_pass_of_a_loop_is_written_in_the_loop():
+    res = _run("allocated_once_in_a_loop.py")
+    f = {(x.function, x.variable): x for x in res.findings}
+    # if ids is None: ids = empty(...); ids[start:end] = b on every pass: the slices fill it, no reverse risk
+    assert ("concatenate", "ids") not in f, res.report("low")
+    assert ("first_index", "out") not in f, res.report("low")          # if i == 0: allocated once too
+    assert ("two_tables", "sin") not in f and ("two_tables", "cos") not in f   # if cos is None: both
+    # allocated on every pass (under an if that is no first-pass test) and written once in it: the tail
+    # [width, width + 4) is still shown unwritten
+    assert f[("last_window", "win")].confidence == "medium" and f[("per_pass", "win")].confidence == "medium"
+
+
+def test_a_bound_that_sorts_a_negative_term_first_is_still_a_bound():
+    res = _run("remainder_slices.py")
+    f = {(x.function, x.variable): x for x in res.findings}
+    # full = n - n % block: out[:full] + out[full:] cover out (once the sum's text began with '-')
+    assert ("dequant_with_tail", "out") not in f, res.report("low")
+    # a bound written negative counts from the end: not read, so the audit cannot show coverage (low)
+    assert f[("last_from_end", "out")].confidence == "low"
 
 
 def test_the_workbook_tree_audits_clean_with_its_demos_marked():

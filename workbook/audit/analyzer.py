@@ -26,8 +26,9 @@
   allocation helper whose callers do one of the above.
 
 A zeros buffer whose next use reads it (``+=``, ``index_add_``, ``scatter_add_``, an accumulating
-kernel, ``all_reduce``, any arithmetic, a nested function that reads it, a partial slice write that
-leaves the rest zero, a returned buffer no caller in the files overwrites) is **not** reported: the
+kernel or one whose ``@triton.autotune`` resets it to zero, ``all_reduce``, any arithmetic, a nested
+function that reads it, a partial slice write that leaves the rest zero, a returned buffer no caller
+in the files overwrites) is **not** reported: the
 zero fill is part of the result (it is listed as *necessary*, with the reason). Statements after a
 ``return``/``raise``/``continue``/``break`` of their block never run and are not read. An op's own
 words outweigh a write the audit only assumes (:mod:`workbook.audit.callees`): a ``mutates_args``
@@ -45,11 +46,13 @@ fill): one that reads it makes the zeros necessary, one that writes it loses the
 is not followed); a lambda that reads only ``x.shape`` is no use.
 
 It also flags the reverse risk: an ``empty`` buffer written only through slices (``out[:n] = ...``,
-``kernel[grid](out[:n])``), once (not in a loop), when some part of it is neither shown written (the
+``kernel[grid](out[:n])``), once (not in a loop, nor allocated on a loop's first pass, ``if out is None:``,
+and written on every pass), when some part of it is neither shown written (the
 slices do not provably cover it: :func:`workbook.audit.regions._gap`) nor shown unread: after the
 writes the buffer is used beyond the written slices (returned whole, passed on, stored, kept in an
-attribute). The finding names that consumer. Reads of exactly the written slices (``return out[:n]``)
-and a buffer that is dropped are proofs that the rest is unread.
+attribute). The finding names that consumer. Reads of exactly the written slices (``return out[:n]``,
+or an alias ``y = out[:n]`` of one, unless the allocation is padded: a view over padded storage may be
+read beyond its end) and a buffer that is dropped are proofs that the rest is unread.
 
 Confidence (the rule, so that a maintainer can weigh a finding):
 
@@ -60,7 +63,8 @@ Confidence (the rule, so that a maintainer can weigh a finding):
 * ``medium``: shown, not assumed, but short of high: the overwrite goes through an allocation helper's
   callers, or through a name defined more than once; a
   reverse risk where a part is shown left unwritten (a missed index or stride start, or the tail
-  ``[n, size)`` of a dimension written on ``[0, n)`` and allocated with another size).
+  ``[n, size)`` of a dimension written on ``[0, n)`` and allocated with another size) and the buffer
+  is not only kept in an attribute (a cache or scratch whose readers are not followed: low).
 * ``low``: anything that rests on an assumption or may leave zeros: the overwrite is under a
   condition/loop the fill is not under (where it is false the zeros survive); the callee is not in
   the files (``out=`` of another library, a kernel or op whose argument has an output-like name, a
@@ -68,7 +72,9 @@ Confidence (the rule, so that a maintainer can weigh a finding):
   accumulate keyword, a name such as ``*_add``); a kernel that may return before its stores (an
   ignored row keeps its zero), or whose stores a loaded value decides (an
   index, a mask, an ``if`` on a loaded value) or that stores only for the programs one side of a
-  comparison of program ids picks (a triangle of blocks) (:mod:`workbook.audit.kernel_use`); a
+  comparison of program ids picks (a triangle of blocks), under a mask that picks among in-bounds
+  elements (``k >= 0``: a band scatter), or one element per program on a grid axis that an autotuned
+  ``meta[...]`` sizes (how many depends on the config) (:mod:`workbook.audit.kernel_use`); a
   reverse risk whose writes cannot be modelled (index tensors, views of unknown size, several
   dimensions, a start not 0): the finding says so; every ``trail-lost`` finding.
 
@@ -96,7 +102,7 @@ from dataclasses import dataclass, field
 from .callees import (_collective, _compiled_names, _DIST, _doc_hint, _DLPACK, _import_aliases, _is_constructor,
                       _is_jit, _is_library, _out_keyword)
 from .kernel_use import _Kernels
-from .regions import _alloc_shape, _env, _gap
+from .regions import _alloc_shape, _env, _gap, _pad_reason
 from .results import _RANK
 from .source import (_call_name, _control, _dotted, _exclusive, _Func, _Index, _is_whole_slice, _is_zero,
                      _mutated_args, _params, _Source, _src, _stmt_of)
@@ -124,6 +130,7 @@ _OUTPUT_NAME = re.compile(r"(^|_)(out|outs|output|outputs|dst|dest|result|result
                           re.IGNORECASE)
 _CONTAINERS = (ast.List, ast.Tuple, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp)
 _EXITS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
+_LOOPS = (ast.For, ast.AsyncFor, ast.While)
 _MAX_DEPTH = 4
 _MAX_DEFS = 3          # a name defined more often than this is not followed (which one runs is unknown)
 
@@ -228,7 +235,8 @@ class _Project(_Kernels, _Index):
         super().__init__(sources, skipped)
         self._kernel_summary: dict[tuple[int, str], str] = {}   # (kernel_use.py)
         self._bodies: dict[int, list] = {}
-        self._loaded: dict[int, tuple] = {}      # kernel -> (names loaded from memory, names from program_id)
+        self._loaded: dict[int, tuple] = {}      # kernel -> (loaded names, program-id names, assignments)
+        self._selecting: dict[tuple[int, str], str] = {}   # (kernel, param) -> the mask term that selects
         self._param_summary: dict[tuple[int, str], tuple] = {}
         self._aliases: dict[str, dict] = {}
         self._compiled: dict[str, dict] = {}
@@ -362,6 +370,10 @@ class _Analyzer:
         ``origin_node`` is the allocation statement (its shape decides whether slices cover it)."""
         keys = {key}
         origin_ctrl = _control(start, self.parents) if start is not None else []
+        # a loop that allocates on its first pass only (``if buf is None:``, ``if i == 0:``): the writes
+        # it repeats fill the buffer slice by slice, as writes in a loop do
+        once_per_loop = {id(c) for k, c in enumerate(origin_ctrl)
+                         if isinstance(c, _LOOPS) and any(_first_pass(d, key, c) for d in origin_ctrl[k + 1:])}
         shape = _alloc_shape(getattr(origin_node, "value", None))
         closure = self._closure_use(key, start)
         partials: list[_Use] = []
@@ -379,6 +391,9 @@ class _Analyzer:
             roles = self._roles(by_stmt[id(st)], key, sliced)
             # an alias (y = x.view(...), or x = x.view(...)) keeps following the same storage
             for r in [r for r in roles if r.kind == "alias"]:
+                if r.partial_writes and r.region is not None and shape and not any(map(_pad_reason, shape)) \
+                        and _src(r.region) in {_src(p.region) for p in partials if p.region is not None}:
+                    continue   # y = x[sl] of a written slice of an unpadded buffer: y's uses read only that part
                 view_seen = view_seen or r.view
                 if r.partial_writes:
                     sliced.add(r.how)
@@ -391,7 +406,7 @@ class _Analyzer:
             r = min(roles, key=lambda r: _USE_RANK.get(r.kind, 9))
             ctrl = _control(st, self.parents)
             r.conditional = len(ctrl) > len(origin_ctrl) or any(a is not b for a, b in zip(ctrl, origin_ctrl))
-            r.in_loop = any(isinstance(c, (ast.For, ast.AsyncFor, ast.While)) for c in ctrl if c not in origin_ctrl)
+            r.in_loop = any(isinstance(c, _LOOPS) and (c not in origin_ctrl or id(c) in once_per_loop) for c in ctrl)
             r.view = r.view or view_seen
             done = self._decide(r, st, partials, shape)
             if done is not None:
@@ -758,8 +773,10 @@ class _Analyzer:
                 idx = next((i for i, a in enumerate(call.args) if a is arg), -1)
                 param = params[idx] if 0 <= idx < len(params) else None
             if param is not None:
-                uses.append((f"{kern.file}:{kern.node.lineno}", self._kernel_role(kern, param, desc, name, line, view,
-                                                                                   partial)))
+                u = self._kernel_role(kern, param, desc, name, line, view, partial)
+                if u.kind == "write" and u.confidence != "low":
+                    u = self.p.autotuned_grid(self.fn, call, kern, param, u)
+                uses.append((f"{kern.file}:{kern.node.lineno}", u))
         if len(uses) == 1:
             return uses[0][1]
         if uses:
@@ -772,12 +789,17 @@ class _Analyzer:
     def _kernel_role(self, kern: _Func, param: str, desc, name, line, view, partial) -> _Use:
         u = self.p.kernel_use(kern, param)
         where = f"{kern.file}:{kern.node.lineno}"
-        if u in ("store", "store-dd", "store-part", "store-early"):
-            conf = {"store": "high", "store-early": "low", "store-dd": "low", "store-part": "low"}[u]
+        if u == "zeroed":
+            return _Use("accumulate", line, f"Triton launch {name}: its @triton.autotune resets param '{param}' to "
+                                            f"zero (reset_to_zero, {where}): the kernel relies on finding it zeroed")
+        if u in ("store", "store-dd", "store-part", "store-sel", "store-early"):
+            conf = {"store": "high", "store-early": "low", "store-dd": "low", "store-part": "low", "store-sel": "low"}[u]
             note = {"store": "", "store-early": "; it may return early",
                     "store-dd": "; WHICH elements depends on loaded values: those it skips keep what was there",
                     "store-part": "; only the programs on one side of a comparison of program ids store (a "
-                                  "triangle of blocks?): the others keep what was there"}[u]
+                                  "triangle of blocks?): the others keep what was there",
+                    "store-sel": f"; its store mask ({self.p.selecting_mask(kern, param)}) selects among in-bounds "
+                                 "elements: those it leaves out keep what was there"}[u]
             return _Use("partial" if partial else "write", line,
                         f"Triton launch {desc}(...) writes param '{param}' ({where}: stores only{note})",
                         _min_conf(conf, "medium" if partial else "high"), view=view)
@@ -841,6 +863,22 @@ def _by_name(call: ast.Call, arg, name: str, dotted: str, kw: str | None, partia
     if known or dotted.startswith(_DIST):
         return _collective(call, arg, name, dotted, kw, partial)
     return None
+
+
+def _first_pass(test_node, key: str, loop) -> bool:
+    """Is ``test_node`` an ``if`` that holds only on a loop's first pass: a test of the buffer itself or
+    of a name its body assigns (``if buf is None:``, ``if cos is None: cos = ...; sin = ...``), or of
+    the loop's index against 0 (``i == 0``)?"""
+    if not isinstance(test_node, ast.If):
+        return False
+    t = test_node.test
+    assigned = {_dotted(n) for st in test_node.body for n in ast.walk(st)
+                if isinstance(n, (ast.Name, ast.Attribute)) and isinstance(n.ctx, ast.Store)} | {key}
+    if any(_dotted(n) in assigned for n in ast.walk(t) if isinstance(n, (ast.Name, ast.Attribute))):
+        return True
+    index = {x.id for x in ast.walk(getattr(loop, "target", ast.Tuple([], ast.Store()))) if isinstance(x, ast.Name)}
+    return isinstance(t, ast.Compare) and isinstance(t.left, ast.Name) and t.left.id in index \
+        and isinstance(t.ops[0], ast.Eq) and _is_zero(t.comparators[0])
 
 
 def _src_op(op) -> str:

@@ -6,7 +6,15 @@ arithmetic and into ``@triton.jit`` helpers it is passed to (up to a few calls d
 address, mask or enclosing loop depends on loaded values ('store-dd') writes a set the data decides:
 the elements it skips keep what was there (the zeros), so the audit only suspects it (low), and so
 is a store under ``if i_i > i_j:`` (two program ids compared, no ``else``: 'store-part', a triangle of
-blocks); an early ``return`` alone ('store-early') is the usual bounds guard (medium)."""
+blocks); an early ``return`` alone ('store-early') is the usual bounds guard (medium).
+
+A store mask is a bounds guard when its terms are upper bounds (``offs < n``); a term that selects
+among in-bounds elements (a lower bound ``k >= 0``, ``k > c``, ``0 <= k``, a triangle ``i >= j``; an
+equality on program ids picks programs, not elements, and is left alone) makes the stores cover a subset the kernel picks ('store-sel': a scatter into part of
+the buffer, the rest keeps what was there). A parameter named in the kernel's own
+``@triton.autotune(reset_to_zero=[...])`` is one the kernel relies on finding zeroed ('zeroed'): its
+authors say so. :meth:`_Kernels.store_sites` lists, per store of a parameter, the program-id axes
+its address follows and the names it is computed from, for the launch to compare with its grid."""
 from __future__ import annotations
 
 import ast
@@ -56,6 +64,111 @@ def _loaded_names(body: list, source: str = "load") -> set[str]:
     return loaded
 
 
+_SELECT_OPS = (ast.GtE, ast.Gt)
+
+
+def _assignments(body: list) -> dict[str, list]:
+    """name -> the expressions a kernel assigns to it (a ``for`` target: its iterable)."""
+    defs: dict[str, list] = {}
+    for n in body:
+        if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and n.value is not None:
+            for t in (n.targets if isinstance(n, ast.Assign) else [n.target]):
+                for nm in _names_in(t):
+                    defs.setdefault(nm, []).append(n.value)
+        elif isinstance(n, ast.For):
+            for nm in _names_in(n.target):
+                defs.setdefault(nm, []).append(n.iter)
+    return defs
+
+
+def _selecting_term(mask, defs: dict, depth: int = 4) -> str | None:
+    """The first term of a store mask that selects among in-bounds elements (not an upper bound): the
+    mask's ``&``/``|`` terms, followed through the names they were assigned from."""
+    if depth < 0 or mask is None:
+        return None
+    if isinstance(mask, ast.BinOp) and isinstance(mask.op, (ast.BitAnd, ast.BitOr)):
+        return _selecting_term(mask.left, defs, depth) or _selecting_term(mask.right, defs, depth)
+    if isinstance(mask, ast.Subscript):                 # row_ok[:, None]
+        return _selecting_term(mask.value, defs, depth)
+    if isinstance(mask, ast.Name):
+        for v in defs.get(mask.id, ()):
+            t = _selecting_term(v, defs, depth - 1)
+            if t is not None:
+                return t
+        return None
+    if isinstance(mask, ast.Compare):
+        lefts = [mask.left] + mask.comparators[:-1]
+        for op, left, right in zip(mask.ops, lefts, mask.comparators):
+            const_left = isinstance(left, (ast.Constant, ast.UnaryOp))
+            if isinstance(op, _SELECT_OPS) or (isinstance(op, (ast.Lt, ast.LtE)) and const_left):
+                return ast.unparse(mask)
+    return None
+
+
+def _depends(expr, defs: dict, depth: int = 6) -> tuple[set, set]:
+    """The names ``expr`` is computed from (through the kernel's assignments) and the program-id axes
+    among them (``tl.program_id(0)`` directly or through a name)."""
+    names, axes, seen = set(), set(), set()
+    frontier = [expr]
+    for _ in range(depth):
+        nxt = []
+        for e in frontier:
+            for x in ast.walk(e):
+                if isinstance(x, ast.Call) and _call_name(x) == "program_id":
+                    a = x.args[0] if x.args else next((k.value for k in x.keywords if k.arg == "axis"), None)
+                    if isinstance(a, ast.Constant):
+                        axes.add(a.value)
+                elif isinstance(x, ast.Name) and x.id not in seen:
+                    seen.add(x.id)
+                    names.add(x.id)
+                    nxt += defs.get(x.id, [])
+        frontier = nxt
+    return names, axes
+
+
+def _grid_meta_axes(grid, fn: _Func) -> dict[int, set]:
+    """For a launch grid given as a lambda or local def of the launch config (``lambda meta:
+    (cdiv(N, meta["BLOCK_N"]), M)``): axis -> the config keys its extent reads."""
+    node = grid
+    if isinstance(grid, ast.Name):
+        node = None
+        for occ in fn.names.get(grid.id, ()):
+            st = fn.parents.get(occ)
+            if isinstance(getattr(occ, "ctx", None), ast.Store) and isinstance(st, ast.Assign) \
+                    and isinstance(st.value, ast.Lambda):
+                node = st.value
+        if node is None:
+            node = next((d for d in ast.walk(fn.node) if isinstance(d, ast.FunctionDef) and d.name == grid.id
+                         and d is not fn.node), None)
+    if isinstance(node, ast.Lambda):
+        body = node.body
+    elif isinstance(node, ast.FunctionDef):
+        body = next((r.value for r in reversed(list(ast.walk(node))) if isinstance(r, ast.Return) and r.value), None)
+    else:
+        return {}
+    meta = _params(node)
+    if not meta or body is None:
+        return {}
+    out = {}
+    for i, e in enumerate(body.elts if isinstance(body, ast.Tuple) else [body]):
+        keys = {x.slice.value for x in ast.walk(e) if isinstance(x, ast.Subscript) and isinstance(x.value, ast.Name)
+                and x.value.id == meta[0] and isinstance(x.slice, ast.Constant) and isinstance(x.slice.value, str)}
+        if keys:
+            out[i] = keys
+    return out
+
+
+def _reset_to_zero(node) -> set[str]:
+    """The parameters a kernel's ``@triton.autotune(..., reset_to_zero=[...])`` names."""
+    out = set()
+    for d in getattr(node, "decorator_list", []):
+        if isinstance(d, ast.Call) and _call_name(d) == "autotune":
+            for k in d.keywords:
+                if k.arg == "reset_to_zero" and isinstance(k.value, (ast.List, ast.Tuple)):
+                    out |= {e.value for e in k.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+    return out
+
+
 def _between_programs(test, pid: set) -> bool:
     """A test that compares two values computed from program ids (``i_i > i_j``): a triangle or a band
     of the programs, not a bounds guard (``pid < n``)."""
@@ -81,31 +194,88 @@ class _Kernels:
     def kernel_use(self, fn: _Func, param: str, depth: int = 0) -> str:
         """'store' (only stored through), 'store-dd' (only stored, but where depends on loaded values),
         'store-part' (only stored, by the programs one side of a comparison of program ids picks),
-        'store-early' (only stored, the kernel may return early), 'load', 'rmw' (loaded and stored, or
-        atomics), 'none'."""
+        'store-sel' (only stored, under a mask that selects among in-bounds elements: see
+        :meth:`selecting_mask`), 'store-early' (only stored, the kernel may return early), 'load',
+        'rmw' (loaded and stored, or atomics), 'zeroed' (the kernel's autotune resets it to zero), 'none'."""
         key = (id(fn.node), param)
         if key in self._kernel_summary:
             return self._kernel_summary[key]
         self._kernel_summary[key] = "none"
-        body = self._bodies.get(id(fn.node))
-        if body is None:
-            body = self._bodies[id(fn.node)] = list(ast.walk(fn.node))
+        if param in _reset_to_zero(fn.node):
+            self._kernel_summary[key] = "zeroed"
+            return "zeroed"
+        body = self._body(fn)
         taint = _tainted(body, param)
-        if id(fn.node) not in self._loaded:   # the same for every parameter: once per kernel
-            self._loaded[id(fn.node)] = (_loaded_names(body), _loaded_names(body, "program_id"))
         # values read from memory: stores that depend on them cover a data-dependent set
-        loaded, pid = self._loaded[id(fn.node)]
+        loaded, pid, _ = self._loaded[id(fn.node)]
         early_return = any(isinstance(n, ast.Return) for n in body)
-        acc = {"stores": False, "loads": False, "atomics": False, "dd": False, "part": False, "pid": pid}
+        acc = {"stores": False, "loads": False, "atomics": False, "dd": False, "part": False, "sel": None,
+               "pid": pid}
         for n in body:
             if isinstance(n, ast.Call):
                 self._kernel_call(fn, n, taint, loaded, acc, depth)
         res = "rmw" if acc["atomics"] or (acc["stores"] and acc["loads"]) else "store" if acc["stores"] \
             else "load" if acc["loads"] else "none"
-        if res == "store" and (acc["dd"] or acc["part"] or early_return):
-            res = "store-dd" if acc["dd"] else "store-part" if acc["part"] else "store-early"
+        if res == "store" and (acc["dd"] or acc["part"] or acc["sel"] or early_return):
+            res = "store-dd" if acc["dd"] else "store-part" if acc["part"] else "store-sel" if acc["sel"] \
+                else "store-early"
+        if acc["sel"]:
+            self._selecting[key] = acc["sel"]
         self._kernel_summary[key] = res
         return res
+
+    def _body(self, fn: _Func) -> list:
+        """The kernel's nodes, and (once per kernel) its loaded names, program-id names and assignments."""
+        body = self._bodies.get(id(fn.node))
+        if body is None:
+            body = self._bodies[id(fn.node)] = list(ast.walk(fn.node))
+        if id(fn.node) not in self._loaded:
+            self._loaded[id(fn.node)] = (_loaded_names(body), _loaded_names(body, "program_id"), _assignments(body))
+        return body
+
+    def selecting_mask(self, fn: _Func, param: str) -> str:
+        """The mask term that made ``param``'s stores 'store-sel' (``k >= 0``), or ''."""
+        return self._selecting.get((id(fn.node), param), "")
+
+    def store_sites(self, fn: _Func, param: str) -> list[tuple[set, set, bool]]:
+        """Per direct ``tl.store`` through ``param``: the program-id axes its address follows, the names
+        the address is computed from, and whether it sits in a loop striding by the number of programs
+        (a grid-stride loop covers the rest whatever the grid)."""
+        body = self._body(fn)
+        taint = _tainted(body, param)
+        defs = self._loaded[id(fn.node)][2]
+        out = []
+        for n in body:
+            if isinstance(n, ast.Call) and _call_name(n) == "store" and n.args and _names_in(n.args[0]) & taint:
+                names, axes = _depends(n.args[0], defs)
+                strided, p = False, fn.parents.get(n)
+                while p is not None and p is not fn.node:
+                    if isinstance(p, (ast.For, ast.While)) and any(
+                            isinstance(c, ast.Call) and _call_name(c) == "num_programs"
+                            for c in ast.walk(getattr(p, "iter", None) or p.test)):
+                        strided = True
+                    p = fn.parents.get(p)
+                out.append((axes, names, strided))
+        return out
+
+    def autotuned_grid(self, caller: _Func, call: ast.Call, kern: _Func, param: str, use):
+        """A launch whose grid sizes an axis by the launch config (``meta["BLOCK_N"]``, not given at the
+        launch) while a store through ``param`` writes one element per program on that axis (its address
+        does not follow that key, and no grid-stride loop covers the rest): how much is written depends
+        on the config the autotuner picks, so the write is not shown whole (low, and said)."""
+        given = {k.arg for k in call.keywords}
+        axes = {a: keys - given for a, keys in _grid_meta_axes(call.func.slice, caller).items() if keys - given}
+        if not axes:
+            return use
+        for pid_axes, names, strided in self.store_sites(kern, param):
+            for a in sorted(pid_axes):
+                if a in axes and not strided and not names & axes[a]:
+                    key = sorted(axes[a])[0]
+                    use.confidence = "low"
+                    use.how = use.how[:-1] + (f"; one element per program on grid axis {a}, which the autotuned "
+                                              f"meta[{key!r}] sizes: how much it writes depends on the config)")
+                    return use
+        return use
 
     def _kernel_call(self, fn: _Func, n: ast.Call, taint: set, loaded: set, acc: dict, depth: int) -> None:
         """One call in a kernel's body: a store/load/atomic through the pointer, or a jit helper given it."""
@@ -131,6 +301,8 @@ class _Kernels:
                             acc["part"] = True    # if i_i > i_j: ... (no else): some programs store nothing
                         loop = fn.parents.get(loop)
                     acc["dd"] |= bool(used & loaded)
+                    if mask is not None and not acc["sel"]:
+                        acc["sel"] = _selecting_term(mask, self._loaded[id(fn.node)][2])
                 elif name == "load":
                     acc["loads"] = True
                 else:
@@ -144,7 +316,8 @@ class _Kernels:
             for i in hits:
                 if i < len(params):
                     u = self.kernel_use(callee, params[i], depth + 1)
-                    acc["stores"] |= u in ("store", "store-dd", "store-part", "store-early", "rmw")
+                    acc["stores"] |= u in ("store", "store-dd", "store-part", "store-sel", "store-early", "rmw", "zeroed")
                     acc["part"] |= u == "store-part"
+                    acc["sel"] = acc["sel"] or (self.selecting_mask(callee, params[i]) if u == "store-sel" else None)
                     acc["loads"] |= u in ("load", "rmw")
                     acc["dd"] |= u == "store-dd"

@@ -135,10 +135,18 @@ def _region(sl, env: dict | None = None) -> tuple | None:
     return found or ("whole", None)
 
 
+def _negative(e) -> bool:
+    """A bound written negative (``-1``, ``-k``): it counts from the end, which the rules do not read. A
+    sum that merely sorts a negative term first (``n - n % b``) is not one."""
+    return isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub) or \
+        isinstance(e, ast.Constant) and isinstance(e.value, (int, float)) and e.value < 0
+
+
 def _spec(e, env: dict | None = None) -> tuple | None:
     if isinstance(e, ast.Slice):
         lo, hi = _norm(e.lower, env), _norm(e.upper, env)
-        if lo.startswith("-") or hi.startswith("-"):
+        if _negative(e.lower) or _negative(e.upper) or lo.lstrip("-").isdigit() and lo.startswith("-") \
+                or hi.lstrip("-").isdigit() and hi.startswith("-"):
             return None
         if e.step is not None:
             st = _norm(e.step)
@@ -148,7 +156,8 @@ def _spec(e, env: dict | None = None) -> tuple | None:
         return ("range", lo or "0", hi)
     if isinstance(e, (ast.Constant, ast.Name, ast.Attribute, ast.BinOp)):
         i = _norm(e, env)
-        if i.startswith("-") or isinstance(e, ast.Constant) and not isinstance(e.value, int):
+        if _negative(e) or i.lstrip("-").isdigit() and i.startswith("-") \
+                or isinstance(e, ast.Constant) and not isinstance(e.value, int):
             return None
         return ("range", i, _norm(e, env, plus=1))
     return None
@@ -187,7 +196,7 @@ def _branch_groups(slices: list, parents: dict, stop) -> list[tuple[dict, list]]
                 path.append((n, any(child is c for c in n.body)))
             child, n = n, parents.get(n)
         paths.append(tuple(reversed(path)))
-    leaves = [p for p in set(paths) if not any(q != p and q[:len(p)] == p for q in paths)]
+    leaves = [p for p in dict.fromkeys(paths) if not any(q != p and q[:len(p)] == p for q in paths)]
     groups = []
     for leaf in leaves or [()]:
         bindings = {}
@@ -199,6 +208,29 @@ def _branch_groups(slices: list, parents: dict, stop) -> list[tuple[dict, list]]
                 bindings[t.left.id] = t.comparators[0].value
         groups.append((bindings, [sl for sl, p in zip(slices, paths) if leaf[:len(p)] == p]))
     return groups
+
+
+def _independent_writes(slices: list, parents: dict, stop, group: list) -> list:
+    """The writes of ``slices`` outside ``group`` that may run with it: under another ``if`` than the
+    one whose other branch holds them (``if a: x[:n] = ...`` then ``if b: x[n] = ...``)."""
+    def path(sl):
+        out, child, n = [], sl, parents.get(sl)
+        while n is not None and n is not stop and not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if isinstance(n, ast.If) and child is not n.test:
+                out.append((n, any(child is c for c in n.body)))
+            child, n = n, parents.get(n)
+        return list(reversed(out))
+
+    mine = [path(g) for g in group]
+    def exclusive(a, b):
+        for (na, fa), (nb, fb) in zip(a, b):
+            if na is not nb:
+                return False
+            if fa != fb:
+                return True
+        return False
+    return [sl for sl in slices if all(sl is not g for g in group)
+            and not any(exclusive(path(sl), m) for m in mine)]
 
 
 def _gap(slices: list, shape: list | None, bindings: dict | None = None,

@@ -14,7 +14,7 @@ import ast
 import re
 
 from .analyzer import _Analyzer, _min_conf, _Project, _Use
-from .regions import _alloc_shape, _branch_groups, _env, _gap, _padding
+from .regions import _alloc_shape, _branch_groups, _env, _gap, _independent_writes, _padding
 from .results import Finding
 from .source import _call_lines, _call_name, _dotted, _Func, _is_whole_slice, _is_zero, _src
 
@@ -232,7 +232,14 @@ def _judge_empty(project, fn, node, var, pattern, call, use: _Use, padded, findi
         return                          # written through index_copy_/narrow/...: the part is not read
     shape = _alloc_shape(call)
     env = _env(fn.stmts, fn.names)
-    gaps = [_gap(group, shape, pinned, env) for pinned, group in _branch_groups(regions, fn.parents, node)]
+    gaps = []
+    for pinned, group in _branch_groups(regions, fn.parents, node):
+        g = _gap(group, shape, pinned, env)
+        other = _independent_writes(regions, fn.parents, node, group) if g[1] else []
+        if other:          # a write under another, independent if may also run: the part is not shown unwritten
+            g = (f"{g[0]} by the writes of one branch; {_src(fn.parents.get(other[0], other[0]))} under "
+                 "another, independent if may write it", False)
+        gaps.append(g)
     gap, strength = next((g for g in gaps if g[0] is not None), (None, False))
     if gap is None or not (strength or any(_has_slice(r) for r in regions)):
         return                          # every branch covers it, or only indexes of an unknown extent
@@ -246,6 +253,12 @@ def _judge_empty(project, fn, node, var, pattern, call, use: _Use, padded, findi
     if not strength:
         reasons.append("the audit cannot show which part stays unwritten (the writes are not a prefix of "
                        "one dimension of known size): check the writes by hand")
+    elif use.consumer.startswith("kept in "):
+        # a buffer kept in an attribute (a cache, a scratch with headroom) is read by code not followed:
+        # that the unwritten part is read is not shown, so the trail is lost there (low)
+        conf = "low"
+        reasons.append(f"the trail is lost at {use.consumer.split(' beyond', 1)[0][8:]}: whether its readers go "
+                       "beyond the written part is not followed")
     _emit(project, findings, Finding(fn.file, node.lineno, fn.qualname, var, "empty-partial-write", pattern,
                                      _short(use.how), conf, reasons,
                                      _site_obligation("empty-partial-write", var, pattern, use, padded), bool(padded),
