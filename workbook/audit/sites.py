@@ -103,9 +103,9 @@ def _emit(project: _Project, findings: list[Finding], f: Finding, node) -> None:
 def _site_obligation(kind, var, pattern, use: _Use, padded: str | None) -> str:
     if kind == "empty-partial-write":
         return (f"the slices {', '.join(use.partial_writes)} must together cover every element of {var} that "
-                f"any consumer reads ({use.consumer}): show the bound equals the allocated length (no padded "
-                f"tokens) or that the consumer never reads the rest, or hand on only the written part, or "
-                f"allocate only what is written")
+                f"some consumer reads into a result someone keeps ({use.consumer}): show the bound equals the "
+                f"allocated length (no padded tokens) or that no consumer reads the rest into a kept result, or "
+                f"hand on only the written part, or allocate only what is written")
     if kind == "trail-lost":
         return (f"follow {var} by hand from line {use.line}: if every element is overwritten before any read, the "
                 "zero fill is redundant; if it is read or added into, keep it")
