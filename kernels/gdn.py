@@ -1,6 +1,12 @@
 """Gated DeltaNet device code: the recurrent step kernel, the four kernels of the chunked form
-(solve -> w/u -> state pass -> output), the varlen chunk table they read, and the gated RMSNorm. Device
-code only: the launchers, the allocation policy and its coverage argument live in ``workbook/gdn.py``.
+(solve -> w/u -> state pass -> output), the varlen chunk table they read, the scan over segments (the
+chunked form parallel over the sequence), and the gated RMSNorm. Device code only: the launchers, the
+allocation policy and its coverage argument live in ``workbook/gdn.py``.
+
+Segments: a segment of chunks maps its start state affinely, S_end = M S_start + B (M [K, K], B [K, V]).
+The state kernel run over segments as sequences, with values [v, 0_K] and start [0 | I_K] (H0_EYE, no
+h / v' stores), ends each in [B | M]; ``segment_scan_kernel`` chains them; the four kernels run again from
+each segment's start state. The chunk table kernel, with ``starts``, gives the segments' offsets.
 
 Layouts (all contiguous, tokens of all sequences laid end to end):
 q, k, kn ``[T_all, H, K]``; v, o, u, v_new ``[T_all, HV, V]``; w ``[T_all, HV, K]``; A ``[T_all, HV, 64]``;
@@ -137,17 +143,20 @@ def fused_recurrent_gdn_fwd_kernel(
 # count known from shapes alone; entries past the true count get sequence -1 (their programs exit).
 # --------------------------------------------------------------------------------------------------
 
+@triton.heuristics({"STORE_STARTS": lambda args: args["starts"] is not None})
 @triton.jit
 def chunk_table_kernel(
     cu_seqlens,                 # [N + 1] sequence starts (device)
     chunk_indices,              # [NT_MAX, 2] out: (sequence or -1, chunk within the sequence)
     chunk_offsets,              # [N + 1] out: first global chunk of each sequence (program 0 writes it)
+    starts,                     # [NT_MAX + 1] out: first token of each chunk (T past the count), or None
     N,                          # number of sequences
     T,                          # tokens in all
     NT_MAX,                     # rows of chunk_indices (an upper bound of the chunk count)
     BT: tl.constexpr,           # chunk length
     BC: tl.constexpr,           # chunk ids per program
     BN: tl.constexpr,           # sequences per tile of the scan
+    STORE_STARTS: tl.constexpr,  # starts given (heuristic): the chunks as offsets, a cu_seqlens of chunks
 ):
     i_c = tl.program_id(0)
     o_c = i_c * BC + tl.arange(0, BC)
@@ -172,6 +181,12 @@ def chunk_table_kernel(
     m_c = o_c < NT_MAX
     tl.store(chunk_indices + 2 * o_c, tl.where(b_n < N, b_n, -1), mask=m_c)
     tl.store(chunk_indices + 2 * o_c + 1, o_c - b_s, mask=m_c)
+    if STORE_STARTS:   # chunk c starts BT (o_c - b_s) tokens after its sequence's start (clamped to T)
+        b_bos = tl.minimum(tl.maximum(tl.load(cu_seqlens + tl.minimum(b_n, N - 1)).to(tl.int32), 0), T)
+        b_t = tl.where(b_n < N, tl.minimum(b_bos + (o_c - b_s) * BT, T), T)
+        tl.store(starts + o_c, b_t, mask=m_c)
+        if i_c == 0:
+            tl.store(starts + NT_MAX, T)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -373,6 +388,7 @@ def chunk_gdn_wu_kernel(
     "STORE_HT": lambda args: args["ht"] is not None,
     "IS_VARLEN": lambda args: args["cu_seqlens"] is not None,
     "FUSE_O": lambda args: args["o"] is not None,
+    "STORE_H": lambda args: args["h"] is not None,
 })
 @triton.jit
 def chunk_gdn_state_kernel(
@@ -380,8 +396,9 @@ def chunk_gdn_state_kernel(
     w,                          # [T_all, HV, K] from kernel 2
     u,                          # [T_all, HV, V] from kernel 2
     G,                          # [T_all, HV] fp32 cumulative log decay from kernel 1
-    h,                          # [NT_MAX, HV, K, V] out: state at the start of every chunk, or None with FUSE_O
-    v_new,                      # [T_all, HV, V] out: v' = u - w h, or None with FUSE_O
+    h,                          # [NT_MAX, HV, K, V] out: state at the start of every chunk, or None (FUSE_O;
+                                # or no outputs at all: the segments' [B | M] pass wants final states only)
+    v_new,                      # [T_all, HV, V] out: v' = u - w h, or None exactly when h is None
     q,                          # [T_all, H, K] queries, or None (read with FUSE_O only)
     o,                          # [T_all, HV, V] out: outputs, or None (FUSE_O: kernel 4 folded in)
     h0,                         # [N, HV, K, V] initial state, or None (USE_H0)
@@ -400,10 +417,12 @@ def chunk_gdn_state_kernel(
     BV: tl.constexpr,           # value columns per program
     USE_Q_L2NORM: tl.constexpr,  # FUSE_O: L2-normalise q rows (the keys came normalised)
     EMULATE: tl.constexpr,      # interpreter: tl.dot on fp32 copies (see _dot)
+    H0_EYE: tl.constexpr,       # start from [0 | I_K] (identity in the last K of the V columns; no h0 read)
     USE_H0: tl.constexpr,       # h0 given: start from it (heuristic)
     STORE_HT: tl.constexpr,     # ht given: write the final state (heuristic)
     IS_VARLEN: tl.constexpr,    # cu_seqlens given (heuristic)
     FUSE_O: tl.constexpr,       # o given: outputs here, no h / v_new stores (heuristic)
+    STORE_H: tl.constexpr,      # h (and v_new) given: store them for kernel 4 (heuristic)
 ):
     i_v, i_nh = tl.program_id(0), tl.program_id(1)
     i_n, i_hv = i_nh // HV, i_nh % HV
@@ -431,6 +450,8 @@ def chunk_gdn_state_kernel(
     b_h = tl.zeros([BK, BV], dtype=tl.float32)
     if USE_H0:
         b_h += tl.load(h0 + i_nh.to(tl.int64) * K * V + o_hkv, mask=m_h, other=0).to(tl.float32)
+    if H0_EYE:   # the segments' [B | M] pass: value columns V - K .. V - 1 carry the identity
+        b_h += tl.where(o_v[None, :] - (V - K) == o_k[:, None], 1., 0.)
 
     for i_t in range(0, NT):
         t0 = bos + i_t * BT
@@ -439,12 +460,12 @@ def chunk_gdn_state_kernel(
         m_tk = m_t[:, None] & m_k[None, :]
         m_tv = m_t[:, None] & m_v[None, :]
         b_hd = b_h.to(dt)
-        if not FUSE_O:
+        if STORE_H:
             tl.store(h + ((c0 + i_t) * HV + i_hv) * K * V + o_hkv, b_hd, mask=m_h)
         b_w = tl.load(w + (o_t[:, None] * HV + i_hv) * K + o_k[None, :], mask=m_tk, other=0)
         b_u = tl.load(u + (o_t[:, None] * HV + i_hv) * V + o_v[None, :], mask=m_tv, other=0)
         b_v = b_u.to(tl.float32) - _dot(b_w, b_hd, F32, EMULATE)
-        if not FUSE_O:
+        if STORE_H:
             tl.store(v_new + (o_t[:, None] * HV + i_hv) * V + o_v[None, :], b_v.to(dt), mask=m_tv)
         t_last = tl.minimum(t0 + BT, eos) - 1
         b_glast = tl.load(G + t_last * HV + i_hv)
@@ -466,6 +487,64 @@ def chunk_gdn_state_kernel(
         b_h = b_h * tl.exp(b_glast) + _dot(tl.trans(b_k), b_vd, F32, EMULATE)
     if STORE_HT:
         tl.store(ht + i_nh.to(tl.int64) * K * V + o_hkv, b_h.to(ht.dtype.element_ty), mask=m_h)
+
+
+# --------------------------------------------------------------------------------------------------
+# Segments (parallel over the sequence): the scan over segments. A segment's state map is affine,
+# S_end = M S_start + B (M [K, K], B [K, V]); a [B | M] pass (the state kernel over segments as
+# sequences, values [v, 0_K], start [0 | I_K]) gives both. One program per (V block, sequence, value
+# head) walks its sequence's segments: it stores S_start of each, then S <- M S + B (fp32, K x K times
+# K x BV on the matrix units); M and B do not depend on S, so their loads run ahead of the chain.
+# --------------------------------------------------------------------------------------------------
+
+@triton.heuristics({
+    "USE_H0": lambda args: args["h0"] is not None,
+    "STORE_HT": lambda args: args["ht"] is not None,
+})
+@triton.jit
+def segment_scan_kernel(
+    bm,                         # [NS_MAX, HV, K, V + K] fp32: [B | M] of every segment (the pass's final states)
+    s0,                         # [NS_MAX, HV, K, V] fp32 out: the state at the start of every segment
+    h0,                         # [N, HV, K, V] initial state, or None (USE_H0: zeros)
+    ht,                         # [N, HV, K, V] out: final state, or None (STORE_HT; may alias h0)
+    seg_offsets,                # [N + 1] first segment of each sequence (from chunk_table_kernel)
+    N,                          # number of sequences
+    NS_MAX,                     # rows of bm and s0 (an upper bound of the segment count)
+    HV: tl.constexpr,           # value heads
+    K: tl.constexpr,            # key head dim
+    V: tl.constexpr,            # value head dim
+    BK: tl.constexpr,           # padded K
+    BV: tl.constexpr,           # value columns per program
+    EMULATE: tl.constexpr,      # interpreter: tl.dot in IEEE fp32 (see _dot)
+    USE_H0: tl.constexpr,       # h0 given (heuristic)
+    STORE_HT: tl.constexpr,     # ht given (heuristic)
+):
+    i_v, i_nh = tl.program_id(0), tl.program_id(1)
+    i_n, i_hv = i_nh // HV, i_nh % HV
+    j0 = tl.minimum(tl.maximum(tl.load(seg_offsets + i_n), 0), NS_MAX).to(tl.int64)
+    j1 = tl.minimum(tl.maximum(tl.load(seg_offsets + i_n + 1).to(tl.int64), j0), NS_MAX)
+    o_k = tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    m_k = o_k < K
+    m_h = m_k[:, None] & (o_v < V)[None, :]
+    o_hkv = o_k[:, None] * V + o_v[None, :]
+    o_b = o_k[:, None] * (V + K) + o_v[None, :]                     # B: columns 0 .. V - 1 of [B | M]
+    o_m = o_k[:, None] * (V + K) + V + o_k[None, :]                 # M: columns V .. V + K - 1
+    m_m = m_k[:, None] & m_k[None, :]
+    b_s = tl.zeros([BK, BV], dtype=tl.float32)
+    if USE_H0:
+        b_s += tl.load(h0 + i_nh.to(tl.int64) * K * V + o_hkv, mask=m_h, other=0).to(tl.float32)
+    for j in range(j0, j1):
+        tl.store(s0 + (j * HV + i_hv) * K * V + o_hkv, b_s, mask=m_h)
+        p_bm = bm + (j * HV + i_hv) * K * (V + K)
+        b_m = tl.load(p_bm + o_m, mask=m_m, other=0)
+        b_b = tl.load(p_bm + o_b, mask=m_h, other=0)
+        b_s = _dot(b_m, b_s, True, EMULATE) + b_b
+    if STORE_HT:
+        tl.store(ht + i_nh.to(tl.int64) * K * V + o_hkv, b_s.to(ht.dtype.element_ty), mask=m_h)
+    if i_n == N - 1:   # rows past the true count (empty padding segments): zeros, so that s0 is tiled
+        for j in range(j1, NS_MAX):
+            tl.store(s0 + (j * HV + i_hv) * K * V + o_hkv, tl.zeros([BK, BV], dtype=tl.float32), mask=m_h)
 
 
 # --------------------------------------------------------------------------------------------------

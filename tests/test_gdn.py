@@ -700,6 +700,7 @@ def _fails(check, fn, match):
     (graders.check_ut_transform, graders.solution_ut_transform),
     (graders.check_chunk_spans, graders.solution_chunk_spans),
     (graders.check_state_pass, graders.solution_state_pass),
+    (graders.check_compose_segments, graders.solution_compose_segments),
 ])
 def test_grader_passes_solution_and_stub_is_not_attempted(check, solution):
     check(solution)
@@ -1061,3 +1062,258 @@ def test_benchmark_smoke_run_fits_the_record_schema():
     validate_record({"schema": 2, "name": "gdn", "recorded": "2026-01-01", "machine": device.describe(),
                      "timers": m.timers, "ceilings": m.ceilings, "results": m.results})
     assert "ours graph" in bench.table(m)
+
+
+# --------------------------------------------------------------------------------------------------
+# Segments (issue #33): the chunked form parallel over the sequence, against the recurrence and the
+# plain chunked path; its buffers fully written under poison; no segment without a token
+# --------------------------------------------------------------------------------------------------
+
+SEG_BOUND = 1e-5   # fp32: segmented vs plain chunked path (the same chunk products, regrouped)
+
+
+@pytest.mark.parametrize("T", [1, 63, 65, 130, 200])
+def test_segments_match_recurrence_and_plain_path(T):
+    # K != V, two value heads per key head, an initial state; segments of 1, 2 and more chunks than T holds
+    x = gdn.make_inputs(1, T, 1, 32, V=16, HV=2, gate="mixed", initial_state=True, seed=40 + T)
+    ro, rh = _ref(x)
+    po, ph = gdn.chunk_gated_delta_rule(**x, output_final_state=True)
+    for seg in (1, 2, 8):
+        o, ht = gdn.chunk_gated_delta_rule(**x, output_final_state=True, segments=seg)
+        assert o.dtype == x["v"].dtype and ht.dtype == torch.float32 and o.shape == po.shape
+        assert_rel_close(o, ro, CHUNK_BOUND, f"segments={seg} o vs recurrence (T={T})")
+        assert_rel_close(ht, rh, CHUNK_BOUND, f"segments={seg} final state vs recurrence (T={T})")
+        assert_rel_close(o, po, SEG_BOUND, f"segments={seg} o vs plain chunked (T={T})")
+        assert_rel_close(ht, ph, SEG_BOUND, f"segments={seg} final state vs plain chunked (T={T})")
+
+
+def test_segments_batch_without_cu_seqlens_and_no_initial_state():
+    x = gdn.make_inputs(2, 130, 2, 32, HV=4, gate="strong", seed=41)   # B = 2: sequences laid end to end inside
+    ro, rh = _ref(x)
+    o, ht = gdn.chunk_gated_delta_rule(**x, output_final_state=True, segments=1)
+    assert_rel_close(o, ro, CHUNK_BOUND, "B=2 segmented o")
+    assert_rel_close(ht, rh, CHUNK_BOUND, "B=2 segmented final state")
+    o2, none = gdn.chunk_gated_delta_rule(**x, segments=2)
+    assert none is None
+    assert_rel_close(o2, ro, CHUNK_BOUND, "B=2 segmented o, no final state asked")
+
+
+@pytest.mark.parametrize("seg", [1, 2, 4])
+def test_segments_varlen_with_empty_and_one_token_sequences(seg):
+    cu = torch.tensor([0, 0, 1, 130, 130, 195, 200], device=DEVICE)   # empty, one token, 2+ chunks, empty, ...
+    x = gdn.make_inputs(1, 200, 1, 32, V=48, HV=2, gate="mixed", seed=42)
+    x["initial_state"] = torch.randn(6, 2, 32, 48, device=DEVICE) * 0.5
+    ro, rh = _ref(x, cu_seqlens=cu)
+    o, ht = gdn.chunk_gated_delta_rule(**x, output_final_state=True, cu_seqlens=cu, segments=seg)
+    assert_rel_close(o, ro, CHUNK_BOUND, f"varlen segments={seg} o")
+    assert_rel_close(ht, rh, CHUNK_BOUND, f"varlen segments={seg} final state")
+    for n in (0, 3):
+        assert torch.equal(ht[n], x["initial_state"][n]), "an empty sequence hands back its initial state"
+    po, ph = gdn.chunk_gated_delta_rule(**x, output_final_state=True, cu_seqlens=cu)
+    assert_rel_close(o, po, SEG_BOUND, f"varlen segments={seg} o vs plain")
+    assert_rel_close(ht, ph, SEG_BOUND, f"varlen segments={seg} final state vs plain")
+
+
+@pytest.mark.parametrize("dtype,bound", [(torch.float32, CHUNK_BOUND), (torch.bfloat16, 3e-2)])
+def test_segments_dtypes_l2norm_and_inplace(dtype, bound):
+    # K != V, HV = 2 H, q and k normalised in the kernel, a scale; the state updated in place
+    x = gdn.make_inputs(1, 130, 2, 32, V=16, HV=4, dtype=dtype, gate="mixed", normalize_qk=False, seed=43)
+    x["initial_state"] = torch.randn(1, 4, 32, 16, device=DEVICE) * 0.5
+    kw = dict(use_qk_l2norm_in_kernel=True, scale=0.3)
+    ro, rh = _ref(x, **kw)
+    h = x.pop("initial_state").clone()
+    o, ht = gdn.chunk_gated_delta_rule(**x, initial_state=h, inplace_final_state=True, segments=1, **kw)
+    assert ht is h and o.dtype == dtype
+    assert_rel_close(o, ro, bound, f"{dtype} segmented o, l2norm in kernel")
+    assert_rel_close(h, rh, bound, f"{dtype} segmented state in place")
+    if dtype == torch.float32:
+        x["initial_state"] = torch.randn(1, 4, 32, 16, device=DEVICE) * 0.5
+        po, ph = gdn.chunk_gated_delta_rule(**x, output_final_state=True, **kw)
+        so, sh = gdn.chunk_gated_delta_rule(**x, output_final_state=True, segments=1, **kw)
+        assert_rel_close(so, po, SEG_BOUND, "segmented vs plain, l2norm in kernel")
+        assert_rel_close(sh, ph, SEG_BOUND, "segmented vs plain final state, l2norm in kernel")
+
+
+def test_segment_pass_ends_each_segment_in_B_and_M():
+    # the [B | M] pass by itself: one sequence of 130 tokens, segments of one chunk: segment j's final
+    # state is [B_j | M_j], the recurrence over its tokens from [0 | I_K] with values [v, 0_K]
+    x = gdn.make_inputs(1, 130, 1, 16, V=8, HV=2, gate="mixed", seed=44)
+    _, _, inter = gdn.chunk_gated_delta_rule(**x, segments=1, return_intermediates=True)
+    K, V = 16, 8
+    assert inter["cu_seg"].tolist()[:4] == [0, 64, 128, 130] and inter["seg_offsets"].tolist() == [0, 3]
+    eye = torch.cat([torch.zeros(K, V), torch.eye(K)], dim=1).to(DEVICE)
+    for j, (s, e) in enumerate(((0, 64), (64, 128), (128, 130))):
+        seg = {n: t[:, s:e].contiguous() for n, t in x.items()}
+        seg["v"] = torch.nn.functional.pad(seg["v"], (0, K))
+        _, bm = _ref({**seg, "initial_state": eye.expand(1, 2, K, V + K).contiguous()})
+        assert_rel_close(inter["bm"][j], bm[0], 1e-5, f"[B | M] of segment {j}")
+        # ... and the affine map it holds is the segment's: S_end = M S_start + B for any start
+        S = torch.randn(2, K, V, device=DEVICE)
+        _, end = _ref({**{n: t[:, s:e].contiguous() for n, t in x.items()}, "initial_state": S[None]})
+        assert_rel_close(bm[0][..., V:] @ S + bm[0][..., :V], end[0], 1e-5, f"M S + B of segment {j}")
+
+
+# (sequence lengths, chunks per segment): empty sequences, one-token sequences, T not a multiple of 64,
+# segments of one chunk, a segment longer than every sequence
+SEG_TABLES = [([1], 1), ([0, 1, 0], 1), ([63, 64, 65], 1), ([0, 5, 0, 130], 2), ([200], 1), ([200], 8),
+              ([130, 1, 70], 2), ([0, 0, 0, 3], 3)]
+
+
+@pytest.mark.parametrize("lens,seg", SEG_TABLES)
+def test_segment_table_gives_no_segment_without_a_token(lens, seg):
+    # The table kernel's segments, against a plain Python count: the real segments tile [0, T) in order,
+    # each holds at least one token (offsets strictly increase over them: no segment writes nothing),
+    # never crosses a sequence end; the rows past the true count are empty (offset T), within the bound.
+    N, T, S = len(lens), sum(lens), seg * gdn.CHUNK
+    cu = torch.tensor([0] + [sum(lens[:i + 1]) for i in range(N)], device=DEVICE)
+    assert_fully_written(lambda: gdn._chunk_table(cu, N, T, span=S, starts=True)[:2] + (
+        gdn._chunk_table(cu, N, T, span=S, starts=True)[3],), names=["seg_indices", "seg_offsets", "cu_seg"])
+    _, off, ns_max, starts = gdn._chunk_table(cu, N, T, span=S, starts=True)
+    bounds = cu.tolist()
+    segs = [(s, min(s + S, e)) for b, e in zip(bounds, bounds[1:]) for s in range(b, e, S)]
+    n_true = len(segs)
+    assert ns_max == gdn.chunk_count_bound(T, N, S) >= n_true and starts.numel() == ns_max + 1
+    st = starts.tolist()
+    assert st[:n_true] == [s for s, _ in segs] and all(t == T for t in st[n_true:])
+    assert all(b > a for a, b in zip(st[:n_true + 1], st[1:n_true + 1])), "a real segment without a token"
+    assert all(any(b <= s and e <= c for b, c in zip(bounds, bounds[1:])) for s, e in segs)
+    assert off.tolist() == [0] + [sum(-(-L // S) for L in lens[:i + 1]) for i in range(N)]
+
+
+@pytest.mark.parametrize("lens,seg", [([0, 1, 0], 1), ([63, 0, 65], 1), ([130, 1, 70], 2), ([5], 4)])
+def test_segment_buffers_fully_written_under_poison(lens, seg):
+    # every new buffer of the segmented call (the table, [B | M], the segment start states) and its
+    # outputs: whole storages written under two poisons, padding rows past the true count included
+    N, T = len(lens), sum(lens)
+    cu = torch.tensor([0] + [sum(lens[:i + 1]) for i in range(N)], device=DEVICE)
+    x = gdn.make_inputs(1, T, 1, 32, V=24, HV=2, gate="mixed", seed=45)
+    x["initial_state"] = torch.randn(N, 2, 32, 24, device=DEVICE) * 0.5
+    names = ["seg_indices", "seg_offsets", "cu_seg", "bm", "s0"]
+
+    def run():
+        o, ht, inter = gdn.chunk_gated_delta_rule(**x, output_final_state=True, cu_seqlens=cu, segments=seg,
+                                                  return_intermediates=True, config={"scan": {"BV": 16}})
+        return (o, ht, *(inter[n] for n in names))
+
+    covs = assert_fully_written(run, names=["o", "final_state", *names])
+    assert all(c.storage_fully_written for c in covs)
+
+
+def test_segments_argument_is_checked_and_auto_is_off():
+    x = gdn.make_inputs(1, 8, 1, 16, seed=46)
+    for bad in (0, -1, True, 1.5, "fast"):
+        with pytest.raises(ValueError, match="segments must be None, 'auto' or a positive int"):
+            gdn.chunk_gated_delta_rule(**x, segments=bad)
+    xl = gdn.make_inputs(1, 8, 1, 256, V=512, seed=46)
+    with pytest.raises(ValueError, match=r"segments needs V \+ K <= 512"):
+        gdn.chunk_gated_delta_rule(**xl, segments=1)
+    # the rule is off until measured on the H200: "auto" is the plain path at every shape of the sweep
+    for B, T, H, HV in bench.SEGMENT_SHAPES:
+        assert gdn.segment_rule(B, T, H, HV, 128, 128, 132) is None
+    o1, _ = gdn.chunk_gated_delta_rule(**x, segments="auto")
+    o2, _ = gdn.chunk_gated_delta_rule(**x)
+    assert torch.equal(o1, o2)
+
+
+def test_segmented_varlen_call_never_reads_device_values_on_the_host():
+    cu = torch.tensor([0, 5, 140, 140, 150], device=DEVICE, dtype=torch.int32)
+    cu_cpu = cu.cpu()
+    x = gdn.make_inputs(1, 150, 1, 32, gate="mixed", seed=47)
+    x["initial_state"] = torch.randn(4, 1, 32, 32, device=DEVICE) * 0.5
+    ro, rh = _ref(x, cu_seqlens=cu)
+    with no_host_reads(allow=[cu_cpu]):
+        o, ht = gdn.chunk_gated_delta_rule(**x, output_final_state=True, cu_seqlens=cu, cu_seqlens_cpu=cu_cpu,
+                                           segments=1)
+    assert_rel_close(o, ro, CHUNK_BOUND, "segmented varlen o, no host reads")
+    assert_rel_close(ht, rh, CHUNK_BOUND, "segmented varlen final state, no host reads")
+
+
+@pytest.mark.skipif(not ON_GPU, reason="CUDA graphs need a GPU")
+def test_segmented_call_replays_from_a_cuda_graph():
+    x = gdn.make_inputs(1, 600, 2, 64, HV=4, dtype=torch.bfloat16, gate="mixed", seed=48)
+    x["initial_state"] = torch.randn(3, 4, 64, 64, device=DEVICE) * 0.3
+    cu = torch.tensor([0, 70, 400, 600], device=DEVICE)
+    kw = dict(cu_seqlens=cu, output_final_state=True, segments=2)
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        gdn.chunk_gated_delta_rule(**x, **kw)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        gdn.chunk_gated_delta_rule(**x, **kw)      # warm-up off the capture
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        o, ht = gdn.chunk_gated_delta_rule(**x, **kw)
+    cu.copy_(torch.tensor([0, 1, 129, 600], device=DEVICE))
+    graph.replay()
+    ro, rh = gdn.chunk_gated_delta_rule(**x, **{**kw, "cu_seqlens": cu.clone()})
+    assert_rel_close(o, ro, 1e-6, "segmented replayed o")
+    assert_rel_close(ht, rh, 1e-6, "segmented replayed final state")
+
+
+def _compose(M=lambda M1, M2: M2 @ M1, B=lambda M1, B1, M2, B2: M2 @ B1 + B2, S=lambda M, B, S0: M @ S0 + B):
+    """The solution with one part replaced (each a plausible mistake)."""
+    def fn(M1, B1, M2, B2, S0):
+        m, b = M(M1, M2), B(M1, B1, M2, B2)
+        return m, b, S(m, b, S0)
+    return fn
+
+
+COMPOSE_WRONG = {
+    "matrices in the wrong order": (_compose(M=lambda M1, M2: M1 @ M2), "segment 1 acts FIRST"),
+    "matrices transposed": (_compose(M=lambda M1, M2: M1.T @ M2.T), "M is transposed"),
+    "B1 not carried through M2": (_compose(B=lambda M1, B1, M2, B2: B1 + B2), r"B is B1 \+ B2.*B = M2 B1 \+ B2"),
+    "B1 and B2 swapped": (_compose(B=lambda M1, B1, M2, B2: M2 @ B2 + B1), "B1 and B2 are swapped"),
+    "B composed in the wrong order": (_compose(B=lambda M1, B1, M2, B2: M1 @ B2 + B1), "segment 2 first"),
+    "B with M2 transposed": (_compose(B=lambda M1, B1, M2, B2: M2.T @ B1 + B2), "M2 transposed"),
+    "B returned as [V, K]": (lambda *a: (lambda m, b, e: (m, b.T, e))(*graders.solution_compose_segments(*a)),
+                             r"B and S_end are \[K, V\]"),
+    "start state applied without B": (_compose(S=lambda M, B, S0: M @ S0), "S_end misses B"),
+    "start state applied with M transposed": (_compose(S=lambda M, B, S0: M.T @ S0 + B), "S_end uses M transposed"),
+    "start state not transformed": (_compose(S=lambda M, B, S0: S0 + B), "forgets M"),
+}
+
+
+@pytest.mark.parametrize("which", list(COMPOSE_WRONG))
+def test_compose_segments_grader_fails_wrong_answers_with_the_intended_message(which):
+    fn, match = COMPOSE_WRONG[which]
+    _fails(graders.check_compose_segments, fn, match)
+
+
+def test_segment_benchmark_cost_and_table_without_a_gpu():
+    # the FLOP model: plain = NC (6 C^2 K + 4 C^2 V + 6 C K V + 2 C^3 / 3); the segmented form adds the
+    # [B | M] pass and the scan; bytes = inputs read once, outputs written once
+    c = bench.segment_cost(1, 64, 1, 1, 16, 8, seg=1)
+    C = 64
+    assert c["flops"] == 6 * C * C * 16 + 4 * C * C * 8 + 6 * C * 16 * 8 + 2 * C ** 3 / 3
+    assert c["bytes"] == 64 * (2 * 16 + 2 * 8 + 1) * 2 + 64 * 4 + 2 * 16 * 8 * 4
+    assert c["flops"] < c["seg_flops"] < 3 * c["flops"]
+    assert [s[:4] for s in bench.SEGMENT_SHAPES] == [(2, 4096, 16, 64), (1, 8192, 16, 64), (1, 65536, 16, 64),
+                                                    (1, 65536, 2, 8), (1, 8192, 2, 8)]
+    row = {"B": 1, "T": 8192, "H": 2, "HV": 8, "K": 128, "V": 128, "plain_graph_us": 100.0, "plain_eager_us": 150.0,
+           "seg4_graph_us": 50.0, "seg4_eager_us": 90.0, "ratio_seg4_over_plain_graph": 0.5, "seg8_error": "X",
+           **bench.segment_cost(1, 8192, 2, 8, 128, 128)}
+    text = bench.segments_table({"results": {"sweep_chunks_per_segment": [4, 8], "segments": [row]}})
+    assert "plain graph    100.0 us" in text and "seg4 graph     50.0 us (0.50x plain)" in text, text
+    assert "seg8 failed" in text and "fla graph      n/a" in text
+    if not ON_GPU:
+        with pytest.raises(RuntimeError, match="measures a GPU"):
+            bench.measure_segments()
+
+
+def test_measure_segments_makes_a_valid_record(monkeypatch):
+    # the lead's H200 run, rehearsed on a tiny shape with stand-in timers (no figure here is a GPU time):
+    # every call runs, the segmented results are checked against the plain ones, the record fits the schema
+    monkeypatch.setattr(timing, "require_gpu", lambda what: None)
+    monkeypatch.setattr(timing, "time_both", lambda fn: (fn(), {"graph_us": 2.0, "eager_us": 3.0})[1])
+    monkeypatch.setattr(bench, "SEGMENT_D", 16)
+    rec = bench.measure_segments(shapes=[(1, 130, 1, 2)], sweep=(1, 4), verbose=False)
+    row = rec["results"]["segments"][0]
+    assert rec["name"] == "gdn_segments" and set(rec["timers"]) == {"graph", "eager"}
+    assert row["seg1_segments_per_sequence"] == 3 and row["seg4_segments_per_sequence"] == 1
+    assert row["seg1_rel_err_vs_plain_o"] < 3e-2 and row["seg4_rel_err_vs_plain_ht"] < 3e-2   # bf16 (the bound above)
+    assert row["ratio_seg1_over_plain_graph"] == 1.0 and row["flops"] > 0 and row["seg1_flops"] > row["flops"]
+    assert "seg1 graph      2.0 us (1.00x plain)" in bench.segments_table(rec)

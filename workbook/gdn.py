@@ -15,7 +15,9 @@ q, k ``[B, T, H, K]``; v ``[B, T, HV, V]``; g, beta ``[B, T, HV]``; states ``[N,
 
 Kernels (``kernels/gdn.py``): the recurrent form is one kernel, one program per (value block, sequence,
 value head) walking the tokens; the chunked form (chunks of ``CHUNK`` = 64 tokens) is four: solve ->
-w/u -> state pass (the one sequential part, launched by :func:`state_launch`'s rule) -> output. Every
+w/u -> state pass (the one sequential part, launched by :func:`state_launch`'s rule) -> output. With
+``segments=`` the chunked form runs parallel over the sequence too (:func:`_segmented`: a [B | M] pass over
+segments, a scan, a last pass). Every
 buffer a launcher allocates is ``torch.empty``, next to a comment that says which program writes each row.
 The benchmark is :mod:`workbook.benchmarks.gdn`, the pictures :mod:`workbook.plots.gdn`, the exercises'
 graders :mod:`workbook.graders.gdn`.
@@ -38,7 +40,7 @@ __all__ = [
     "fused_recurrent_gated_delta_rule", "chunk_gated_delta_rule", "gated_rmsnorm", "gated_rmsnorm_ref",
     "GDNBlockParams", "make_block_params", "qwen3_next_linear_attention", "z_handoff_zero_then_copy",
     "make_inputs", "chunk_count_bound", "state_launch", "CHUNK", "CONFIG", "EMULATE_WHY", "STATE_FILL",
-    "STATE_RULE", "STATE_PREVIOUS",
+    "STATE_RULE", "STATE_PREVIOUS", "segment_rule",
 ]
 
 CHUNK = 64
@@ -58,11 +60,15 @@ CONFIG = {
               # BV / num_warps / num_stages None: state_launch()'s pick from the grid (RULE True; the
               # benchmark records it beside the previous default, STATE_PREVIOUS, which RULE False keeps)
               "state": {"BV": None, "num_warps": None, "num_stages": None, "FUSE_O": False, "RULE": True},
-              "output": {"BV": 64, "num_warps": 4, "num_stages": 2}},
+              "output": {"BV": 64, "num_warps": 4, "num_stages": 2},
+              # scan over segments (segments=...): BV value columns per program (K x K times K x BV, fp32);
+              # 8 warps for the [K, K] fp32 tile's registers: a first guess, not measured (the sweep will tell)
+              "scan": {"BV": 32, "num_warps": 8, "num_stages": 2}},
     "rmsnorm": {"BM": None, "num_warps": 4},
 }
 if not ON_GPU:  # the interpreter runs programs one after another: fewer, wider programs are faster
     CONFIG["recurrent"]["BV"] = CONFIG["chunk"]["state"]["BV"] = CONFIG["chunk"]["output"]["BV"] = 128
+    CONFIG["chunk"]["scan"]["BV"] = 128
 
 # What the interpreter cannot run in the chunked kernels (their EMULATE switch: kernels/gdn.py ``_dot``).
 EMULATE_WHY = "it runs tl.dot on 16-bit operands, which Triton's interpreter gets wrong"
@@ -372,22 +378,25 @@ def chunk_count_bound(T: int, N: int, chunk: int = CHUNK) -> int:
     return min(T, (T + N * (chunk - 1)) // chunk)
 
 
-def _chunk_table(cu_seqlens, N: int, T: int):
+def _chunk_table(cu_seqlens, N: int, T: int, span: int = CHUNK, starts: bool = False):
     """(chunk_indices [NT_MAX, 2], chunk_offsets [N + 1], NT_MAX), built on the device by one small
     kernel: no host sync, so a CUDA graph can hold it, and the launch depends on shapes only (a
-    captured graph stays right for any offsets with the same T and N)."""
-    nt_max = chunk_count_bound(T, N)
+    captured graph stays right for any offsets with the same T and N). ``span``: tokens per chunk (the
+    segments use seg x 64); ``starts``: also the chunks' first tokens [NT_MAX + 1], a cu_seqlens of chunks."""
+    nt_max = chunk_count_bound(T, N, span)
     # empty: program c of the table kernel writes rows [c*BC, (c+1)*BC) of chunk_indices (both
     # columns, masked at NT_MAX; the grid covers all NT_MAX rows), and program 0 writes all N + 1
     # entries of chunk_offsets (entry 0, then entries n + 1 tile by tile over all N sequences).
     chunk_indices = torch.empty(max(nt_max, 1), 2, dtype=torch.int32, device=cu_seqlens.device)
     chunk_offsets = torch.empty(N + 1, dtype=torch.int32, device=cu_seqlens.device)
+    # empty: entries [c*BC, (c+1)*BC) by program c as chunk_indices' rows, entry NT_MAX by program 0
+    first = torch.empty(nt_max + 1, dtype=torch.int32, device=cu_seqlens.device) if starts else None
     BC = 128 if ON_GPU else 256
     require_launchable(kern.chunk_table_kernel)
     kern.chunk_table_kernel[(max(1, triton.cdiv(nt_max, BC)),)](
-        cu_seqlens, chunk_indices, chunk_offsets, N, T, nt_max, BT=CHUNK, BC=BC,
+        cu_seqlens, chunk_indices, chunk_offsets, first, N, T, nt_max, BT=span, BC=BC,
         BN=min(64, _pow2(N)), num_warps=4)
-    return chunk_indices, chunk_offsets, nt_max
+    return (chunk_indices, chunk_offsets, nt_max) + ((first,) if starts else ())
 
 
 # The state pass is the one sequential part of the chunked form: a program walks every chunk of its
@@ -449,14 +458,14 @@ def _state_cfg(cs: dict, N: int, HV: int, K: int, V: int, itemsize: int, varlen:
 
 
 def _launch_state(c3, k, w, u, G, h, v_new, q, o, initial_state, ht, cu_seqlens, chunk_offsets, scale, T, NT,
-                  *, N, l2, emulate):
+                  *, N, l2, emulate, eye=False):
     """Kernel 3 (the state pass) with launch configuration ``c3`` {"BV", "num_warps", "num_stages"}: one
     program per (V block, sequence, value head). Shared by the launcher and the benchmark's timing of
     the state pass alone (:func:`workbook.benchmarks.gdn.state_pass_alone`)."""
     H, K, HV, V = k.shape[-2], k.shape[-1], w.shape[-2], u.shape[-1]
     kern.chunk_gdn_state_kernel[(triton.cdiv(V, c3["BV"]), N * HV)](
         k, w, u, G, h, v_new, q, o, initial_state, ht, cu_seqlens, chunk_offsets, scale, T, max(NT, 1),
-        H=H, HV=HV, K=K, V=V, BT=CHUNK, BK=_pow2(K), BV=c3["BV"], USE_Q_L2NORM=l2, EMULATE=emulate,
+        H=H, HV=HV, K=K, V=V, BT=CHUNK, BK=_pow2(K), BV=c3["BV"], USE_Q_L2NORM=l2, EMULATE=emulate, H0_EYE=eye,
         num_warps=c3["num_warps"], num_stages=c3["num_stages"])
 
 
@@ -511,44 +520,16 @@ _CHUNK_KERNELS = (kern.chunk_gdn_solve_kernel, kern.chunk_gdn_wu_kernel, kern.ch
                   kern.chunk_gdn_output_kernel)
 
 
-def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
-                           use_qk_l2norm_in_kernel=False, use_beta_sigmoid_in_kernel=False,
-                           allow_neg_eigval=False, state_v_first=False, cu_seqlens=None, cu_seqlens_cpu=None,
-                           chunk_indices=None, *, use_gate_in_kernel=False, A_log=None, dt_bias=None,
-                           inplace_final_state=False, config=None, return_intermediates=False,
-                           emulate: bool | None = None):
-    """Chunked Gated DeltaNet (prefill), chunks of 64 tokens, four Triton kernels:
-    solve (G and A = (I + L)^-1 per chunk) -> w/u (parallel over chunks) -> state pass (sequential
-    over chunks) -> output (parallel over chunks). Arguments in flash-linear-attention's order; returns as
-    :func:`fused_recurrent_gated_delta_rule`. With ``use_qk_l2norm_in_kernel`` the solve kernel
-    normalises the keys once and stores them for the two later kernels.
-
-    Varlen (``cu_seqlens`` on the device) never waits for the device nor copies from it: the chunk
-    table is built on the device for an upper bound of the chunk count known from shapes
-    (:func:`chunk_count_bound`), so a CUDA graph can hold the call. ``cu_seqlens``'s contract and its
-    checks, and mixed dtypes: as :func:`fused_recurrent_gated_delta_rule`. ``chunk_indices`` is ignored.
-
-    ``config``: launch configuration, one dict per kernel, names as in ``CONFIG["chunk"]`` (e.g.
-    ``{"state": {"BV": 32, "num_warps": 8}}``); the state pass's BV, num_warps and num_stages left None
-    take the pick of :func:`state_launch`, or with ``{"state": {"RULE": False}}`` the previous default
-    (``STATE_PREVIOUS``). ``return_intermediates=True`` also returns the dict of intermediate buffers
-    (G, A, w, u, v_new, h, and kn with the in-kernel L2 norm) so that their coverage can be checked.
-    ``emulate`` (default: True without a GPU) runs ``tl.dot`` on fp32 copies (kernels/gdn.py ``_dot``)."""
-    g, beta = _fla_gates(q, v, g, beta, use_gate_in_kernel=use_gate_in_kernel, A_log=A_log, dt_bias=dt_bias,
-                         use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel,
-                         allow_neg_eigval=allow_neg_eigval, state_v_first=state_v_first)
-    B, T, H, HV, K, V, N = _check(q, k, v, g, beta, scale, initial_state, cu_seqlens, device=DEVICE,
-                                  inplace=inplace_final_state, cu_seqlens_cpu=cu_seqlens_cpu)
-    cfg = _chunk_config(config)
-    emulate = resolve_emulate(emulate, EMULATE_WHY)
-    scale = K ** -0.5 if scale is None else float(scale)
-    q, k, v, out_dtype = _in_compute_dtype(q, k, v)
-    dev = q.device
+def _chunk_core(cfg, q, k, v, g, beta, scale, h0, ht, cu_seqlens, N, *, l2, emulate, keep=False, outputs=True,
+                eye=False):
+    """Kernels 1-4 on checked inputs in the compute dtype (q, k [B, T, H, K], v [B, T, HV, V]; with
+    ``cu_seqlens``, B == 1 and N sequences): returns (o, the dict of intermediates). ``keep``: the four-kernel
+    form (h and v' kept for return_intermediates). ``outputs=False`` (the segments' [B | M] pass): kernels 1-3
+    only, no h, v' nor o; the state pass writes ht alone, starting from [0 | I_K] with ``eye``."""
+    B, T, H, K = k.shape
+    HV, V = v.shape[2], v.shape[3]
+    dev, TA = q.device, B * T
     dt = q.dtype   # storage dtype of w, u, v', h (and of the matrix units), as in fla
-    l2 = bool(use_qk_l2norm_in_kernel)
-    TA = B * T
-    for kfn in _CHUNK_KERNELS:
-        require_launchable(kfn)
     chunk_indices, chunk_offsets, NT = _chunks(cu_seqlens, N, B, T)
     # Intermediates. All `empty`: chunk c of sequence n covers rows [bos + 64c, min(bos + 64c + 64, eos))
     # and the chunks of all sequences tile [0, T_all) (cu_seqlens: 0 .. T, non-decreasing), so each
@@ -561,20 +542,19 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     w = torch.empty(TA, HV, K, dtype=dt, device=dev)           # kernel 2, program (chunk, hv), all K columns
     u = torch.empty(TA, HV, V, dtype=dt, device=dev)           # kernel 2, all V columns
     # With FUSE_O (kernel 4 folded into kernel 3) v' and h stay in registers and are not allocated;
-    # return_intermediates asks for them, so it runs the four-kernel form.
-    fuse = bool(cfg["state"]["FUSE_O"]) and not return_intermediates
+    # return_intermediates asks for them, so it runs the four-kernel form. Without outputs, neither.
+    fuse = outputs and bool(cfg["state"]["FUSE_O"]) and not keep
+    four = outputs and not fuse
     # kernel 3, program (v-block, n, hv): its sequence's rows x its V block
-    v_new = None if fuse else torch.empty(TA, HV, V, dtype=dt, device=dev)
+    v_new = torch.empty(TA, HV, V, dtype=dt, device=dev) if four else None
     # h[c, hv] = state at the start of chunk c: kernel 3 stores it for every chunk of every sequence
     # (chunk_offsets numbers them 0 .. NT-1 without gaps), all K rows, its V block. For a varlen
     # batch NT is an upper bound (chunk_count_bound); rows past the true count are neither written
     # nor read (kernel 4's programs for them exit at once).
-    h = None if fuse else torch.empty(max(NT, 1), HV, K, V, dtype=dt, device=dev)
+    h = torch.empty(max(NT, 1), HV, K, V, dtype=dt, device=dev) if four else None
     # o: kernel 4 program (v-block, chunk, hv) writes the chunk's rows x its V block; with FUSE_O,
     # kernel 3 program (v-block, n, hv) writes its sequence's rows (all its chunks) x its V block.
-    o = torch.empty_like(v)
-    store = output_final_state or inplace_final_state
-    ht = _final_state_buffer(initial_state, inplace_final_state, N, HV, K, V, dev) if store else None
+    o = torch.empty_like(v) if outputs else None
     # Absent optional inputs (initial_state, ht, cu_seqlens and its tables, kn) go in as None
     # (the kernels' heuristics turn them into constexpr flags).
     if NT:
@@ -582,15 +562,127 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
                          emulate=emulate)
     kc = kn if l2 else k       # the keys the later kernels read: normalised once, by kernel 1
     _launch_state(_state_cfg(cfg["state"], N, HV, K, V, q.element_size(), cu_seqlens is not None), kc, w, u, G, h,
-                  v_new, q if fuse else None, o if fuse else None, initial_state, ht, cu_seqlens, chunk_offsets,
-                  scale, T, NT, N=N, l2=l2, emulate=emulate)
-    if NT and not fuse:
+                  v_new, q if fuse else None, o if fuse else None, h0, ht, cu_seqlens, chunk_offsets,
+                  scale, T, NT, N=N, l2=l2, emulate=emulate, eye=eye)
+    if NT and four:
         _launch_output(cfg["output"], q, kc, v_new, h, G, o, cu_seqlens, chunk_indices, scale, T, NT, l2=l2,
                        emulate=emulate)
+    return o, {"G": G, "A": A, "w": w, "u": u, "v_new": v_new, "h": h, **({"kn": kn} if l2 else {})}
+
+
+def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
+                           use_qk_l2norm_in_kernel=False, use_beta_sigmoid_in_kernel=False,
+                           allow_neg_eigval=False, state_v_first=False, cu_seqlens=None, cu_seqlens_cpu=None,
+                           chunk_indices=None, *, use_gate_in_kernel=False, A_log=None, dt_bias=None,
+                           inplace_final_state=False, config=None, return_intermediates=False,
+                           emulate: bool | None = None, segments=None):
+    """Chunked Gated DeltaNet (prefill), chunks of 64 tokens, four Triton kernels:
+    solve (G and A = (I + L)^-1 per chunk) -> w/u (parallel over chunks) -> state pass (sequential
+    over chunks) -> output (parallel over chunks). Arguments in flash-linear-attention's order; returns as
+    :func:`fused_recurrent_gated_delta_rule`. With ``use_qk_l2norm_in_kernel`` the solve kernel
+    normalises the keys once and stores them for the two later kernels.
+
+    Varlen (``cu_seqlens`` on the device) never waits for the device nor copies from it: the chunk
+    table is built on the device for an upper bound of the chunk count known from shapes
+    (:func:`chunk_count_bound`), so a CUDA graph can hold the call. ``cu_seqlens``'s contract and its
+    checks, and mixed dtypes: as :func:`fused_recurrent_gated_delta_rule`. ``chunk_indices`` is ignored.
+
+    ``segments``: None (the plain path), an int (segments of that many chunks: parallel over the
+    sequence, :func:`_segmented`; needs V + K <= 512) or "auto" (:func:`segment_rule`; None there: plain).
+    ``config``: launch configuration, one dict per kernel, names as in ``CONFIG["chunk"]`` (e.g.
+    ``{"state": {"BV": 32, "num_warps": 8}}``); the state pass's BV, num_warps and num_stages left None
+    take the pick of :func:`state_launch`, or with ``{"state": {"RULE": False}}`` the previous default
+    (``STATE_PREVIOUS``). ``return_intermediates=True`` also returns the dict of intermediate buffers
+    (G, A, w, u, v_new, h, and kn with the in-kernel L2 norm; with segments, the segment buffers) so that
+    their coverage can be checked. ``emulate`` (default: True without a GPU) runs ``tl.dot`` on fp32
+    copies (kernels/gdn.py ``_dot``)."""
+    g, beta = _fla_gates(q, v, g, beta, use_gate_in_kernel=use_gate_in_kernel, A_log=A_log, dt_bias=dt_bias,
+                         use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel,
+                         allow_neg_eigval=allow_neg_eigval, state_v_first=state_v_first)
+    B, T, H, HV, K, V, N = _check(q, k, v, g, beta, scale, initial_state, cu_seqlens, device=DEVICE,
+                                  inplace=inplace_final_state, cu_seqlens_cpu=cu_seqlens_cpu)
+    cfg = _chunk_config(config)
+    emulate = resolve_emulate(emulate, EMULATE_WHY)
+    seg = _segment_length(segments, B, T, H, HV, K, V)
+    scale = K ** -0.5 if scale is None else float(scale)
+    q, k, v, out_dtype = _in_compute_dtype(q, k, v)
+    for kfn in _CHUNK_KERNELS:
+        require_launchable(kfn)
+    store = output_final_state or inplace_final_state
+    ht = _final_state_buffer(initial_state, inplace_final_state, N, HV, K, V, q.device) if store else None
+    run = _segmented if seg is not None and B * T else _chunk_core
+    o, inter = run(cfg, q, k, v, g, beta, scale, initial_state, ht, cu_seqlens, N, l2=bool(use_qk_l2norm_in_kernel),
+                   emulate=emulate, keep=return_intermediates, **({"seg": seg} if run is _segmented else {}))
     o = o.to(out_dtype)                           # v's dtype, as fla returns it (no-op unless mixed)
-    if return_intermediates:
-        return o, ht, {"G": G, "A": A, "w": w, "u": u, "v_new": v_new, "h": h, **({"kn": kn} if l2 else {})}
-    return o, ht
+    return (o, ht, inter) if return_intermediates else (o, ht)
+
+
+# --------------------------------------------------------------------------------------------------
+# Segments: the chunked form parallel over the sequence (issue #33)
+# --------------------------------------------------------------------------------------------------
+# Per token the state map is affine: h <- exp(g) (I - beta k k^T) h + beta k v^T, a K x K matrix on the
+# left plus a [K, V] term. Composed over a segment of chunks: S_end = M S_start + B, one M per (segment,
+# value head) shared by all V columns. So (1) the chunked machinery over the segments as independent
+# varlen sequences, with values [v, 0_K] and start [0 | I_K], ends each segment in [B | M]; (2) a scan
+# over each sequence's segments, S(j+1) = M_j S(j) + B_j from the sequence's initial state; (3) the
+# chunked machinery again over the segments, each starting from its S(j), gives the outputs. The scan
+# also writes each sequence's final state, M S + B of its last segment (the initial state when empty).
+
+def segment_rule(B: int, T: int, H: int, HV: int, K: int, V: int, n_sm: int | None = None) -> int | None:
+    """The segment length in chunks that ``segments="auto"`` takes, or None for the plain path. OFF until
+    measured: None for every shape. It will be set from the H200 measurement of
+    :func:`workbook.benchmarks.gdn.measure_segments` (plain vs segmented at the issue's five shapes);
+    until then no shape is claimed to gain, and nothing here is a measured number."""
+    return None
+
+
+def _segment_length(segments, B, T, H, HV, K, V) -> int | None:
+    """``segments`` checked: None, "auto" (:func:`segment_rule`) or a positive int (chunks per segment)."""
+    if isinstance(segments, str) and segments == "auto":
+        segments = segment_rule(B, T, H, HV, K, V, sm_count())
+    if segments is None:
+        return None
+    if isinstance(segments, bool) or not isinstance(segments, int) or segments < 1:
+        raise ValueError(f"segments must be None, 'auto' or a positive int (chunks of {CHUNK} tokens per "
+                         f"segment), got {segments!r}")
+    if V + K > 512:
+        raise ValueError(f"segments needs V + K <= 512 (the [B | M] pass carries V + K value columns), got "
+                         f"V={V}, K={K}")
+    return segments
+
+
+def _segmented(cfg, q, k, v, g, beta, scale, h0, ht, cu_seqlens, N, *, l2, emulate, keep=False, seg):
+    """The segmented form (comment above): segments of ``seg`` chunks, never across a sequence end. The
+    segment table is built on the device from shapes, for an upper bound NS of the segment count
+    (:func:`chunk_count_bound` with seg x 64 tokens), also when cu_seqlens_cpu is given: one path, no host
+    sync, a CUDA graph can hold it. Segments past the true count are empty sequences (offset T).
+    Returns (o, the segment buffers); ``keep`` is ignored (the segment buffers are returned)."""
+    B, T, H, K = k.shape
+    HV, V = v.shape[2], v.shape[3]
+    TA, dev = B * T, q.device
+    q1, k1, v1, g1, b1 = (t.reshape(1, TA, *t.shape[2:]) for t in (q, k, v, g, beta))   # end to end (views)
+    cu = cu_seqlens if cu_seqlens is not None else torch.arange(0, TA + 1, T, dtype=torch.int32, device=dev)
+    seg_indices, seg_offsets, NS, cu_seg = _chunk_table(cu, N, TA, span=seg * CHUNK, starts=True)
+    vx = F.pad(v1, (0, K))          # values [v, 0_K] (the zeros are values: they carry M, not a fill)
+    # empty: the state pass writes the final state of each of the NS segment-sequences, empty padding
+    # segments included ([0 | I_K]): program (v-block, j, hv) all K rows x its block of the V + K columns.
+    bm = torch.empty(NS, HV, K, V + K, dtype=torch.float32, device=dev)
+    _chunk_core(cfg, q1, k1, vx, g1, b1, scale, None, bm, cu_seg, NS, l2=l2, emulate=emulate, outputs=False,
+                eye=True)
+    # empty: scan program (v-block, n, hv) writes rows seg_offsets[n] .. seg_offsets[n + 1] - 1 (its
+    # sequence's segments, which tile [0, true count)), all K rows x its V block, each before the last
+    # pass reads it; the last sequence's programs write zeros into the rows past the true count (empty
+    # padding segments, whose start state the last pass loads and drops): the programs tile all NS rows.
+    s0 = torch.empty(NS, HV, K, V, dtype=torch.float32, device=dev)
+    cs = cfg["scan"]
+    BV = min(cs["BV"], _pow2(V))
+    require_launchable(kern.segment_scan_kernel)
+    kern.segment_scan_kernel[(triton.cdiv(V, BV), N * HV)](
+        bm, s0, h0, ht, seg_offsets, N, NS, HV=HV, K=K, V=V, BK=_pow2(K), BV=BV, EMULATE=emulate,
+        num_warps=cs["num_warps"], num_stages=cs["num_stages"])
+    o, _ = _chunk_core(cfg, q1, k1, v1, g1, b1, scale, s0, None, cu_seg, NS, l2=l2, emulate=emulate)
+    inter = {"seg_indices": seg_indices, "seg_offsets": seg_offsets, "cu_seg": cu_seg, "bm": bm, "s0": s0}
+    return o.view(B, T, HV, V), inter
 
 
 # --------------------------------------------------------------------------------------------------

@@ -20,6 +20,10 @@ What a full run measures, one function per family of rows:
   STATE_GRID_SHAPES, a call-for-call cross-check on small odd shapes, launch-configuration sweeps
   (DECODE_SWEEP, CHUNK_SWEEP). What is left out is listed under ``skipped``; defaults stay as shipped.
 
+Apart from :func:`run`: :func:`measure_segments` (issue #33) times the chunked prefill parallel over the
+sequence (``segments=``, a few lengths) beside the plain path and fla at SEGMENT_SHAPES, both timers, with
+each shape's model FLOPs and bytes (:func:`segment_cost`); :func:`segments_table` prints its record.
+
 Before anything is timed, a compile warm-up (:func:`_warm_up`; a cold machine spends most of a run
 compiling) calls every kernel variant timed below, ours and fla's, once at WARM_T tokens in spawned
 processes (the CPUs this process may use less two, at most 14), so the binaries are in Triton's disk
@@ -48,7 +52,8 @@ from ..records import Measurement
 __all__ = [
     "run", "table", "has_timing_methods", "state_pass_alone", "TIMERS", "CHUNK_SHAPES", "VARLEN_SEQS",
     "VARLEN_HEADS", "PROFILE_SHAPES", "STATE_SHAPES", "STATE_GRID_SHAPES", "STATE_GRID", "DECODE_SHAPE",
-    "DECODE_SWEEP", "CHUNK_SWEEP", "WARM_T",
+    "DECODE_SWEEP", "CHUNK_SWEEP", "WARM_T", "measure_segments", "segments_table", "segment_cost", "SEGMENT_SHAPES",
+    "SEGMENT_SWEEP", "SEGMENT_D",
 ]
 
 # The timers of the record (workbook.timing.TIMERS, with this benchmark's detail).
@@ -610,3 +615,133 @@ def table(rec) -> str:
     if r.get("skipped"):
         lines.append("not measured in this record (budget or missing peer): " + "; ".join(r["skipped"]))
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------------
+# Segments (issue #33): the chunked prefill parallel over the sequence, timed alone
+# --------------------------------------------------------------------------------------------------
+
+# (B, T, key heads H, value heads HV): the shapes of FlashInfer's sequence-parallel PRs (SPECS section 7),
+# K = V = SEGMENT_D, bf16, mixed gates, initial state in, final state out, no in-kernel L2 norm
+SEGMENT_SHAPES = [(2, 4096, 16, 64), (1, 8192, 16, 64), (1, 65536, 16, 64), (1, 65536, 2, 8), (1, 8192, 2, 8)]
+SEGMENT_D = 128
+SEGMENT_SWEEP = (4, 8, 16, 32)   # chunks of 64 tokens per segment
+
+
+def segment_cost(B: int, T: int, H: int, HV: int, K: int, V: int, seg: int | None = None, itemsize: int = 2) -> dict:
+    """Model FLOPs and bytes of one prefill call (C = 64 tokens per chunk, NC = B x HV x ceil(T / C) chunk-heads).
+
+    ``flops``: the plain chunked path's products per chunk and value head: K K^T, w, Q K^T (2 C^2 K each),
+    u and the in-chunk output (2 C^2 V each), v' = u - w h, the state update and Q h (2 C K V each), and
+    the triangular solve (C^3 / 3 multiply-adds); total NC (6 C^2 K + 4 C^2 V + 6 C K V + 2 C^3 / 3).
+    With ``seg`` (chunks per segment) also ``seg_flops``: the [B | M] pass (solve, w, u and the state update
+    with V + K value columns, no outputs), the scan (2 K^2 V per segment and head) and the last pass
+    (= the plain path). ``bytes``: what the call must move at least: q, k, v, beta read (``itemsize``
+    bytes), g read (fp32), o written, the initial state read and the final state written (fp32);
+    intermediates excluded."""
+    C = CHUNK
+    nc = B * HV * triton.cdiv(T, C)
+    per = lambda v: 6 * C * C * K + 4 * C * C * v + 6 * C * K * v + 2 * C ** 3 / 3   # noqa: E731
+    out = {"flops": nc * per(V),
+           "bytes": B * T * (2 * H * K + 2 * HV * V + HV) * itemsize + B * T * HV * 4 + 2 * B * HV * K * V * 4}
+    if seg is not None:
+        ns = B * triton.cdiv(T, seg * C)
+        pass1 = nc * (4 * C * C * K + 2 * C * C * (V + K) + 4 * C * K * (V + K) + 2 * C ** 3 / 3)
+        out["seg_flops"] = pass1 + ns * HV * 2 * K * K * V + out["flops"]
+    return out
+
+
+def _time_into(row: dict, who: str, fn) -> None:
+    """:func:`_put` of ``timing.time_both(fn)``, or ``<who>_error`` when the call fails (one failed call,
+    e.g. out of memory, never costs the record)."""
+    try:
+        _put(row, who, timing.time_both(fn))
+    except Exception as e:  # noqa: BLE001
+        row[f"{who}_error"] = f"{type(e).__name__}: {e}"[:300]
+
+
+def _segment_row(shape, fla_chunk, sweep, log) -> dict:
+    """One shape: the plain call, the segmented call at each length of ``sweep`` and fla's, each timed
+    both ways (graph replay and eager), the segmented outputs and final states checked against the plain ones."""
+    B, T, H, HV = shape
+    D = SEGMENT_D
+    args = _bench_args((B, T, H, HV, D, False, None))
+    row = {"B": B, "T": T, "H": H, "HV": HV, "K": D, "V": D, "dtype": "bfloat16", **segment_cost(B, T, H, HV, D, D)}
+    _time_into(row, "plain", lambda: chunk_gated_delta_rule(**args))
+    plain = chunk_gated_delta_rule(**args)
+    for seg in sweep:
+        who = f"seg{seg}"
+        try:
+            ours = chunk_gated_delta_rule(**args, segments=seg)
+        except Exception as e:  # noqa: BLE001  (one failed length never costs the record)
+            row[f"{who}_error"] = f"{type(e).__name__}: {e}"[:300]
+            continue
+        row[f"{who}_rel_err_vs_plain_o"] = rel_err(ours[0].float(), plain[0].float())
+        row[f"{who}_rel_err_vs_plain_ht"] = rel_err(ours[1].float(), plain[1].float())
+        row[f"{who}_segments_per_sequence"] = triton.cdiv(T, seg * CHUNK)
+        row[f"{who}_flops"] = segment_cost(B, T, H, HV, D, D, seg)["seg_flops"]
+        del ours
+        _time_into(row, who, lambda: chunk_gated_delta_rule(**args, segments=seg))
+    if fla_chunk is not None:
+        _time_into(row, "fla", lambda: fla_chunk(**args))
+        if "fla_error" not in row:
+            row["fla_rel_err_vs_plain_o"] = rel_err(fla_chunk(**args)[0].float(), plain[0].float())
+    for who in ["plain", "fla"] + [f"seg{s}" for s in sweep]:
+        t = row.get(f"{who}_graph_us")
+        if isinstance(t, float):
+            row[f"{who}_model_TFLOPs"] = row["flops"] / t / 1e6      # the plain path's FLOPs over GPU time
+            if who != "plain" and isinstance(row.get("plain_graph_us"), float):
+                row[f"ratio_{who}_over_plain_graph"] = t / row["plain_graph_us"]
+    log("segments", row)
+    return row
+
+
+def measure_segments(*, shapes=None, sweep=SEGMENT_SWEEP, save: bool = False, verbose: bool = True) -> dict:
+    """Plain vs segmented (``segments=`` each of ``sweep``) vs fla (when importable) at SEGMENT_SHAPES (or
+    ``shapes``), K = V = 128, bf16: GPU time from CUDA-graph replay with eager time beside it, the model FLOPs
+    and bytes of each shape (:func:`segment_cost`), the segmented results checked against the plain ones.
+    Prints one table line per shape as it goes (``verbose``) and returns the record (a dict in the one schema,
+    name ``gdn_segments``, validated); ``save=True`` also writes it to ``workbook/data/gdn_segments.json``.
+    The launch rule :func:`workbook.gdn.segment_rule` is to be set from what this measures."""
+    from ..records import as_record, save_record
+
+    timing.require_gpu("workbook.benchmarks.gdn.measure_segments")
+    log = (lambda *a: print(*a, flush=True)) if verbose else (lambda *a: None)
+    t0 = time.time()
+    fla_chunk, _, fla_ver = _fla()
+    res = {"fla_version": fla_ver, "sweep_chunks_per_segment": list(sweep), "config": repr(CONFIG["chunk"]),
+           "segments": [], "skipped": [] if fla_chunk else [f"every comparison with flash-linear-attention: {fla_ver}"]}
+    for shape in shapes or SEGMENT_SHAPES:
+        row = _segment_row(tuple(shape), fla_chunk, sweep, lambda *a: None)
+        res["segments"].append(row)
+        log(_segment_line(row, sweep))
+        torch.cuda.empty_cache()
+    res["elapsed_s"] = time.time() - t0
+    m = Measurement(results=res, timers={k: TIMERS[k] for k in ("graph", "eager")})
+    if save:
+        log("written:", save_record("gdn_segments", m))
+    return as_record("gdn_segments", m)
+
+
+def _segment_line(row: dict, sweep) -> str:
+    line = (f"B={row['B']} T={row['T']} H={row['H']}/{row['HV']} D={row['K']}: plain graph "
+            f"{_fmt_us(row.get('plain_graph_us'))} eager {_fmt_us(row.get('plain_eager_us'))}")
+    for s in sweep:
+        if f"seg{s}_graph_us" in row or f"seg{s}_eager_us" in row:
+            r = row.get(f"ratio_seg{s}_over_plain_graph")
+            line += (f" | seg{s} graph {_fmt_us(row.get(f'seg{s}_graph_us'))}"
+                     + (f" ({r:.2f}x plain)" if isinstance(r, float) else ""))
+        elif f"seg{s}_error" in row:
+            line += f" | seg{s} failed"
+    if "plain_error" in row:
+        line += " (plain failed)"
+    line += f" | fla graph {_fmt_us(row.get('fla_graph_us'))} eager {_fmt_us(row.get('fla_eager_us'))}"
+    return line + f" | {row['flops'] / 1e9:.1f} GFLOP, {row['bytes'] / 1e6:.1f} MB"
+
+
+def segments_table(rec) -> str:
+    """The rows of a :func:`measure_segments` record as text (GPU time from graph replay, eager beside it)."""
+    r = _results(rec)
+    sweep = r.get("sweep_chunks_per_segment", SEGMENT_SWEEP)
+    return "\n".join(["times per call; 'graph' = GPU time from CUDA-graph replay, 'eager' = eager per-call time"]
+                     + [_segment_line(row, sweep) for row in r["segments"]])

@@ -7,6 +7,7 @@ and plausible wrong answers.
 2. ``check_ut_transform``: A = (I + L)^-1 of one chunk, the exponent masked before exp.
 3. ``check_chunk_spans``: the rows each program of the chunked kernels owns in a varlen batch.
 4. ``check_state_pass``: the state carried from chunk to chunk, one head.
+5. ``check_compose_segments``: two segments' affine state maps composed into one, and applied.
 """
 from __future__ import annotations
 
@@ -16,13 +17,14 @@ import triton
 from ..check import rel_err
 from ..coverage import poisoned_allocations
 from ..device import require_launchable
-from ..gdn import l2norm, make_inputs
+from ..gdn import l2norm, make_inputs, naive_recurrent_gated_delta_rule
 from ..kernels import gdn as kern
 from .common import run_guarded
 
 __all__ = [
     "check_decode_step", "check_ut_transform", "check_chunk_spans", "check_state_pass",
     "solution_decode_step", "solution_ut_transform", "solution_chunk_spans", "solution_state_pass",
+    "check_compose_segments", "solution_compose_segments", "segment_map",
 ]
 
 
@@ -398,3 +400,80 @@ def check_state_pass(fn) -> None:
                                         ": apply the update after the LAST chunk too, the partial one included, "
                                         "with G_C = G[eos - 1]."))
         raise AssertionError(where + "v' and the final states differ from the reference.")
+
+
+# Exercise 5: two segments composed ---------------------------------------------------------------
+
+def segment_map(x: dict, s: int, e: int):
+    """(M [K, K], B [K, V]) of tokens [s, e) of the one head of ``x`` (make_inputs with B = H = HV = 1):
+    the recurrence run from [0 | I_K] with values [v, 0_K] ends in [B | M], the launcher's trick."""
+    K, V = x["k"].shape[-1], x["v"].shape[-1]
+    part = {n: t[:, s:e].contiguous() for n, t in x.items() if n != "initial_state"}
+    part["v"] = torch.nn.functional.pad(part["v"], (0, K))
+    start = torch.cat([torch.zeros(K, V), torch.eye(K)], dim=1).to(part["v"].device)[None, None]
+    _, bm = naive_recurrent_gated_delta_rule(**part, initial_state=start, output_final_state=True)
+    return bm[0, 0, :, V:].cpu(), bm[0, 0, :, :V].cpu()
+
+
+def solution_compose_segments(M1, B1, M2, B2, S0):
+    """Exercise 5, plain solution: segment 1 then segment 2, S -> M2 (M1 S + B1) + B2, so
+    M = M2 M1 and B = M2 B1 + B2 (B1 is carried through segment 2 like any state); then M S0 + B."""
+    M = M2 @ M1
+    B = M2 @ B1 + B2
+    return M, B, M @ S0 + B
+
+
+def _compose_hint(got, ref, wrongs) -> str | None:
+    """The message of the first plausible wrong answer that ``got`` matches."""
+    for wrong, msg in wrongs:
+        if tuple(got.shape) == tuple(wrong.shape) and _rel(got, wrong) < 1e-5:
+            return msg
+    return None
+
+
+def check_compose_segments(fn) -> None:
+    """Grader of exercise 5: ``fn(M1 [K, K], B1 [K, V], M2, B2, S0 [K, V]) -> (M, B, S_end)`` with
+    (M1, B1), (M2, B2) the maps of two consecutive segments of a real head (:func:`segment_map`), segment 1
+    first. Graded with K != V on two inputs; S_end against the recurrence run over both segments from S0."""
+    for K, V, cut, T in ((8, 4, 7, 16), (16, 8, 20, 33)):
+        x = make_inputs(1, T, 1, K, V=V, gate="mixed", seed=K + T, device="cpu")
+        (M1, B1), (M2, B2) = segment_map(x, 0, cut), segment_map(x, cut, T)
+        S0 = torch.randn(K, V, generator=torch.Generator().manual_seed(T))
+        _, end = naive_recurrent_gated_delta_rule(**x, initial_state=S0[None, None], output_final_state=True)
+        end = end[0, 0]
+        where = f"[K={K}, V={V}] "
+        out = _call_learner(fn, M1.clone(), B1.clone(), M2.clone(), B2.clone(), S0.clone(), what="your composition",
+                            shapes=f"M1, M2 [K, K] = [{K}, {K}]; B1, B2, S0 [K, V] = [{K}, {V}]")
+        if not (isinstance(out, (tuple, list)) and len(out) == 3 and all(isinstance(t, torch.Tensor) for t in out)):
+            raise AssertionError("return the three tensors (M, B, S_end)")
+        M, B, S = (t.float() for t in out)
+        if tuple(M.shape) != (K, K) or tuple(B.shape) != (K, V) or tuple(S.shape) != (K, V):
+            raise AssertionError(where + f"M is [K, K] = [{K}, {K}]; B and S_end are [K, V] = [{K}, {V}] like the state; "
+                                 f"got {list(M.shape)}, {list(B.shape)}, {list(S.shape)} (a transpose turns [K, V] "
+                                 "into [V, K]: the matrices act on the state's K rows, from the left)")
+        rM, rB, _ = solution_compose_segments(M1, B1, M2, B2, S0)
+        if _rel(M, rM) > 1e-5:
+            raise AssertionError(where + (_compose_hint(M, rM, [
+                (M1 @ M2, "M is in the wrong order: segment 1 acts FIRST, so its matrix stands on the RIGHT, "
+                          "M = M2 M1 (S -> M2 (M1 S + B1) + B2). Matrix products do not commute."),
+                (M1.T @ M2.T, "M is transposed: (M2 M1)^T = M1^T M2^T. The state is [K, V] and each M acts on its K "
+                              "rows from the left: M = M2 @ M1, no transposes."),
+                (M2.T @ M1.T, "M holds transposes: the maps are S -> M S + B with M on the left, M = M2 @ M1.")])
+                or "M is wrong: the two segments together map S -> M2 (M1 S + B1) + B2, so M = M2 M1."))
+        if _rel(B, rB) > 1e-5:
+            raise AssertionError(where + (_compose_hint(B, rB, [
+                (B1 + B2, "B is B1 + B2: B1 is the state segment 1 leaves behind, and segment 2 acts on it like on "
+                          "any state (decays it and corrects it by its keys): B = M2 B1 + B2."),
+                (M2 @ B2 + B1, "B1 and B2 are swapped: B2 is added after segment 2's matrix; B1 enters first and goes "
+                               "through M2: B = M2 B1 + B2."),
+                (M1 @ B2 + B1, "B is composed in the wrong order (segment 2 first): segment 1 acts first, so "
+                               "B = M2 B1 + B2."),
+                (M2.T @ B1 + B2, "B uses M2 transposed: M2 acts on the K rows of B1 from the left, B = M2 @ B1 + B2.")])
+                or "B is wrong: the two segments together map S -> M2 (M1 S + B1) + B2, so B = M2 B1 + B2."))
+        if _rel(S, end) > 1e-4:
+            raise AssertionError(where + (_compose_hint(S, end, [
+                (rM @ S0, "S_end misses B: applying (M, B) to a start state is M S0 + B (B is what the "
+                          "segments' own tokens write, from a zero start)."),
+                (rM.T @ S0 + rB, "S_end uses M transposed: M S0 + B, M on the left of the [K, V] state."),
+                (S0 + rB, "S_end = S0 + B forgets M: the start state decays and is corrected too, M S0 + B.")])
+                or f"S_end is off the recurrence over both segments by {_rel(S, end):.1e}: S_end = M S0 + B."))
