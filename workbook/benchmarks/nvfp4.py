@@ -352,9 +352,13 @@ def measure_peer_bytes(device=None) -> dict | None:
     rounded ``RNE_e4m3(gs * amax / 6)`` (and whether the peer's is, for its own per-tensor scale, which
     is not exactly ``1 / gs``); and where codes differ under an equal scale, how close the exact
     quotient ``x * gs / scale`` lies to an E2M1 rounding threshold. None when torchao is not installed."""
+    import warnings
+
     try:
-        import torchao
-        from torchao.prototype.mx_formats.nvfp4_tensor import nvfp4_quantize, per_tensor_amax_to_scale
+        with warnings.catch_warnings():      # torchao's own import-time warnings are not ours to show
+            warnings.simplefilter("ignore")
+            import torchao
+            from torchao.prototype.mx_formats.nvfp4_tensor import nvfp4_quantize, per_tensor_amax_to_scale
     except ImportError:
         return None
     device = torch.device(device or DEVICE)
