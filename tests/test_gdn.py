@@ -1317,3 +1317,32 @@ def test_measure_segments_makes_a_valid_record(monkeypatch):
     assert row["seg1_rel_err_vs_plain_o"] < 3e-2 and row["seg4_rel_err_vs_plain_ht"] < 3e-2   # bf16 (the bound above)
     assert row["ratio_seg1_over_plain_graph"] == 1.0 and row["flops"] > 0 and row["seg1_flops"] > row["flops"]
     assert "seg1 graph      2.0 us (1.00x plain)" in bench.segments_table(rec)
+
+
+@pytest.mark.parametrize("segments", [None, 1])
+def test_v_padded_path_for_k_above_v(monkeypatch, segments):
+    """Where the GPU's compiled kernels fail with K > V (16-bit operands: _v_pad_needed), the call runs
+    with v and the states padded to K columns: forced here, the results equal the reference, the
+    caller's state is updated in place, and the padded path is taken exactly when K > V."""
+    assert gdn._v_pad_needed(torch.bfloat16, 32, 16, emulate=False)
+    assert not gdn._v_pad_needed(torch.bfloat16, 16, 32, emulate=False)
+    assert not gdn._v_pad_needed(torch.float32, 32, 16, emulate=False)
+    assert not gdn._v_pad_needed(torch.bfloat16, 32, 16, emulate=True)
+    calls = []
+    real = gdn._run_v_padded
+    monkeypatch.setattr(gdn, "_v_pad_needed", lambda dtype, K, V, emulate: K > V)
+    monkeypatch.setattr(gdn, "_run_v_padded", lambda *a, **kw: (calls.append(1), real(*a, **kw))[1])
+    x = gdn.make_inputs(1, 130, 2, 32, V=16, HV=4, gate="mixed", seed=47)
+    x["initial_state"] = torch.randn(1, 4, 32, 16, device=DEVICE) * 0.5
+    ro, rh = gdn.naive_recurrent_gated_delta_rule(**x, output_final_state=True)
+    o, ht = gdn.chunk_gated_delta_rule(**x, output_final_state=True, segments=segments)
+    assert calls and o.shape == ro.shape and ht.shape == rh.shape
+    assert_rel_close(o, ro, CHUNK_BOUND, "padded o")
+    assert_rel_close(ht, rh, CHUNK_BOUND, "padded final state")
+    h = x.pop("initial_state").clone()
+    o2, h2 = gdn.chunk_gated_delta_rule(**x, initial_state=h, inplace_final_state=True, segments=segments)
+    assert h2 is h
+    assert_rel_close(h, rh, CHUNK_BOUND, "padded state in place")
+    n = len(calls)
+    gdn.chunk_gated_delta_rule(**gdn.make_inputs(1, 70, 1, 16, V=32, seed=48), segments=segments)
+    assert len(calls) == n, "K <= V never takes the padded path"

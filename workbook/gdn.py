@@ -24,6 +24,7 @@ graders :mod:`workbook.graders.gdn`.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -611,10 +612,37 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     store = output_final_state or inplace_final_state
     ht = _final_state_buffer(initial_state, inplace_final_state, N, HV, K, V, q.device) if store else None
     run = _segmented if seg is not None and B * T else _chunk_core
+    if _v_pad_needed(q.dtype, K, V, emulate):
+        run = functools.partial(_run_v_padded, run)
     o, inter = run(cfg, q, k, v, g, beta, scale, initial_state, ht, cu_seqlens, N, l2=bool(use_qk_l2norm_in_kernel),
-                   emulate=emulate, keep=return_intermediates, **({"seg": seg} if run is _segmented else {}))
+                   emulate=emulate, keep=return_intermediates, **({"seg": seg} if seg is not None and B * T else {}))
     o = o.to(out_dtype)                           # v's dtype, as fla returns it (no-op unless mixed)
     return (o, ht, inter) if return_intermediates else (o, ht)
+
+
+def _v_pad_needed(dtype, K: int, V: int, emulate: bool) -> bool:
+    """Whether a chunked call runs with v padded to K columns (:func:`_run_v_padded`). Seen on the H200
+    (Triton 3.6, compiled kernels, 16-bit operands): with K > V the chunk kernels give wrong states and
+    the output kernel faults on an illegal address (K/V = 32/16, 64/16, 64/32, 128/16), with any
+    launch configuration tried; K <= V, fp32 operands and the interpreter's path are right. Until the
+    cause is found, those calls take the padded path: the same results, K / V times the value work."""
+    return not emulate and dtype != torch.float32 and K > V
+
+
+def _run_v_padded(run, cfg, q, k, v, g, beta, scale, initial_state, ht, cu_seqlens, N, **kw):
+    """``run`` (the plain or segmented form) with v and the states padded from V to K value columns
+    (zeros: values that keep the padded columns of o and of the states zero, not a fill to overwrite),
+    then the first V columns kept: o sliced, the final state copied into ``ht``."""
+    V, K = v.shape[-1], k.shape[-1]
+    vp = F.pad(v, (0, K - V))
+    h0 = F.pad(initial_state, (0, K - V)) if initial_state is not None else None
+    # empty: the state pass (or the segments' scan) writes every element of each final state
+    # [N, HV, K, K] before the copy below reads its first V columns
+    htp = torch.empty(*ht.shape[:-1], K, dtype=torch.float32, device=ht.device) if ht is not None else None
+    o, inter = run(cfg, q, k, vp, g, beta, scale, h0, htp, cu_seqlens, N, **kw)
+    if ht is not None:
+        ht.copy_(htp[..., :V])
+    return o[..., :V].contiguous(), inter
 
 
 # --------------------------------------------------------------------------------------------------
