@@ -2,7 +2,8 @@
 these tests; audited as text): out= that is not a whole write, a custom op's own words, unreachable
 launches, padding provenance, complementary writes and the reverse risk, aliases/duplicate names/list
 elements, where the trail is lost (low, never silent), store masks that select and autotuned grids,
-suppressions with a reason, a nested function's finding reported once, and the workbook's own tree
+suppressions with a reason, a nested function's finding reported once, arguments after a *star,
+allocations in a conditional expression or a tuple unpacked into names, and the workbook's own tree
 auditing clean."""
 import json
 import shutil
@@ -245,3 +246,64 @@ def test_the_workbook_tree_audits_clean_with_its_demos_marked():
     att = sup[("fusion.py", "MiniDecoder._attention")]
     assert att["kind"] == "empty-partial-write" and att["reason"]
     assert any("returned whole to the callers of MiniDecoder._attention()" in r for r in att["reasons"])
+
+
+def test_arguments_after_a_star_map_only_where_the_star_length_is_shown():
+    res = _run("starred_launch_args.py")
+    f, nec = {(x.function, x.variable): x for x in res.findings}, _nec(res)
+    # *strides from the caller: out and sums land on parameters not known; once `sums` (added into by
+    # the kernel) was read as the store-only `out`, a false high
+    for var in ("out", "sums"):
+        lost = f[("strides_of_unknown_length", var)]
+        assert lost.kind == "trail-lost" and lost.confidence == "low", lost
+        assert "after *strides (line 31)" in lost.overwrite and "not known statically" in lost.overwrite
+    lost = f[("strides_of_an_unshown_tensor", "out")]
+    assert lost.kind == "trail-lost" and "after *x.stride()" in lost.overwrite
+    # a literal tuple, and the strides of a tensor unpacked as m, n = x.shape: the positions are known
+    assert f[("strides_in_a_literal", "out")].confidence == "high"
+    assert "param 'out'" in f[("strides_in_a_literal", "out")].overwrite
+    assert ("strides_in_a_literal", "sums") not in f and "param 'sums'" in nec["strides_in_a_literal"]
+    shown = f[("strides_of_a_shown_matrix", "out")]
+    assert shown.confidence == "high" and "matrix_copy_kernel" in shown.overwrite and "param 'out'" in shown.overwrite
+    # a Python function of the files: the same rule
+    helper = f[("helper_after_a_star", "out")]
+    assert helper.kind == "trail-lost" and "after *shape" in helper.overwrite
+    # keywords after the star still map by name
+    assert f[("keywords_after_a_star", "out")].confidence == "high"
+    assert ("keywords_after_a_star", "sums") not in f and "accumulate" in nec["keywords_after_a_star"]
+
+
+def test_allocations_in_a_conditional_expression_are_judged_at_most_medium():
+    res = _run("conditional_and_unpacked.py")
+    f, nec = {(x.function, x.variable): x for x in res.findings}, _nec(res)
+    both = f[("out_or_fresh", "out")]                # zeros_like(q) if out is None else out.zero_()
+    assert both.kind == "zero-fill-then-overwrite" and both.confidence == "medium"
+    assert "torch.zeros_like" in both.pattern and "out.zero_()" in both.pattern
+    assert any(r.startswith("a conditional allocation") and "both branches" in r for r in both.reasons)
+    given = f[("fresh_or_given", "out")]
+    assert given.confidence == "medium" and any("caller's buffer" in r for r in given.reasons)
+    assert ("conditional_accumulator", "acc") not in f and nec["conditional_accumulator"].startswith("accumulate")
+    half = f[("conditional_empty_half_written", "y")]
+    assert half.kind == "empty-partial-write" and any("a conditional allocation" in r for r in half.reasons)
+    # a zero fill inside a branch, not the branch itself: not followed, so a low trail-lost, never silent
+    lost = f[("conditional_fill_not_followed", "out")]
+    assert lost.kind == "trail-lost" and lost.confidence == "low" and ".to(q.device)" in lost.overwrite
+
+
+def test_allocations_unpacked_from_a_tuple_are_judged_one_by_one():
+    res = _run("conditional_and_unpacked.py")
+    f, nec = {(x.function, x.variable): x for x in res.findings}, _nec(res)
+    assert f[("unpacked_pair", "a")].confidence == "high" and "a.copy_" in f[("unpacked_pair", "a")].overwrite
+    assert ("unpacked_pair", "b") not in f and "b += ..." in nec["unpacked_pair"]
+    dq = f[("unpacked_triple", "dq")]
+    assert dq.confidence == "high" and "copy_rows_kernel" in dq.overwrite
+    dk = f[("unpacked_triple", "dk")]            # its own shape (2 * n rows), written on [0, n)
+    assert dk.kind == "empty-partial-write" and dk.confidence == "medium"
+    assert any("[n, 2*n) is not shown written" in r for r in dk.reasons)
+    assert ("unpacked_triple", "dv") not in f
+    assert any(n["variable"] == "dv" and "index_add_" in n["why"] for n in res.necessary)
+    # a target that is no name loses the trail (low); the name next to it is still followed
+    assert f[("unpacked_into_a_subscript", "cache[0]")].kind == "trail-lost"
+    assert f[("unpacked_into_a_subscript", "b")].confidence == "high"
+    # a call returning a tuple is no allocation of the audit's
+    assert not any(x.function == "returned_by_a_call" for x in res.findings)

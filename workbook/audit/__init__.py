@@ -10,7 +10,8 @@ of :mod:`workbook.audit.analyzer`. The package, in the order its modules import 
 * ``source``: the files, their defs found by text and parsed one at a time, the shared :mod:`ast` helpers;
 * ``callees``, ``regions``, ``kernel_use``: what a callee does by its name and words (``out=``, collectives,
   DLPack, an op's docstring), which part of a buffer a set of slices covers (and padding provenance),
-  and how a Triton kernel uses a pointer;
+  and how a Triton kernel uses a pointer; ``arguments``: which parameter a positional argument lands on
+  once the starred arguments before it are expanded (unknown when a star's length is not shown);
 * ``analyzer``: follows one buffer through a function body to its decisive use (kernels and helpers too);
 * ``sites``: the fills of each function and what they make: findings, necessary fills;
 * ``driver``: :func:`audit_sources` runs the sites over in-memory sources (file by file, shared among

@@ -38,8 +38,10 @@ buffer or leaves part of it untouched is taken at its word.
 **Where the trail is lost** the tool says so, never silently: a zero fill whose next use is a callee
 not in the files (a function, an ``nn.Module``, a ``torch.compile`` result, an element of a list), a
 collective other than the ones above, DLPack (``from_dlpack``), a raw ``data_ptr()`` passed on, a
-container, an object's field, a nested function that writes it, or an attribute kept past the function,
-is a ``trail-lost`` finding at ``low`` confidence that names the place.
+container, an object's field, a nested function that writes it, an attribute kept past the function, or
+a position after a ``*starred`` argument whose length the function does not show (a literal tuple, the
+strides of a tensor of known ndim: :mod:`workbook.audit.arguments`), is a ``trail-lost`` finding at
+``low`` confidence that names the place.
 
 A nested function or lambda that captures the buffer counts as a use where it is defined (after the
 fill): one that reads it makes the zeros necessary, one that writes it loses the trail (when it runs
@@ -61,7 +63,8 @@ Confidence (the rule, so that a maintainer can weigh a finding):
   (``x[:] =``, ``copy_``, torch's ``out=``, a covering set of slices, a whole-output collective) or a
   launch/custom op/function whose body in the files given writes that argument and never reads it.
 * ``medium``: shown, not assumed, but short of high: the overwrite goes through an allocation helper's
-  callers, or through a name defined more than once; a
+  callers, or through a name defined more than once, or the fill is one branch of a conditional
+  expression (``x = zeros(..) if x is None else x``: the other hands on a buffer not allocated there); a
   reverse risk where a part is shown left unwritten (a missed index or stride start, or the tail
   ``[n, size)`` of a dimension written on ``[0, n)`` and allocated with another size) and the buffer
   is not only kept in an attribute (a cache or scratch whose readers are not followed: low).
@@ -99,6 +102,7 @@ import ast
 import re
 from dataclasses import dataclass, field
 
+from .arguments import _position
 from .callees import (_collective, _compiled_names, _DIST, _doc_hint, _DLPACK, _import_aliases, _is_constructor,
                       _is_jit, _is_library, _out_keyword)
 from .kernel_use import _Kernels
@@ -365,16 +369,17 @@ class _Analyzer:
             self._dead[id(st)] = _unreachable(st, self.parents, self.fn.node, self.fn.blocks)
         return self._dead[id(st)]
 
-    def first_use(self, key: str, start: ast.AST | None, origin_node: ast.AST | None) -> _Use:
+    def first_use(self, key: str, start: ast.AST | None, origin_node: ast.AST | None, alloc=None) -> _Use:
         """The first decisive use of ``key`` after statement ``start`` (None: the function start);
-        ``origin_node`` is the allocation statement (its shape decides whether slices cover it)."""
+        ``origin_node`` is the allocation statement (its shape decides whether slices cover it), or
+        ``alloc`` the allocation call in it (a branch of ``a if c else b``, an element of ``a, b = ...``)."""
         keys = {key}
         origin_ctrl = _control(start, self.parents) if start is not None else []
         # a loop that allocates on its first pass only (``if buf is None:``, ``if i == 0:``): the writes
         # it repeats fill the buffer slice by slice, as writes in a loop do
         once_per_loop = {id(c) for k, c in enumerate(origin_ctrl)
                          if isinstance(c, _LOOPS) and any(_first_pass(d, key, c) for d in origin_ctrl[k + 1:])}
-        shape = _alloc_shape(getattr(origin_node, "value", None))
+        shape = _alloc_shape(alloc if alloc is not None else getattr(origin_node, "value", None))
         closure = self._closure_use(key, start)
         partials: list[_Use] = []
         sliced: set[str] = set()   # aliases that are views of a part of the buffer
@@ -765,13 +770,15 @@ class _Analyzer:
     def _role_in_launch(self, call: ast.Call, arg, key, line, view, partial, kw, name) -> _Use:
         """``kernel[grid](..., arg, ...)``: what the kernel (if it is in the files) does with that pointer."""
         desc = f"{_dotted(call.func.value) or name}[grid]"
+        idx, lost = _position(call, arg, self.fn) if kw is None else (None, None)
+        if lost is not None:          # after a *starred argument of unknown length: no parameter is known
+            return _Use("escape", line, f"passed to {desc}(...): {lost}", "low", view=view)
         uses = []
         for kern in [k for k in self.p.resolve_all(name, self.fn.file)[0] if _is_jit(k.node)]:
             param = kw
             if param is None:
                 params = _params(kern.node)
-                idx = next((i for i, a in enumerate(call.args) if a is arg), -1)
-                param = params[idx] if 0 <= idx < len(params) else None
+                param = params[idx] if idx is not None and idx < len(params) else None
             if param is not None:
                 u = self._kernel_role(kern, param, desc, name, line, view, partial)
                 if u.kind == "write" and u.confidence != "low":
@@ -833,7 +840,9 @@ class _Analyzer:
         skip = 1 if params and params[0] in ("self", "cls") and (fn.is_method or isinstance(call.func, ast.Attribute)) else 0
         param = kw
         if param is None:
-            idx = next((i for i, a in enumerate(call.args) if a is arg), None)
+            idx, lost = _position(call, arg, self.fn)
+            if lost is not None:
+                return _Use("escape", line, f"passed to {desc}(...): {lost}", "low", view=view)
             if idx is None:
                 return None
             idx += skip

@@ -1,5 +1,6 @@
-"""The audit's sites: which statements of a function are zero fills (or ``empty`` allocations), and
-what the first use of each makes of it (:mod:`workbook.audit.analyzer` follows the buffer): a finding
+"""The audit's sites: which statements of a function are zero fills (or ``empty`` allocations), plain,
+in a branch of a conditional expression (``x = zeros(..) if x is None else x``: at most medium) or in
+a tuple unpacked into names (``a, b = zeros(..), empty(..)``), and what the first use of each makes of it (:mod:`workbook.audit.analyzer` follows the buffer): a finding
 with its proof obligation, a zero fill judged necessary (with the reason), or an allocation helper
 whose callers in the files decide (:func:`_follow_helpers`); a zero fill whose buffer goes where the
 analysis cannot follow is a low ``trail-lost`` finding, and an ``empty`` buffer is a reverse risk
@@ -159,6 +160,92 @@ def _site_of(node) -> tuple | None:
     return (var, pattern, call, kind) if var and pattern else None
 
 
+def _branches(target, value, conds: tuple = ()):
+    """``(target, expression, conditional expressions it is under)`` for each part of an assignment
+    ``target = value``: each branch of a conditional expression (``a if c else b``), each element of a
+    tuple/list literal unpacked into as many targets (``a, b = x, y``); the rest whole."""
+    if isinstance(value, ast.IfExp):
+        yield from _branches(target, value.body, conds + ((value, value.orelse),))
+        yield from _branches(target, value.orelse, conds + ((value, value.body),))
+    elif isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List)) \
+            and len(target.elts) == len(value.elts) \
+            and not any(isinstance(e, ast.Starred) for e in target.elts + value.elts):
+        for t, v in zip(target.elts, value.elts):
+            yield from _branches(t, v, conds)
+    else:
+        yield target, value, conds
+
+
+def _refill_pattern(e) -> str | None:
+    """``x.zero_()`` / ``x.fill_(0)`` as an expression (a branch of a conditional expression)."""
+    if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and _dotted(e.func.value) and \
+            (e.func.attr == "zero_" or (e.func.attr == "fill_" and e.args and _is_zero(e.args[0]))):
+        return f"{_dotted(e.func.value)}.{e.func.attr}({'0' if e.args else ''})"
+    return None
+
+
+def _sites_of(node) -> list[tuple]:
+    """The sites of statement ``node``: ``(variable, pattern, allocation call or None, kind, note)``;
+    ``note`` (a conditional allocation) is None for a plain one. An allocation in a branch of a
+    conditional expression or in a tuple unpacked into names is a site of its own target; one in such
+    a place whose target is no name (``a[i], b = ...``) or whose value is not followed
+    (``f(torch.zeros(n)) if c else y``) is a ``lost`` site: the trail is lost there (never skipped)."""
+    site = _site_of(node)
+    if site is not None:
+        return [site + (None,)]
+    if not isinstance(node, (ast.Assign, ast.AnnAssign)) or not isinstance(node.value, (ast.IfExp, ast.Tuple, ast.List)):
+        return []
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+    merged: dict[tuple, list] = {}
+    for t, v, conds in _branches(targets[0] if len(targets) == 1 else None, node.value):
+        call = v if isinstance(v, ast.Call) else None
+        pattern = call is not None and _fill_pattern(call)
+        kind = "zero-fill-then-overwrite"
+        if not pattern and call is not None:
+            pattern, kind = _empty_pattern(call), "empty-partial-write"
+        if not pattern and conds:
+            pattern, call, kind = _refill_pattern(v), None, "zero-fill-then-overwrite"
+        if not pattern:
+            inner = next((c for c in ast.walk(v) if isinstance(c, ast.Call) and _fill_pattern(c)), None)
+            if conds and inner is not None:       # a zero fill inside a branch, not the branch itself
+                merged[(_src(t) if t is not None else "?", "lost")] = [
+                    _fill_pattern(inner), inner, "lost", f"the zero fill {_src(inner)} is inside {_src(v)}, a branch "
+                    f"of the conditional expression {_src(conds[-1][0])}: where the buffer goes is not followed"]
+            continue
+        var = _dotted(t) if t is not None else None
+        if var is None and kind == "empty-partial-write":
+            continue                              # as for a plain statement: an empty is no trail to lose
+        if var is None:
+            merged[(_src(t) if t is not None else "?", "lost")] = [
+                pattern, call, "lost", f"{pattern} is assigned to {_src(t) if t is not None else 'several targets'} "
+                f"in {_src(node)}: a target that is no name is not followed"]
+            continue
+        site = merged.setdefault((var, kind), [None, call, kind, None, []])
+        site[0] = pattern if site[0] is None else f"{site[0]} / {pattern}"
+        site[1] = site[1] if site[1] is not None else call
+        site[4].append(conds)
+    return [(var, *m[:3], m[3] if m[2] == "lost" else _conditional_note(m[0], m[4], m[2]))
+            for (var, _), m in merged.items()]
+
+
+def _conditional_note(pattern: str, conds_of: list, kind: str) -> str | None:
+    """What a conditional allocation's finding must say: which branches allocate, and that the other
+    branch of the conditional expression may hand on a buffer this statement does not allocate."""
+    if not any(conds_of):
+        return None
+    ifexp, other = next(c for c in conds_of if c)[-1]
+    fresh = isinstance(other, ast.Call) and (_fill_pattern(other) or _empty_pattern(other))
+    if sum(1 for c in conds_of if c) > 1:
+        what = f"both branches fill it ({pattern}): a buffer filled in place may be one the caller passed"
+    elif fresh:
+        what = f"the other branch allocates it otherwise ({_src(other)})"
+    else:
+        what = f"the other branch hands on {_src(other)}, not allocated here" + \
+            (" (a caller's buffer, say)" if _dotted(other) else "")
+    tail = "at most medium for a zero fill" if kind == "zero-fill-then-overwrite" else "judged where this branch runs"
+    return f"a conditional allocation: {_src(ifexp)} (line {ifexp.lineno}); {what}; {tail}"
+
+
 def _first_visit(project: _Project, fn: _Func, node, var: str) -> bool:
     """A site is analyzed once: a nested def is loaded with its enclosing def and on its own."""
     key = (fn.file, node.lineno, node.col_offset, var)
@@ -180,19 +267,38 @@ def _analyze_function(project: _Project, fn: _Func, findings: list[Finding], nec
                 helper_sites.append((fn, node, "the returned buffer", _fill_pattern(node.value),
                                      _padding(node.value, fn.stmts, node.lineno), _Use("return", node.lineno, "return")))
             continue
-        site = _site_of(node)
-        if site is None or not _first_visit(project, fn, node, site[0]):
+        if isinstance(node, ast.Return) and isinstance(node.value, ast.IfExp):
+            _conditional_return(project, fn, node, helper_sites)
             continue
-        var, pattern, call, kind = site
-        use = an.first_use(var, node, node)
-        padded = _padding(call, fn.stmts, node.lineno) if call is not None else None
-        if kind == "empty-partial-write":
-            _judge_empty(project, fn, node, var, pattern, call, use, padded, findings)
-        else:
-            _judge_zero_fill(project, fn, node, var, pattern, use, padded, findings, necessary, helper_sites)
+        for var, pattern, call, kind, note in _sites_of(node):
+            if not _first_visit(project, fn, node, var if note is None else f"{var}|{kind}"):
+                continue
+            padded = _padding(call, fn.stmts, node.lineno) if call is not None else None
+            if kind == "lost":
+                use = _Use("escape", node.lineno, note, "low")
+                _judge_zero_fill(project, fn, node, var, pattern, use, padded, findings, necessary, helper_sites)
+                continue
+            use = an.first_use(var, node, node, alloc=call)
+            if kind == "empty-partial-write":
+                _judge_empty(project, fn, node, var, pattern, call, use, padded, findings, note)
+            else:
+                _judge_zero_fill(project, fn, node, var, pattern, use, padded, findings, necessary, helper_sites, note)
 
 
-def _judge_zero_fill(project, fn, node, var, pattern, use: _Use, padded, findings, necessary, helper_sites):
+def _conditional_return(project: _Project, fn: _Func, node, helper_sites: list) -> None:
+    """``return torch.zeros(..) if c else x``: an allocation helper on the branches that zero-fill
+    (its callers decide, as for a plain ``return torch.zeros(..)``)."""
+    for _, value, _ in _branches(None, node.value):
+        pattern = isinstance(value, ast.Call) and _fill_pattern(value)
+        if pattern and _first_visit(project, fn, node, f"<return>|{value.col_offset}"):
+            helper_sites.append((fn, node, "the returned buffer", f"{pattern} (a branch of {_src(node.value)})",
+                                 _padding(value, fn.stmts, node.lineno), _Use("return", node.lineno, "return")))
+
+
+def _judge_zero_fill(project, fn, node, var, pattern, use: _Use, padded, findings, necessary, helper_sites,
+                     note: str | None = None):
+    """A zero fill's finding, or a necessary fill, or an allocation helper (``note``: a conditional
+    allocation, at most medium, and the finding says why)."""
     rel = fn.file
     if use.kind == "write" and use.how.endswith("zero-fills it again") and not isinstance(node, (ast.Assign, ast.AnnAssign)):
         # a fill statement filled again: a reset or a cache flush, not an allocation to be made empty
@@ -204,6 +310,9 @@ def _judge_zero_fill(project, fn, node, var, pattern, use: _Use, padded, finding
         if use.conditional:   # where the condition is false the zeros survive: they may be the result
             conf = _min_conf(conf, "low")
             reasons.append("the overwrite is under a condition/loop the fill is not under")
+        if note:
+            conf = _min_conf(conf, "medium")
+            reasons.append(note)
         _emit(project, findings, Finding(rel, node.lineno, fn.qualname, var, "zero-fill-then-overwrite", pattern,
                                          f"{_short(use.how)} [line {use.line}]", conf, reasons,
                                          _site_obligation("zero-fill-then-overwrite", var, pattern, use, padded),
@@ -217,14 +326,15 @@ def _judge_zero_fill(project, fn, node, var, pattern, use: _Use, padded, finding
     elif use.kind == "escape":
         _emit(project, findings, Finding(rel, node.lineno, fn.qualname, var, "trail-lost", pattern, _short(use.how),
                                          "low", [f"the trail is lost at line {use.line}: {_short(use.how)}",
-                                                 "whether the zeros are read or overwritten there is not known"],
+                                                 "whether the zeros are read or overwritten there is not known"]
+                                         + ([note] if note else []),
                                          _site_obligation("trail-lost", var, pattern, use, padded), bool(padded),
                                          use.view, False, _src(node)), node)
 
 
-def _judge_empty(project, fn, node, var, pattern, call, use: _Use, padded, findings):
+def _judge_empty(project, fn, node, var, pattern, call, use: _Use, padded, findings, note: str | None = None):
     """The reverse risk: an ``empty`` buffer written once through slices that do not provably cover it,
-    and then used beyond them (returned, passed on, stored, kept)."""
+    and then used beyond them (returned, passed on, stored, kept); ``note``: a conditional allocation."""
     if use.kind != "partial" or use.in_loop or not use.consumer:
         return                          # covered, written in a loop, or the rest is never read here
     regions = [r for r in use.regions if r is not None]
@@ -245,7 +355,7 @@ def _judge_empty(project, fn, node, var, pattern, call, use: _Use, padded, findi
         return                          # every branch covers it, or only indexes of an unknown extent
     reasons = [f"only written through slices: {_short(use.how)} (line {use.line})",
                gap,
-               f"the buffer is then used beyond them: {use.consumer}"]
+               f"the buffer is then used beyond them: {use.consumer}"] + ([note] if note else [])
     # medium only where a part is shown left unwritten (a missed index or stride, or the tail of a padded
     # dimension written on [0, n)); where the writes cannot be modelled (index tensors, views of unknown
     # size, several dimensions, a start not 0), the rest may well be covered: low, and says so
