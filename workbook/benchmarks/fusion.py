@@ -21,7 +21,9 @@ alone with each kernel (where 'auto' switches) and the GPU's read bandwidth (the
   never GPU figures). ``--check``: TP=2 spawned on the CPU against TP=1 (counts and outputs).
   With NCCL the record also holds ``tp2["oneshot"]`` (:func:`oneshot_sweep`): per site, the one-shot
   fused op against NCCL all-reduce + add + RMSNorm at :data:`ONESHOT_TOKENS` x :data:`ONESHOT_HIDDEN`;
-  ``--oneshot`` runs that sweep alone. NVLink multicast stays off (:func:`workbook.fusion.multicast_off`).
+  ``--oneshot`` runs that sweep alone. The full run also times the decoder's steps with the one-shot
+  exchange registered (``tp2["decoder_oneshot"]``): the return style's sites on the one-shot kernel.
+  NVLink multicast stays off (:func:`workbook.fusion.multicast_off`).
 
 Timers come from :mod:`workbook.timing`; record keys follow :mod:`workbook.records`.
 """
@@ -45,8 +47,8 @@ from .. import timing
 from ..device import DEVICE, ON_GPU
 from ..fusion import (
     DECODER_VERSION, ONESHOT_MAX_BYTES, ONESHOT_SLOTS, SMOKE, DecoderConfig, FusionPass, MiniDecoder, OneShotExchange,
-    add_rmsnorm, all_reduce, compile_decoder, expected_sites, gdn_core, make_decoder_weights, multicast_off,
-    oneshot_all_reduce_add_rmsnorm, run_tp, shard_weights,
+    add_rmsnorm, all_reduce, compile_decoder, disable_oneshot, enable_oneshot, expected_sites, gdn_core,
+    make_decoder_weights, multicast_off, oneshot_all_reduce_add_rmsnorm, run_tp, shard_weights,
 )
 from ..records import SCHEMA, Measurement, validate_record
 
@@ -281,6 +283,23 @@ def _bench_sizes(cfg, rank, world_size, sizes, *, timer, device, log=print, prof
             "passes": counts, "sizes": rows}
 
 
+def _decoder_with_oneshot(cfg, rank, world_size, sizes, *, timer, device, log=print) -> dict:
+    """The decoder's steps again with the one-shot exchange registered (:func:`workbook.fusion.enable_oneshot`):
+    the return style's matched sites then run the one-shot kernel (messages up to ONESHOT_MAX_BYTES), the
+    buffer style, which matches nothing, stays on NCCL: what the match buys. ``{"enabled": False, why}``
+    where the exchange cannot be made (no symmetric memory)."""
+    ex = enable_oneshot(cfg.hidden, cfg.dtype)
+    if ex is None:
+        return {"enabled": False, "why": "enable_oneshot returned None (no symmetric memory, or not NCCL)"}
+    try:
+        res = _bench_sizes(cfg, rank, world_size, sizes, timer=timer, device=device, log=log)
+        ex.check()                  # a wait given up anywhere in those steps fails the record
+        res["enabled"] = True
+        return res
+    finally:
+        disable_oneshot()
+
+
 def _gdn_core_times(cfg, device, tokens=(8, 16, 32, 64)) -> list:
     """GPU time (graph replay) of :func:`workbook.fusion.gdn_core` with the recurrent and the chunked
     kernel on one sequence of the decoder's head shapes: where 'auto' switches
@@ -472,6 +491,9 @@ def _bench_tp(smoke: bool, out: str | None, oneshot_only: bool = False) -> int:
                                                    profile=ON_GPU and not smoke)
         if backend == "nccl" and world > 1:
             res["oneshot"] = oneshot_sweep(log=log)
+            if not oneshot_only:
+                res["decoder_oneshot"] = _decoder_with_oneshot(cfg, rank, world, sizes, timer=timer, device=device,
+                                                               log=log)
         res["backend"] = backend
         if rank == 0:
             # --oneshot alone: a record of its own (results["oneshot_tp<world>"]), never merged as a tp2 block
