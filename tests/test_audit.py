@@ -362,6 +362,8 @@ def test_sample_project_findings():
     assert set(f) == {"scale_rows", "row_scales", "gate_into", "new_output", "project_tokens"}, res.report()
     assert f["row_scales"].padding and f["row_scales"].confidence == "high"
     assert f["new_output"].file.endswith("buffers.py") and "scale_rows_helper" in f["new_output"].overwrite
+    # notebook 07 relies on it: out[:num_tokens] = ... then return out, a medium reverse risk
+    assert f["project_tokens"].kind == "empty-partial-write" and f["project_tokens"].confidence == "medium"
     assert set(_necessary(res)) == {"token_histogram", "expert_sums"}
 
 

@@ -3,8 +3,9 @@ these tests; audited as text): out= that is not a whole write, a custom op's own
 launches, padding provenance, complementary writes and the reverse risk, aliases/duplicate names/list
 elements, where the trail is lost (low, never silent), store masks that select and autotuned grids,
 suppressions with a reason, a nested function's finding reported once, arguments after a *star,
-allocations in a conditional expression or a tuple unpacked into names, and the workbook's own tree
-auditing clean."""
+allocations in a conditional expression or a tuple unpacked into names, the workbook's own tree
+auditing clean, and the reverse risk's certainty (a container kept in an attribute, writes indexed by
+a loop variable, a size and its write under one test; the confirmed risks staying medium)."""
 import json
 import shutil
 from pathlib import Path
@@ -307,3 +308,66 @@ def test_allocations_unpacked_from_a_tuple_are_judged_one_by_one():
     assert f[("unpacked_into_a_subscript", "b")].confidence == "high"
     # a call returning a tuple is no allocation of the audit's
     assert not any(x.function == "returned_by_a_call" for x in res.findings)
+
+
+def test_a_buffer_stored_into_a_container_that_outlives_the_function_loses_the_trail():
+    # out of sample: k_buf[:, :kv_len] written, then ctx.kv_caches[layer_id] = [k_buf, v_buf, kv_len]; every
+    # reader took only [:, :kv_len]. A container in an attribute or at module level is read by code not
+    # followed, as a buffer kept in an attribute is: low, and the finding says where (was medium)
+    res = _run("kept_in_a_container.py")
+    f = {(x.function, x.variable): x for x in res.findings}
+    kept = {("prefill_into_a_class_table", "k_buf"): "CacheContext.caches[layer_id]",
+            ("prefill_into_a_class_table", "v_buf"): "CacheContext.caches[layer_id]",
+            ("PagedStore.fill_slot", "keys"): "self.pages[slot]", ("PagedStore.fill_named", "keys"): "self._store['k']",
+            ("PagedStore.fill_entry", "keys"): "self.entry", ("PagedStore.fill_appended", "keys"): "self.entries",
+            ("fill_module_table", "keys"): "_TABLES[key]"}
+    for key, place in kept.items():
+        x = f[key]
+        assert x.kind == "empty-partial-write" and x.confidence == "low", (key, x)
+        assert any(r.startswith(f"the trail is lost at {place}:") for r in x.reasons), (key, x.reasons)
+    # a local tuple that is returned is still handed to a consumer the function cannot see
+    assert f[("returned_in_a_local_tuple", "keys")].confidence == "medium"
+
+
+def test_writes_indexed_by_a_loop_variable_may_cover_the_rest():
+    # out of sample: out[:, 0] then out[:, i + 1] for i in range(s) (a read of out[:, i] first in the
+    # loop) was reported as "[1, s + 1) not shown written" (medium); the loop's passes cover it
+    res = _run("loop_indexed_writes.py")
+    f = {(x.function, x.variable): x for x in res.findings}
+    assert ("draft_columns", "out") not in f, res.report("low")
+    assert ("tiles_after_a_head", "out") not in f, res.report("low")     # [1 + i*k : 1 + (i+1)*k] tiles
+    unbound = f[("while_filled", "out")]                # a while loop: its passes are not bounded
+    assert unbound.confidence == "low"
+    assert any("written under a loop at line 32 with an index the audit does not bound" in r for r in unbound.reasons)
+    short = f[("columns_one_short", "out")]             # read, and one column short, but still a loop: low
+    assert short.confidence == "low" and any("written in the loop at line 41" in r for r in short.reasons)
+    assert ("rows_only_in_a_loop", "out") not in f      # written only in a loop: not reported, as before
+
+
+def test_a_size_picked_by_a_test_and_writes_under_a_condition_are_no_proven_gap():
+    # out of sample: vp = empty(..., 1 if offset >= 0 else 0); if offset >= 0: vp[..., 0] = ... is written
+    # whole or empty (was medium)
+    res = _run("conditional_sizes.py")
+    f = {(x.function, x.variable): x for x in res.findings}
+    for fn in ("optional_column", "optional_column_inline", "optional_rows"):
+        assert not any(k[0] == fn for k in f), res.report("low")
+    # any other write under a condition, a bound chosen by one, a size one side of a test covers: low
+    under = f[("prefix_under_a_test", "out")]
+    assert under.confidence == "low" and any("written under a condition (if n < cap, line 33)" in r for r in under.reasons)
+    chosen = f[("prefix_by_a_conditional_expression", "out")]
+    assert chosen.confidence == "low" and any("is a conditional expression" in r for r in chosen.reasons)
+    tail = f[("optional_tail", "out")]
+    assert tail.confidence == "low" and any("chosen by a test (n + 1 if extra else n: extra)" in r for r in tail.reasons)
+
+
+def test_the_confirmed_reverse_risks_stay_medium():
+    # padded heads and their sinks, an input padded to the weight's width, a tier no side of whose test
+    # covers the heads: every write straight-line, a part provably unwritten, a consumer not seen
+    res = _run("kept_true_risks.py")
+    got = sorted((x.function, x.variable, x.kind, x.confidence) for x in res.findings)
+    assert got == sorted([("pad_heads_to_tier", "padded", "empty-partial-write", "medium")] * 2 + [
+        ("pad_heads_to_tier", "padded_sinks", "empty-partial-write", "medium"),
+        ("PaddedLinear.forward", "wide", "empty-partial-write", "medium"),
+        ("PaddedLinear.forward_direct", "wide", "empty-partial-write", "medium"),
+        ("heads_to_a_chosen_tier", "out", "empty-partial-write", "medium")]), res.report("low")
+    assert not any("the gap is not proven" in r for x in res.findings for r in x.reasons)

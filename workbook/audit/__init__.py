@@ -12,6 +12,10 @@ of :mod:`workbook.audit.analyzer`. The package, in the order its modules import 
   DLPack, an op's docstring), which part of a buffer a set of slices covers (and padding provenance),
   and how a Triton kernel uses a pointer; ``arguments``: which parameter a positional argument lands on
   once the starred arguments before it are expanded (unknown when a star's length is not shown);
+* ``certainty``: how certain a reverse risk is: medium only when every write before the consumer is an
+  unconditional, straight-line slice write and a part is provably outside them all; writes in a loop
+  (a ``range`` loop's passes read as the range they cover), under an ``if``, a size a test picks, or a
+  container kept in an attribute or at module level make it low, with the reason, or show it covered;
 * ``analyzer``: follows one buffer through a function body to its decisive use (kernels and helpers too);
 * ``sites``: the fills of each function and what they make: findings, necessary fills;
 * ``driver``: :func:`audit_sources` runs the sites over in-memory sources (file by file, shared among

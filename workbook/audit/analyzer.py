@@ -28,9 +28,9 @@
 A zeros buffer whose next use reads it (``+=``, ``index_add_``, ``scatter_add_``, an accumulating
 kernel or one whose ``@triton.autotune`` resets it to zero, ``all_reduce``, any arithmetic, a nested
 function that reads it, a partial slice write that leaves the rest zero, a returned buffer no caller
-in the files overwrites) is **not** reported: the
-zero fill is part of the result (it is listed as *necessary*, with the reason). Statements after a
-``return``/``raise``/``continue``/``break`` of their block never run and are not read. An op's own
+in the files overwrites) is **not** reported: the zero fill is part of the result (it is listed as
+*necessary*, with the reason). Statements after a ``return``/``raise``/``continue``/``break`` of their
+block (or of one ending every path from the fill) never run and are not read. An op's own
 words outweigh a write the audit only assumes (:mod:`workbook.audit.callees`): a ``mutates_args``
 op, or one whose body is not followed, whose docstring or comments say it accumulates into the
 buffer or leaves part of it untouched is taken at its word.
@@ -49,12 +49,15 @@ is not followed); a lambda that reads only ``x.shape`` is no use.
 
 It also flags the reverse risk: an ``empty`` buffer written only through slices (``out[:n] = ...``,
 ``kernel[grid](out[:n])``), once (not in a loop, nor allocated on a loop's first pass, ``if out is None:``,
-and written on every pass), when some part of it is neither shown written (the
-slices do not provably cover it: :func:`workbook.audit.regions._gap`) nor shown unread: after the
-writes the buffer is used beyond the written slices (returned whole, passed on, stored, kept in an
-attribute). The finding names that consumer. Reads of exactly the written slices (``return out[:n]``,
-or an alias ``y = out[:n]`` of one, unless the allocation is padded: a view over padded storage may be
-read beyond its end) and a buffer that is dropped are proofs that the rest is unread.
+and written on every pass), when some part of it is neither shown written (the slices do not
+provably cover it: :func:`workbook.audit.regions._gap`) nor shown unread: after the writes the buffer
+is used beyond the written slices (returned whole, passed on, stored, kept). The finding names that
+consumer. Reads of exactly the written slices (``return out[:n]``, or an alias ``y = out[:n]`` of one,
+unless the allocation is padded: a view over padded storage may be read beyond its end) and a buffer
+that is dropped are proofs that the rest is unread. It is ``medium`` only when every write before the
+consumer is an unconditional, straight-line slice write with comparable bounds, a part is provably
+outside all of them, and the consumer is not seen; else ``low`` with the reason (a loop, an ``if``, a
+size a test picks, a container kept in an attribute: :mod:`workbook.audit.certainty`).
 
 Confidence (the rule, so that a maintainer can weigh a finding):
 
@@ -65,24 +68,21 @@ Confidence (the rule, so that a maintainer can weigh a finding):
 * ``medium``: shown, not assumed, but short of high: the overwrite goes through an allocation helper's
   callers, or through a name defined more than once, or the fill is one branch of a conditional
   expression (``x = zeros(..) if x is None else x``: the other hands on a buffer not allocated there); a
-  reverse risk where a part is shown left unwritten (a missed index or stride start, or the tail
-  ``[n, size)`` of a dimension written on ``[0, n)`` and allocated with another size) and the buffer
-  is not only kept in an attribute (a cache or scratch whose readers are not followed: low).
+  reverse risk where a part is proven left unwritten (a missed index or stride start, or the tail
+  ``[n, size)`` of a dimension written on ``[0, n)`` and allocated with another size) by straight-line
+  writes, and handed to a consumer not seen (not kept in an attribute or a container that lives there).
 * ``low``: anything that rests on an assumption or may leave zeros: the overwrite is under a
   condition/loop the fill is not under (where it is false the zeros survive); the callee is not in
   the files (``out=`` of another library, a kernel or op whose argument has an output-like name, a
   ``mutates_args`` op whose body shows no write), or something says it may add into it (an
-  accumulate keyword, a name such as ``*_add``); a kernel that may return before its stores (an
-  ignored row keeps its zero), or whose stores a loaded value decides (an
-  index, a mask, an ``if`` on a loaded value) or that stores only for the programs one side of a
-  comparison of program ids picks (a triangle of blocks), under a mask that picks among in-bounds
-  elements (``k >= 0``: a band scatter), or one element per program on a grid axis that an autotuned
-  ``meta[...]`` sizes (how many depends on the config) (:mod:`workbook.audit.kernel_use`); a
-  reverse risk whose writes cannot be modelled (index tensors, views of unknown size, several
-  dimensions, a start not 0): the finding says so; every ``trail-lost`` finding.
-
-A use that follows the ``return``/``raise`` ending every path from the fill (in its block or an
-enclosing one) never runs after it, and does not count.
+  accumulate keyword, a name such as ``*_add``); a kernel that may return before its stores (an ignored
+  row keeps its zero), or whose stores a loaded value decides (an index, a mask, an ``if`` on a loaded
+  value) or that stores only for the programs one side of a comparison of program ids picks (a triangle
+  of blocks), under a mask that picks among in-bounds elements (``k >= 0``: a band scatter), or one
+  element per program on a grid axis that an autotuned ``meta[...]`` sizes (how many depends on the
+  config) (:mod:`workbook.audit.kernel_use`); a reverse risk whose writes cannot be modelled (index
+  tensors, views of unknown size, several dimensions, a start not 0) or are not certain (in a loop,
+  under a condition): the finding says so; every ``trail-lost`` finding.
 
 Writes through part of a tensor (``x[:n]``, ``narrow``, ``select``, an alias ``y = x[:n]``) are partial;
 ``if``/``else`` branches are exclusive; other control flow is read in source order. Only the functions
@@ -100,9 +100,10 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .arguments import _position
+from .certainty import _kept_in
 from .callees import (_collective, _compiled_names, _DIST, _doc_hint, _DLPACK, _import_aliases, _is_constructor,
                       _is_jit, _is_library, _out_keyword)
 from .kernel_use import _Kernels
@@ -158,6 +159,7 @@ class _Use:
     region: ast.AST | None = None      # the slice this occurrence goes through (x[sl]), if any
     regions: list = field(default_factory=list)   # the slices of the partial writes, in order
     consumer: str | None = None        # after partial writes: who uses the buffer beyond them
+    consumer_line: int | None = None   # and where (None: kept past the function)
 
 
 def _min_conf(a: str, b: str) -> str:
@@ -455,7 +457,8 @@ class _Analyzer:
         return _Use("partial", partials[0].line, ", ".join(p.how for p in partials),
                     partial_writes=[p.how for p in partials], regions=[p.region for p in partials],
                     view=any(p.view for p in partials), conditional=partials[0].conditional,
-                    in_loop=any(p.in_loop for p in partials), consumer=who)
+                    in_loop=any(p.in_loop for p in partials), consumer=who,
+                    consumer_line=consumer.line if consumer is not None else None)
 
     def _end(self, start, keys: set[str], partials: list, closure) -> _Use:
         """No decisive use in the body: a nested function that captured it, an attribute kept past the
@@ -562,6 +565,9 @@ class _Analyzer:
                 gp = self.parents.get(par)
                 if not (isinstance(gp, ast.Subscript) and gp.value is par):
                     r0.region = par.slice
+            place = r0.kind == "escape" and _kept_in(n, self.parents, self.fn)
+            if place:                                        # in a container that outlives the function
+                r0 = replace(r0, how=f"kept in {place} beyond this function ({r0.how}): its readers are not followed")
             if _dotted(n) in sliced and r0.kind == "write":   # written through an alias of a slice
                 r0 = _Use("partial", r0.line, f"{r0.how} (through {_dotted(n)}, a slice of {key})", "medium",
                           view=True)

@@ -15,6 +15,7 @@ import ast
 import re
 
 from .analyzer import _Analyzer, _min_conf, _Project, _Use
+from .certainty import _certainty
 from .regions import _alloc_shape, _branch_groups, _env, _gap, _independent_writes, _padding
 from .results import Finding
 from .source import _call_lines, _call_name, _dotted, _Func, _is_whole_slice, _is_zero, _src
@@ -334,7 +335,11 @@ def _judge_zero_fill(project, fn, node, var, pattern, use: _Use, padded, finding
 
 def _judge_empty(project, fn, node, var, pattern, call, use: _Use, padded, findings, note: str | None = None):
     """The reverse risk: an ``empty`` buffer written once through slices that do not provably cover it,
-    and then used beyond them (returned, passed on, stored, kept); ``note``: a conditional allocation."""
+    and then used beyond them (returned, passed on, stored, kept); ``note``: a conditional allocation.
+    Medium only when every write before the consumer is an unconditional, straight-line slice write with
+    comparable bounds, a part is provably outside them all, and the consumer is one this function cannot
+    see; anything less certain (a loop, an ``if``, a size a test picks, a trail lost in an attribute or a
+    container kept there) is low with the reason (:func:`workbook.audit.certainty._certainty`)."""
     if use.kind != "partial" or use.in_loop or not use.consumer:
         return                          # covered, written in a loop, or the rest is never read here
     regions = [r for r in use.regions if r is not None]
@@ -353,6 +358,9 @@ def _judge_empty(project, fn, node, var, pattern, call, use: _Use, padded, findi
     gap, strength = next((g for g in gaps if g[0] is not None), (None, False))
     if gap is None or not (strength or any(_has_slice(r) for r in regions)):
         return                          # every branch covers it, or only indexes of an unknown extent
+    verdict, why = _certainty(fn, node, var, shape, env, regions, use.consumer_line)
+    if verdict == "covered":
+        return                          # with the writes in loops, or a size chosen by the writes' own test
     reasons = [f"only written through slices: {_short(use.how)} (line {use.line})",
                gap,
                f"the buffer is then used beyond them: {use.consumer}"] + ([note] if note else [])
@@ -369,6 +377,9 @@ def _judge_empty(project, fn, node, var, pattern, call, use: _Use, padded, findi
         conf = "low"
         reasons.append(f"the trail is lost at {use.consumer.split(' beyond', 1)[0][8:]}: whether its readers go "
                        "beyond the written part is not followed")
+    if why is not None:                 # a write in a loop or under a condition: the gap is not proven
+        conf = "low"
+        reasons.append(f"the gap is not proven: {why}")
     _emit(project, findings, Finding(fn.file, node.lineno, fn.qualname, var, "empty-partial-write", pattern,
                                      _short(use.how), conf, reasons,
                                      _site_obligation("empty-partial-write", var, pattern, use, padded), bool(padded),
