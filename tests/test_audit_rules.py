@@ -97,9 +97,9 @@ def test_complementary_writes_and_the_reverse_risk():
     # index tensors: which part stays unwritten cannot be shown, so low and the finding says so
     assert f["index_sets"].confidence == "low" and any("cannot show" in r for r in f["index_sets"].reasons)
     risks.discard("index_sets")
-    assert any("(size 4): index(es) [3] never written" in r for r in f["per_branch_short"].reasons)
+    assert any("(size 4): index(es) [3, 4) never written" in r for r in f["per_branch_short"].reasons)
     assert all(f[fn].confidence == "medium" for fn in risks)
-    assert any("[2] never written" in r for r in f["column_never_written"].reasons)
+    assert any("[2, 3) never written" in r for r in f["column_never_written"].reasons)
     assert any("returned whole to the callers of padded_rows_returned()" in r for r in f["padded_rows_returned"].reasons)
     assert "returned whole" in f["padded_rows_returned"].obligation
     assert any("consumer(...)" in r for r in f["padded_rows_passed_on"].reasons)

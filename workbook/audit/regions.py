@@ -233,6 +233,18 @@ def _independent_writes(slices: list, parents: dict, stop, group: list) -> list:
             and not any(exclusive(path(sl), m) for m in mine)]
 
 
+def _ranges(xs: list, limit: int = 6) -> str:
+    """Sorted ints as half-open runs, ``[3, 7) and [9, 10)``; past ``limit`` runs, a count of the rest."""
+    runs = []
+    for x in xs:
+        if runs and runs[-1][1] == x:
+            runs[-1][1] = x + 1
+        else:
+            runs.append([x, x + 1])
+    text = " and ".join(f"[{a}, {b})" for a, b in runs[:limit])
+    return text + (f" and {len(runs) - limit} more runs" if len(runs) > limit else "")
+
+
 def _gap(slices: list, shape: list | None, bindings: dict | None = None,
          env: dict | None = None) -> tuple[str | None, bool]:
     """What the writes ``slices`` (their slice nodes) leave unwritten: ``(None, False)`` when they
@@ -281,7 +293,7 @@ def _gap(slices: list, shape: list | None, bindings: dict | None = None,
             if lo.isdigit() and hi.isdigit():
                 hit |= set(range(int(lo), int(hi)))
         missing = sorted(set(range(int(size))) - hit)
-        return f"{where}: index(es) {missing} never written", "provable"
+        return f"{where}: index(es) {_ranges(missing)} never written", "provable"
     strength = "prefix" if size is not None and last != "0" else False
     return f"{where}: [{last}, {size or 'the allocated length'}) is not shown written", strength
 
