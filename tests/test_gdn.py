@@ -14,7 +14,7 @@ from workbook import device, gdn, timing
 from workbook.benchmarks import gdn as bench
 from workbook.check import assert_rel_close
 from workbook.coverage import (assert_fully_written, bounds_checked, consumer_differential, find_redundant_zero_fills,
-                               poison_)
+                               poison_, poisoned_allocations)
 from workbook.device import DEVICE, ON_GPU
 from workbook.graders import gdn as graders
 from workbook.plots import gdn as plots
@@ -1339,6 +1339,10 @@ def test_v_padded_path_for_k_above_v(monkeypatch, segments):
     assert calls and o.shape == ro.shape and ht.shape == rh.shape
     assert_rel_close(o, ro, CHUNK_BOUND, "padded o")
     assert_rel_close(ht, rh, CHUNK_BOUND, "padded final state")
+    for which in (0, 1):   # every empty of the padded path (its [N, HV, K, K] final states too) poisoned
+        with poisoned_allocations(which):
+            po, pht = gdn.chunk_gated_delta_rule(**x, output_final_state=True, segments=segments)
+        assert torch.equal(po, o) and torch.equal(pht, ht), f"poison {which} reached a result"
     h = x.pop("initial_state").clone()
     o2, h2 = gdn.chunk_gated_delta_rule(**x, initial_state=h, inplace_final_state=True, segments=segments)
     assert h2 is h
