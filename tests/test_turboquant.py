@@ -825,3 +825,28 @@ def test_cuda_decode_long_context_and_graph_replay():
     want = torch.empty_like(q)
     tq.decode_attention(q2, cache, batch, want, backend="cuda")
     assert torch.equal(out, want)
+
+
+@pytest.mark.parametrize("resident", [2112, 1056, 64])
+def test_cuda_launch_rule_small_grids_cut_splits_to_steps(resident):
+    """The CUDA decode's split rule (CONFIG["cuda_decode"]): the splits tile the context in whole 32-token
+    steps; the grid never exceeds one round of resident warps or SMALL_WARPS, whichever is more; below
+    SMALL_WARPS warps a split may be one step, above it no split is shorter than MIN_SPLIT (unless one
+    round of warps asks for more); and the long-context points keep the whole-round rule."""
+    from workbook.turboquant import CONFIG, _CUDA_STEP, _num_splits
+    cfg = CONFIG["cuda_decode"]
+    small, floor = cfg["SMALL_WARPS"], cfg["MIN_SPLIT"]
+    for pairs in (1, 8, 16, 24, 64, 256, 1024, 5000):
+        for L in (1, 31, 33, 1000, 1024, 4097, 16384, 65536, 131072):
+            S, n = _num_splits(cfg, resident, pairs, L, _CUDA_STEP, whole_rounds=True)
+            assert n % _CUDA_STEP == 0 and S * n >= L > (S - 1) * n, (pairs, L, S, n)
+            assert S * pairs <= max(resident, small, pairs), (pairs, L, S)
+            if S * pairs > small and S > 1:
+                assert n >= min(floor, triton.cdiv(L, S)), (pairs, L, S, n)
+            old = _num_splits({**cfg, "SMALL_WARPS": 0}, resident, pairs, L, _CUDA_STEP, whole_rounds=True)[0]
+            assert S >= old, (pairs, L, S, old)   # the small-grid clause only adds splits ...
+            if pairs * triton.cdiv(L, floor) >= small:
+                assert S == old, (pairs, L, S, old)   # ... and only where MIN_SPLIT's grid is below SMALL_WARPS
+    # the measured cases: batch 1 x 1k over 8 KV heads takes 32 one-step splits, batch 8 x 64k a whole round
+    assert _num_splits(cfg, 2112, 8, 1024, _CUDA_STEP, whole_rounds=True) == (32, 32)
+    assert _num_splits(cfg, 2112, 64, 65536, _CUDA_STEP, whole_rounds=True)[0] == 2112 // 64

@@ -517,12 +517,14 @@ def _check_qkv(q, k, v, cache, batch):
 # cuda_decode (backend="cuda": one warp per request, KV head and split): NUM_SPLITS None = as many splits
 # as fill WAVES whole rounds of the warps the GPU holds at once (the runtime's occupancy for this kernel;
 # every split of a uniform batch is the same work, so a partly filled last round costs a whole round's
-# time), at most one split per MIN_SPLIT tokens.
+# time), at most one split per MIN_SPLIT tokens, except that a grid of up to SMALL_WARPS warps may cut
+# splits down to one 32-token step (short contexts: a warp's fixed cost and the merge outweigh its
+# steps); measured on the H200 over a grid of batch x context (turboquant.json "launch_rule").
 CONFIG = {
     "store": {"BLOCK_R": 16, "num_warps": 4},
     "decode": {"BLOCK_N": 64, "BLOCK_G": 16, "NUM_SPLITS": None, "WAVES": 8, "MIN_SPLIT": 256,
                "num_warps": 4, "num_stages": 1, "maxnreg": 128},
-    "cuda_decode": {"NUM_SPLITS": None, "WAVES": 1, "MIN_SPLIT": 256},
+    "cuda_decode": {"NUM_SPLITS": None, "WAVES": 1, "MIN_SPLIT": 256, "SMALL_WARPS": 512},
     "prefill": {"BLOCK_M": 64, "BLOCK_N": 64, "LOOKUP": 0, "num_warps": 4, "num_stages": 1},
 }
 if not ON_GPU:  # the interpreter pays per operation, not per element: few, large programs
@@ -638,7 +640,7 @@ def rotate_queries(q: torch.Tensor, cache: TurboQuantCache, sm_scale=None) -> to
 def _num_splits(cfg, capacity, pairs: int, max_len: int, step: int, whole_rounds: bool = False):
     """(splits, split_len): ``NUM_SPLITS`` when given; else ``capacity`` programs shared by the ``pairs``
     (request, KV head), rounded up (Triton: WAVES x SMs) or down (CUDA: whole rounds of the resident
-    warps), at most one split per MIN_SPLIT tokens. A split is a whole number of ``step`` tokens."""
+    warps), at most max(SMALL_WARPS // pairs (CUDA), one per MIN_SPLIT tokens), of whole ``step`` tokens."""
     if cfg["NUM_SPLITS"] is not None:
         s = int(cfg["NUM_SPLITS"])
         if s < 1:
@@ -646,7 +648,8 @@ def _num_splits(cfg, capacity, pairs: int, max_len: int, step: int, whole_rounds
     else:
         pairs = max(pairs, 1)
         s = capacity // pairs if whole_rounds else triton.cdiv(capacity, pairs)
-        s = max(1, min(s, triton.cdiv(max_len, cfg["MIN_SPLIT"])))
+        most = max(cfg.get("SMALL_WARPS", 0) // pairs, triton.cdiv(max_len, cfg["MIN_SPLIT"]))
+        s = max(1, min(s, most))
     split_len = triton.cdiv(triton.cdiv(max(max_len, 1), s), step) * step
     return triton.cdiv(max(max_len, 1), split_len), split_len
 

@@ -9,7 +9,8 @@ kernels: Triton and CUDA C++; a configuration may name its ``backend``), against
 graph of 10 calls; median of 3 windows, one window with ``smoke``) and ``eager`` (per-call time of the
 Python call, host and launches included). Read rates are each cache's bytes over its GPU time, measured
 in the same run. The full run adds zeros vs empty for ``attn_out`` in a mixed step (store + decode +
-prefill, :data:`MIXED_STEP`) and the copy ceiling.
+prefill, :data:`MIXED_STEP`), the CUDA kernel's default configuration over :data:`GRID` and the
+copy ceiling.
 
 ``smoke=True`` is what notebook 04 times live: batch 8 x 4k, each backend's default configuration
 (:data:`SMOKE_CONFIGS`). ``budget_s`` skips the (batch, context) points that would start after it ran
@@ -31,12 +32,16 @@ from ..timing import copy_ceiling_GBps, graph_time_us, require_gpu, time_us
 from ..turboquant import (MixedBatch, allocate_cache, decode_attention, dequantize_keys, make_example,
                           mixed_attention, pack_nibbles, quantize_keys, quantize_values, sign_magnitude, slot_bytes)
 
-__all__ = ["run", "table", "decode_point", "key_mse", "mse_table", "PAPER_MSE", "SHAPES", "SMOKE_SHAPES", "CONFIGS", "SMOKE_CONFIGS", "HEADS",
+__all__ = ["run", "table", "grid_table", "GRID", "decode_point", "key_mse", "mse_table", "PAPER_MSE", "SHAPES", "SMOKE_SHAPES", "CONFIGS", "SMOKE_CONFIGS", "HEADS",
            "MIXED_STEP", "TIMERS"]
 
 HEADS = {"hq": 32, "hkv": 8, "d": 128, "block_size": 16}
 SHAPES = [(8, 4096), (8, 32768), (8, 65536), (32, 4096), (32, 32768), (128, 16384)]   # (batch, context)
 SMOKE_SHAPES = [(8, 4096)]
+# issue 34's grid (batch x context): the CUDA kernel in its default configuration (the launch rule of
+# CONFIG["cuda_decode"]) against SDPA at every point, short contexts included
+GRID = [(b, t) for t in (1024, 4096, 16384, 65536) for b in (1, 2, 8, 32, 128)]
+GRID_CONFIGS = {"cuda_default": {"backend": "cuda"}}
 # name -> config of decode_attention (plus "backend"); the Triton ones are named by their tile
 # (64 tokens, 4 warps, 128 registers) and waves, the CUDA ones by their rounds of resident warps
 CONFIGS = {"n64_w4_r128_waves8": {}, "n64_w4_r128_waves16": {"WAVES": 16},
@@ -104,6 +109,7 @@ def run(*, budget_s: float | None = None, smoke: bool = False) -> Measurement:
         torch.cuda.empty_cache()
     ceilings = {}
     if not smoke:
+        res["grid"] = _grid(timer, t0, budget_s, skipped)
         try:
             res["mixed_step"] = _mixed_step_point(timer, eager=time_us)
         except Exception as e:  # noqa: BLE001  (recorded; the decode figures above stand)
@@ -115,6 +121,36 @@ def run(*, budget_s: float | None = None, smoke: bool = False) -> Measurement:
         res["skipped"] = skipped
     res["elapsed_s"] = time.time() - t0
     return Measurement(res, dict(TIMERS), ceilings)
+
+
+def _grid(timer, t0: float, budget_s, skipped: list) -> list:
+    """:data:`GRID` x :data:`GRID_CONFIGS` against SDPA (:func:`decode_point`); points past the budget skipped."""
+    rows = []
+    for B, T in GRID:
+        if budget_s is not None and time.time() - t0 > budget_s:
+            skipped.append({"grid": True, "batch": B, "context": T})
+            continue
+        try:
+            row = decode_point(B, T, HEADS["hq"], HEADS["hkv"], HEADS["d"], HEADS["block_size"], timer, time_us,
+                               GRID_CONFIGS)
+        except torch.OutOfMemoryError as e:
+            row = {"batch": B, "context": T, "error": f"OutOfMemoryError: {str(e)[:200]}"}
+        rows.append(row)
+        print("grid", B, T, {k: round(v, 2) for k, v in row.items() if k in ("sdpa_graph_us", "ours_graph_us",
+                                                                          "speedup_vs_sdpa")}, flush=True)
+        torch.cuda.empty_cache()
+    return rows
+
+
+def grid_table(rec: dict) -> str:
+    """The grid of a record: SDPA against the CUDA kernel's default configuration, graph replay and eager."""
+    rows = [r for r in rec["results"].get("grid", []) if "ours_graph_us" in r]
+    columns = [("batch", "batch", "d"), ("context", "context", "d"),
+               ("SDPA graph us", "sdpa_graph_us", ".1f"), ("ours graph us", "ours_graph_us", ".1f"),
+               ("SDPA eager us", "sdpa_eager_us", ".1f"), ("ours eager us", "ours_eager_us", ".1f"),
+               ("speedup (graph)", "speedup_vs_sdpa", ".2f")]
+    return format_table(rows, columns, title="CUDA decode, default configuration, vs SDPA over the grid "
+                                             "(graph: CUDA-graph replay; eager: per-call time)")
 
 
 def table(rec: dict) -> str:
