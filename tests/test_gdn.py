@@ -1207,9 +1207,17 @@ def test_segments_argument_is_checked_and_auto_is_off():
     xl = gdn.make_inputs(1, 8, 1, 256, V=512, seed=46)
     with pytest.raises(ValueError, match=r"segments needs V \+ K <= 512"):
         gdn.chunk_gated_delta_rule(**xl, segments=1)
-    # the rule is off until measured on the H200: "auto" is the plain path at every shape of the sweep
-    for B, T, H, HV in bench.SEGMENT_SHAPES:
-        assert gdn.segment_rule(B, T, H, HV, 128, 128, 132) is None
+    # the rule follows the H200 record: off wherever no segment length beat the plain path there
+    rec = load_record("gdn_segments")["results"]
+    for row in rec["segments"]:
+        ratios = [row[f"ratio_seg{s}_over_plain_graph"] for s in rec["sweep_chunks_per_segment"]
+                  if f"ratio_seg{s}_over_plain_graph" in row]
+        assert ratios, row
+        if min(ratios) > 1:   # every length slower: "auto" must not pick one
+            assert gdn.segment_rule(row["B"], row["T"], row["H"], row["HV"], row["K"], row["V"], 132) is None
+        else:                 # some length faster: the rule must pick one
+            assert gdn.segment_rule(row["B"], row["T"], row["H"], row["HV"], row["K"], row["V"], 132) is not None
+    assert {(r["B"], r["T"], r["H"], r["HV"]) for r in rec["segments"]} == set(bench.SEGMENT_SHAPES)
     o1, _ = gdn.chunk_gated_delta_rule(**x, segments="auto")
     o2, _ = gdn.chunk_gated_delta_rule(**x)
     assert torch.equal(o1, o2)

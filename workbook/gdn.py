@@ -657,10 +657,10 @@ def _run_v_padded(run, cfg, q, k, v, g, beta, scale, initial_state, ht, cu_seqle
 # also writes each sequence's final state, M S + B of its last segment (the initial state when empty).
 
 def segment_rule(B: int, T: int, H: int, HV: int, K: int, V: int, n_sm: int | None = None) -> int | None:
-    """The segment length in chunks that ``segments="auto"`` takes, or None for the plain path. OFF until
-    measured: None for every shape. It will be set from the H200 measurement of
-    :func:`workbook.benchmarks.gdn.measure_segments` (plain vs segmented at the issue's five shapes);
-    until then no shape is claimed to gain, and nothing here is a measured number."""
+    """The segment length in chunks that ``segments="auto"`` takes, or None for the plain path: None for
+    every shape. Measured on the H200 (record ``gdn_segments``, :func:`workbook.benchmarks.gdn.measure_segments`):
+    at each of the five shapes and every length swept the segmented call took longer than the plain one,
+    since its [B | M] pass and last pass each redo the per-chunk work that the plain path does once."""
     return None
 
 
