@@ -371,3 +371,51 @@ def test_the_confirmed_reverse_risks_stay_medium():
         ("PaddedLinear.forward_direct", "wide", "empty-partial-write", "medium"),
         ("heads_to_a_chosen_tier", "out", "empty-partial-write", "medium")]), res.report("low")
     assert not any("the gap is not proven" in r for x in res.findings for r in x.reasons)
+
+
+def test_a_store_that_starts_past_index_0_does_not_claim_whole_coverage():
+    # out of sample (8th check): a prefix sum stored at [1, n] (a loop from 1), a scan stored at
+    # out + 1 + offs, a base moved one stride on: index 0 keeps its zero, which the consumer reads
+    res = _run("stores_shifted_from_zero.py")
+    f = {(x.function, x.variable): x for x in res.findings}
+    loop = f[("segment_starts", "starts")]
+    assert loop.confidence == "low" and "index 0 is never stored" in loop.overwrite and "runs i from 1" in loop.overwrite
+    scan = f[("exclusive_scan", "out")]
+    assert scan.confidence == "low" and "index 0 is never stored and keeps what was there" in scan.overwrite
+    col = f[("row_counts", "y")]
+    assert col.confidence == "low" and "index 0 along stride stride_col is never stored" in col.overwrite
+    # a second store of index 0 in the same kernel: every element written, still high
+    assert f[("exclusive_scan_with_head", "out")].confidence == "high"
+
+
+def test_a_store_along_a_diagonal_does_not_claim_whole_coverage():
+    # out of sample (8th check): a vector put on a square matrix's diagonal, i * (n + 1), or
+    # row * size + col with col = row + k in either branch of an if: the zeros off it are the result
+    res = _run("stores_on_a_diagonal.py")
+    f = {(x.function, x.variable): x for x in res.findings}
+    for fn in ("to_diagonal", "to_offset_diagonal"):
+        assert f[(fn, "m")].confidence == "low", res.report("low")
+        assert "only a diagonal is stored, the elements off it keep what was there" in f[(fn, "m")].overwrite
+    # a row stride of n + 1 filled by the arange, and a 2-D tile, are whole writes
+    assert f[("padded_rows", "out")].confidence == "high"
+    assert f[("tiled_copy", "out")].confidence == "high"
+
+
+def test_a_program_id_added_to_an_arange_does_not_claim_whole_coverage():
+    # out of sample (8th check): cols = pid_n + arange(BN), not pid_n * BN + arange(BN): the tail of a
+    # row longer than a block is never stored
+    res = _run("stores_at_program_id_plus_arange.py")
+    f = {(x.function, x.variable): x for x in res.findings}
+    bad = f[("dim_offsets", "out")]
+    assert bad.confidence == "low" and "past the last program's block keep what was there" in bad.overwrite
+    assert "adds program id pid_n" in bad.overwrite, bad.overwrite
+
+
+def test_a_block_offset_and_a_grid_stride_loop_stay_whole_writes():
+    # the guard: pid * BLOCK + tl.arange(0, BLOCK) (1-D, or each axis of a 2-D tile) and a grid-stride
+    # loop from pid * BLOCK reach every element: high, with no offset note
+    res = _run("stores_at_program_id_plus_arange.py")
+    f = {(x.function, x.variable): x for x in res.findings}
+    for fn in ("dim_offsets_fixed", "block_copy", "grid_stride_copy"):
+        assert f[(fn, "out")].confidence == "high", res.report("low")
+        assert "stores only)" in f[(fn, "out")].overwrite

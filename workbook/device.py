@@ -89,7 +89,8 @@ def same_device(a, b) -> bool:
         return False
     if a.type != "cuda" or a.index == b.index:
         return True
-    current = torch.cuda.current_device() if torch.cuda.is_available() else 0
+    # a launch path calls this per argument: is_initialized() is a flag, is_available() reads the environment
+    current = torch.cuda.current_device() if torch.cuda.is_initialized() else 0
     return (a.index if a.index is not None else current) == (b.index if b.index is not None else current)
 
 

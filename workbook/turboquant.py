@@ -514,12 +514,10 @@ def _check_qkv(q, k, v, cache, batch):
 # num_stages=1: with 2, Triton 3.6's software pipelining of the cached-prefix loop made an out-of-range
 # shared-memory access on the H200 (compute-sanitizer memcheck on tests/test_turboquant.py, 2026-11-30;
 # the interpreter cannot see it); no upstream issue filed from here
-# cuda_decode (backend="cuda": one warp per request, KV head and split): NUM_SPLITS None = as many splits
-# as fill WAVES whole rounds of the warps the GPU holds at once (the runtime's occupancy for this kernel;
-# every split of a uniform batch is the same work, so a partly filled last round costs a whole round's
-# time), at most one split per MIN_SPLIT tokens, except that a grid of up to SMALL_WARPS warps may cut
-# splits down to one 32-token step (short contexts: a warp's fixed cost and the merge outweigh its
-# steps); measured on the H200 over a grid of batch x context (turboquant.json "launch_rule").
+# cuda_decode (backend="cuda": one warp per request, KV head and split): NUM_SPLITS None = splits filling
+# WAVES whole rounds of the resident warps (a partly filled last round costs a whole round), at most one
+# per MIN_SPLIT tokens, but a grid of up to SMALL_WARPS warps may cut splits to one 32-token step (short
+# contexts: a warp's fixed cost and the merge outweigh its steps; turboquant.json "launch_rule").
 CONFIG = {
     "store": {"BLOCK_R": 16, "num_warps": 4},
     "decode": {"BLOCK_N": 64, "BLOCK_G": 16, "NUM_SPLITS": None, "WAVES": 8, "MIN_SPLIT": 256,
@@ -647,11 +645,14 @@ def _num_splits(cfg, capacity, pairs: int, max_len: int, step: int, whole_rounds
             raise ValueError(f"config NUM_SPLITS must be >= 1, got {s}")
     else:
         pairs = max(pairs, 1)
-        s = capacity // pairs if whole_rounds else triton.cdiv(capacity, pairs)
-        most = max(cfg.get("SMALL_WARPS", 0) // pairs, triton.cdiv(max_len, cfg["MIN_SPLIT"]))
-        s = max(1, min(s, most))
-    split_len = triton.cdiv(triton.cdiv(max(max_len, 1), s), step) * step
-    return triton.cdiv(max(max_len, 1), split_len), split_len
+        s = capacity // pairs if whole_rounds else _cdiv(capacity, pairs)
+        s = max(1, min(s, max(cfg.get("SMALL_WARPS", 0) // pairs, _cdiv(max_len, cfg["MIN_SPLIT"]))))
+    split_len = _cdiv(_cdiv(max(max_len, 1), s), step) * step
+    return _cdiv(max(max_len, 1), split_len), split_len
+
+
+def _cdiv(a: int, b: int) -> int:   # on every decode call's host path (triton.cdiv is a JIT function call)
+    return -(-a // b)
 
 
 def _check_cuda_decode(q, cache: TurboQuantCache, hq: int, d: int) -> None:

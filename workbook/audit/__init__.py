@@ -8,10 +8,12 @@ of :mod:`workbook.audit.analyzer`. The package, in the order its modules import 
 
 * ``results``: :class:`Finding`, :class:`Skipped`, :class:`AuditResult`, :func:`format_text`, :func:`to_json`;
 * ``source``: the files, their defs found by text and parsed one at a time, the shared :mod:`ast` helpers;
-* ``callees``, ``regions``, ``kernel_use``: what a callee does by its name and words (``out=``, collectives,
-  DLPack, an op's docstring), which part of a buffer a set of slices covers (and padding provenance),
-  and how a Triton kernel uses a pointer; ``arguments``: which parameter a positional argument lands on
-  once the starred arguments before it are expanded (unknown when a star's length is not shown);
+* ``callees``, ``regions``, ``offsets``, ``kernel_use``: what a callee does by its name and words (``out=``,
+  collectives, DLPack, an op's docstring), which part of a buffer a set of slices covers (and padding
+  provenance), whether a Triton store's address can reach the whole buffer (not a start past index 0, a
+  diagonal, a program id added to an arange), and how a Triton kernel uses a pointer; ``arguments``:
+  which parameter a positional argument lands on once the starred arguments before it are expanded
+  (unknown when a star's length is not shown);
 * ``certainty``: how certain a reverse risk is: medium only when every write before the consumer is an
   unconditional, straight-line slice write and a part is provably outside them all; writes in a loop
   (a ``range`` loop's passes read as the range they cover), under an ``if``, a size a test picks, or a

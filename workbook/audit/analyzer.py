@@ -78,11 +78,12 @@ Confidence (the rule, so that a maintainer can weigh a finding):
   accumulate keyword, a name such as ``*_add``); a kernel that may return before its stores (an ignored
   row keeps its zero), or whose stores a loaded value decides (an index, a mask, an ``if`` on a loaded
   value) or that stores only for the programs one side of a comparison of program ids picks (a triangle
-  of blocks), under a mask that picks among in-bounds elements (``k >= 0``: a band scatter), or one
-  element per program on a grid axis that an autotuned ``meta[...]`` sizes (how many depends on the
-  config) (:mod:`workbook.audit.kernel_use`); a reverse risk whose writes cannot be modelled (index
-  tensors, views of unknown size, several dimensions, a start not 0) or are not certain (in a loop,
-  under a condition): the finding says so; every ``trail-lost`` finding.
+  of blocks), under a mask that picks among in-bounds elements (``k >= 0``: a band scatter), at addresses
+  that all miss a part (a start past index 0, a diagonal, a program id added to an arange:
+  :mod:`workbook.audit.offsets`), or one element per program on a grid axis that an autotuned
+  ``meta[...]`` sizes (how many: the config's) (:mod:`workbook.audit.kernel_use`); a reverse risk whose
+  writes cannot be modelled (index tensors, views of unknown size, several dimensions, a start not 0) or
+  are not certain (in a loop, under a condition): the finding says so; every ``trail-lost`` finding.
 
 Writes through part of a tensor (``x[:n]``, ``narrow``, ``select``, an alias ``y = x[:n]``) are partial;
 ``if``/``else`` branches are exclusive; other control flow is read in source order. Only the functions
@@ -242,7 +243,7 @@ class _Project(_Kernels, _Index):
         self._kernel_summary: dict[tuple[int, str], str] = {}   # (kernel_use.py)
         self._bodies: dict[int, list] = {}
         self._loaded: dict[int, tuple] = {}      # kernel -> (loaded names, program-id names, assignments)
-        self._selecting: dict[tuple[int, str], str] = {}   # (kernel, param) -> the mask term that selects
+        self._selecting: dict[tuple[int, str], tuple] = {}   # (kernel, param) -> (why a part, by addresses?)
         self._param_summary: dict[tuple[int, str], tuple] = {}
         self._aliases: dict[str, dict] = {}
         self._compiled: dict[str, dict] = {}
@@ -811,8 +812,7 @@ class _Analyzer:
                     "store-dd": "; WHICH elements depends on loaded values: those it skips keep what was there",
                     "store-part": "; only the programs on one side of a comparison of program ids store (a "
                                   "triangle of blocks?): the others keep what was there",
-                    "store-sel": f"; its store mask ({self.p.selecting_mask(kern, param)}) selects among in-bounds "
-                                 "elements: those it leaves out keep what was there"}[u]
+                    "store-sel": f"; {self.p.selecting_note(kern, param)}"}[u]
             return _Use("partial" if partial else "write", line,
                         f"Triton launch {desc}(...) writes param '{param}' ({where}: stores only{note})",
                         _min_conf(conf, "medium" if partial else "high"), view=view)

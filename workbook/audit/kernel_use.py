@@ -10,8 +10,13 @@ blocks); an early ``return`` alone ('store-early') is the usual bounds guard (me
 
 A store mask is a bounds guard when its terms are upper bounds (``offs < n``); a term that selects
 among in-bounds elements (a lower bound ``k >= 0``, ``k > c``, ``0 <= k``, a triangle ``i >= j``; an
-equality on program ids picks programs, not elements, and is left alone) makes the stores cover a subset the kernel picks ('store-sel': a scatter into part of
-the buffer, the rest keeps what was there). A parameter named in the kernel's own
+equality on program ids picks programs, not elements, and is left alone) makes the stores cover a
+subset the kernel picks ('store-sel': a scatter into part of the buffer, the rest keeps what was
+there), and so does an address that misses a part (:func:`workbook.audit.offsets.store_gap`: a start
+past index 0, a diagonal, a program id added to an arange) when it is so for *every* store of the
+parameter (a helper's stores count as one): another store that reaches the rest (``tl.store(out, 0)``
+beside ``out + 1 + offs``) keeps the whole write; the note that goes with 'store-sel'
+(:meth:`_Kernels.selecting_note`) says which. A parameter named in the kernel's own
 ``@triton.autotune(reset_to_zero=[...])`` is one the kernel relies on finding zeroed ('zeroed'): its
 authors say so. :meth:`_Kernels.store_sites` lists, per store of a parameter, the program-id axes
 its address follows and the names it is computed from, for the launch to compare with its grid."""
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import ast
 
+from .offsets import store_gap
 from .source import _call_name, _dotted, _Func, _params
 
 _MAX_DEPTH = 4
@@ -195,7 +201,7 @@ class _Kernels:
         """'store' (only stored through), 'store-dd' (only stored, but where depends on loaded values),
         'store-part' (only stored, by the programs one side of a comparison of program ids picks),
         'store-sel' (only stored, under a mask that selects among in-bounds elements: see
-        :meth:`selecting_mask`), 'store-early' (only stored, the kernel may return early), 'load',
+        :meth:`selecting_note`), 'store-early' (only stored, the kernel may return early), 'load',
         'rmw' (loaded and stored, or atomics), 'zeroed' (the kernel's autotune resets it to zero), 'none'."""
         key = (id(fn.node), param)
         if key in self._kernel_summary:
@@ -210,17 +216,19 @@ class _Kernels:
         loaded, pid, _ = self._loaded[id(fn.node)]
         early_return = any(isinstance(n, ast.Return) for n in body)
         acc = {"stores": False, "loads": False, "atomics": False, "dd": False, "part": False, "sel": None,
-               "pid": pid}
+               "pid": pid, "sites": 0, "gaps": []}
         for n in body:
             if isinstance(n, ast.Call):
                 self._kernel_call(fn, n, taint, loaded, acc, depth)
         res = "rmw" if acc["atomics"] or (acc["stores"] and acc["loads"]) else "store" if acc["stores"] \
             else "load" if acc["loads"] else "none"
-        if res == "store" and (acc["dd"] or acc["part"] or acc["sel"] or early_return):
-            res = "store-dd" if acc["dd"] else "store-part" if acc["part"] else "store-sel" if acc["sel"] \
+        # every store's address misses a part (a shift, a diagonal, a program id added): no store reaches it
+        gap = acc["gaps"][0] if acc["gaps"] and len(acc["gaps"]) == acc["sites"] else None
+        if res == "store" and (acc["dd"] or acc["part"] or acc["sel"] or gap or early_return):
+            res = "store-dd" if acc["dd"] else "store-part" if acc["part"] else "store-sel" if acc["sel"] or gap \
                 else "store-early"
-        if acc["sel"]:
-            self._selecting[key] = acc["sel"]
+        if acc["sel"] or gap:
+            self._selecting[key] = (acc["sel"], False) if acc["sel"] else (gap, True)
         self._kernel_summary[key] = res
         return res
 
@@ -233,9 +241,14 @@ class _Kernels:
             self._loaded[id(fn.node)] = (_loaded_names(body), _loaded_names(body, "program_id"), _assignments(body))
         return body
 
-    def selecting_mask(self, fn: _Func, param: str) -> str:
-        """The mask term that made ``param``'s stores 'store-sel' (``k >= 0``), or ''."""
-        return self._selecting.get((id(fn.node), param), "")
+    def selecting_note(self, fn: _Func, param: str) -> str:
+        """Why ``param``'s stores are 'store-sel': the mask term that selects (``k >= 0``), or the part
+        every store's address misses (:func:`workbook.audit.offsets.store_gap`); '' when they are not."""
+        return self._selecting.get((id(fn.node), param), ("", False))[0]
+
+    def _gap_only(self, fn: _Func, param: str) -> bool:
+        """Are ``param``'s stores 'store-sel' only because their addresses miss a part (not by a mask)?"""
+        return self._selecting.get((id(fn.node), param), ("", False))[1]
 
     def store_sites(self, fn: _Func, param: str) -> list[tuple[set, set, bool]]:
         """Per direct ``tl.store`` through ``param``: the program-id axes its address follows, the names
@@ -290,6 +303,9 @@ class _Kernels:
             if _names_in(ptr) & taint:
                 if name == "store":
                     acc["stores"] = True
+                    acc["sites"] += 1
+                    gap = store_gap(fn, ptr, taint) if ptr is not getattr(n.func, "value", None) else None
+                    acc["gaps"] += [gap] if gap else []
                     mask = next((k.value for k in n.keywords if k.arg == "mask"), n.args[2] if len(n.args) > 2 else None)
                     used = {x for e in (ptr, mask) if e is not None for x in _names_in(e)}
                     loop = fn.parents.get(n)
@@ -301,8 +317,10 @@ class _Kernels:
                             acc["part"] = True    # if i_i > i_j: ... (no else): some programs store nothing
                         loop = fn.parents.get(loop)
                     acc["dd"] |= bool(used & loaded)
-                    if mask is not None and not acc["sel"]:
-                        acc["sel"] = _selecting_term(mask, self._loaded[id(fn.node)][2])
+                    term = _selecting_term(mask, self._loaded[id(fn.node)][2]) if mask is not None else None
+                    if term and not acc["sel"]:
+                        acc["sel"] = f"its store mask ({term}) selects among in-bounds elements: those it leaves " \
+                                     "out keep what was there"
                 elif name == "load":
                     acc["loads"] = True
                 else:
@@ -318,6 +336,10 @@ class _Kernels:
                     u = self.kernel_use(callee, params[i], depth + 1)
                     acc["stores"] |= u in ("store", "store-dd", "store-part", "store-sel", "store-early", "rmw", "zeroed")
                     acc["part"] |= u == "store-part"
-                    acc["sel"] = acc["sel"] or (self.selecting_mask(callee, params[i]) if u == "store-sel" else None)
+                    if u in ("store", "store-dd", "store-part", "store-sel", "store-early"):
+                        acc["sites"] += 1     # the helper's stores, as one site of ours
+                        note, by_gap = self.selecting_note(callee, params[i]), self._gap_only(callee, params[i])
+                        acc["gaps"] += [note] if u == "store-sel" and by_gap else []
+                        acc["sel"] = acc["sel"] or (note if u == "store-sel" and not by_gap else None)
                     acc["loads"] |= u in ("load", "rmw")
                     acc["dd"] |= u == "store-dd"

@@ -15,15 +15,19 @@ reading counts), and an expansion with too many readings is left undecided (not 
 An address does not prove that the store reaches the whole buffer when, for some stride:
 
 * *a shift*: the terms without an index atom add up to ``c > 0`` steps of a stride along which a
-  ``tl.arange``, a loop variable or a bare program id runs (``cumsum + 1 + offs``, ``1 + tl.arange``,
-  a loop ``range(1, n)``, a base moved by one stride: ``y += stride_yr`` before ``off_r * stride_yr``):
-  indexes ``[0, c)`` of that dimension are never stored. A shift by a whole block (``(pid + 1) * BLOCK``,
-  whose constant is ``BLOCK`` steps of the stride ``1``) is a choice of blocks, not a shift;
-* *a diagonal*: one index atom runs along two strides (``row * M + col`` with ``col = row + k``,
-  ``i * (N + 1)``): only a diagonal is stored, the elements off it never are;
-* *a program id added to an arange* on the same stride (``pid_y + tl.arange(0, BLOCK_N)`` where
-  ``pid_y * BLOCK_N + ...`` is the tile): the programs' ranges overlap and, once the axis is longer
-  than a block, the tail past the last program's block is never stored.
+  ``tl.arange`` or a loop variable runs, or a program id runs bare (stride 1) (``cumsum + 1 + offs``,
+  ``1 + tl.arange``, a loop ``range(1, n)``, a base moved by one stride: ``y += stride_yr`` before
+  ``off_r * stride_yr``): indexes ``[0, c)`` of that dimension are never stored. A whole block
+  (``(pid + 1) * BLOCK``: one step of the stride ``BLOCK``, along which only the program id runs) is a
+  choice of blocks, not a shift;
+* *a diagonal*: one index atom runs along two strides and no other index runs along either
+  (``row * M + col`` with ``col = row + k``, ``i * (N + 1)``): only a diagonal is stored, the elements
+  off it never are. ``pid * (S + 1) + tl.arange(0, S + 1)`` is rows of ``S + 1`` (the arange runs
+  along the program id's stride 1), not a diagonal;
+* *a program id added to an arange*: a program id in one term only, times 1, on the stride of a
+  ``tl.arange`` (``pid_y + tl.arange(0, BLOCK_N)`` where ``pid_y * BLOCK_N + ...`` is the tile): the
+  programs' ranges overlap and, once the axis is longer than a block, the tail past the last
+  program's block is never stored.
 
 :func:`store_gap` returns the reason, worded like the audit's other low notes (what is never stored
 keeps what was there), or ``None`` when the address shows none of these. A kernel whose *every*
@@ -210,8 +214,7 @@ class _Address:
         if isinstance(e, ast.Call) and _call_name(e) in ("load", "program_id", "arange", "num_programs"):
             return _atom("xopaque", ast.unparse(e))
         for sub in ast.iter_child_nodes(e):
-            if isinstance(sub, ast.expr) and not isinstance(sub, (ast.Constant, ast.Attribute)) or \
-                    isinstance(sub, ast.Attribute) and isinstance(sub.value, (ast.Name, ast.Call)):
+            if isinstance(sub, ast.expr) and not isinstance(sub, ast.Constant):
                 alts = self.poly(sub, at, depth + 1)
                 if alts is None or any(a[0] in _INDEX for p in alts for m in p for a in m):
                     return _atom("xopaque", ast.unparse(e))
@@ -219,10 +222,11 @@ class _Address:
 
 
 def _broadcast(sl) -> bool:
+    """Is a subscript only a broadcast (``[:, None]``, ``[None, :]``)?"""
     elts = sl.elts if isinstance(sl, ast.Tuple) else [sl]
-    return any(isinstance(x, ast.Constant) and x.value is None for x in elts) and \
-        all(isinstance(x, ast.Slice) and x.lower is x.upper is x.step is None or
-            isinstance(x, ast.Constant) and x.value is None for x in elts)
+    new_axis = [isinstance(x, ast.Constant) and x.value is None for x in elts]
+    whole = [isinstance(x, ast.Slice) and x.lower is None and x.upper is None and x.step is None for x in elts]
+    return any(new_axis) and all(a or w for a, w in zip(new_axis, whole))
 
 
 def _is_zero(e) -> bool:
@@ -233,13 +237,25 @@ def _stride(key: tuple) -> str:
     return " * ".join(i for _, i, _ in key) or "1"
 
 
-def _gap(p: dict, show: dict) -> str | None:
-    """Which part of the buffer the address ``p`` (one reading) never reaches, or None."""
+def _gap(p: dict, show: dict) -> tuple[str, str] | None:
+    """Which part of the buffer the address ``p`` (one reading) never reaches, and what in the address
+    says so; None when it shows no gap."""
     terms = []
     for m, c in p.items():
-        if any(a[0] == "base" for a in m):
-            continue
-        terms.append(([a for a in m if a[0] in _INDEX], tuple(a for a in m if a[0] not in _INDEX), c))
+        if not any(a[0] == "base" for a in m):
+            terms.append(([a for a in m if a[0] in _INDEX], tuple(a for a in m if a[0] not in _INDEX), c))
+    rests: dict = defaultdict(set)       # run atom -> the strides (the rest of each term) it runs along
+    for idx, key, c in terms:
+        for a in idx:
+            if a[0] in _RUNS:
+                rest = idx + list(key)
+                rest.remove(a)
+                rests[a].add(tuple(sorted(rest)))
+    return _shift(terms, show) or _diagonal(rests, show) or _pid_added(terms, rests, show)
+
+
+def _shift(terms: list, show: dict):
+    """Terms without an index atom adding up to ``c > 0`` steps of a stride a run goes along."""
     shift: dict = defaultdict(int)
     for idx, key, c in terms:
         if not idx:
@@ -249,29 +265,34 @@ def _gap(p: dict, show: dict) -> str | None:
                     (i[0][0] in ("arange", "loop") or i[0][0] == "pid" and not key)), None)
         if c > 0 and run is not None:
             along = f" along stride {_stride(key)}" if key else ""
-            part = "index 0" if c == 1 else f"indexes [0, {c})"
-            return f"runs {show.get(run[1], run[1])}{along} from {c}, not 0: {part} of that dimension " \
-                   f"{'is' if c == 1 else 'are'} never stored and keep{'s' if c == 1 else ''} what was there"
-    rests: dict = defaultdict(set)
-    for idx, key, c in terms:
-        for a in idx:
-            if a[0] in _RUNS:
-                rest = list(idx + list(key))
-                rest.remove(a)
-                rests[a].add(tuple(sorted(rest)))
-    for a, rs in rests.items():
-        if len(rs) > 1:
+            part = f"index 0{along} is never stored and keeps" if c == 1 else \
+                f"indexes [0, {c}){along} are never stored and keep"
+            return f"{part} what was there", f"runs {show.get(run[1], run[1])} from {c}, not 0"
+    return None
+
+
+def _diagonal(rests: dict, show: dict):
+    """A run along two strides, neither of which another run goes along (``i * (N + 1)``; not
+    ``pid * (S + 1) + tl.arange(0, S + 1)``, rows of S + 1)."""
+    for a, rs in sorted(rests.items(), key=lambda kv: ("arange", "loop", "pid").index(kv[0][0])):
+        if len(rs) > 1 and not any(rs & other for b, other in rests.items() if b != a):
             strides = " and ".join(sorted(_stride(r) for r in rs)[:2])
-            return f"steps {show.get(a[1], a[1])} along two strides at once ({strides}: a diagonal): " \
-                   "the elements off that diagonal are never stored and keep what was there"
+            name = show.get(a[1], f"tl.program_id({a[1]})" if a[0] == "pid" else a[1])
+            return "only a diagonal is stored, the elements off it keep what was there", \
+                f"steps {name} along two strides at once ({strides})"
+    return None
+
+
+def _pid_added(terms: list, rests: dict, show: dict):
+    """A program id in one term only, added (times 1) to a ``tl.arange`` along the same stride."""
     for idx, key, c in terms:
-        if len(idx) == 1 and idx[0][0] == "pid" and c == 1:
+        if len(idx) == 1 and idx[0][0] == "pid" and c == 1 and len(rests[idx[0]]) == 1:
             ar = next((i[0] for i, k, _ in terms if len(i) == 1 and i[0][0] == "arange" and k == key), None)
             if ar is not None:
                 pid = show.get(idx[0][1], f"tl.program_id({idx[0][1]})")
-                return f"adds program id {pid} to {show.get(ar[1], ar[1])} where {pid} * block would be: once " \
-                       "that axis is longer than a block, its tail past the last program's block is never stored " \
-                       "and keeps what was there"
+                return "the elements past the last program's block keep what was there", \
+                    f"adds program id {pid} to {show.get(ar[1], ar[1])}, not {pid} * block (on an axis longer " \
+                    "than a block the programs' ranges overlap and stop short)"
     return None
 
 
@@ -291,4 +312,5 @@ def store_gap(fn, ptr, base: set) -> str | None:
     if not all(gaps):
         return None
     text = ast.unparse(ptr)
-    return f"its store address ({text if len(text) <= 60 else text[:57] + '...'}) {gaps[0]}"
+    head, detail = gaps[0]
+    return f"{head}: its store address ({text if len(text) <= 60 else text[:57] + '...'}) {detail}"
