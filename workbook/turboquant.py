@@ -636,9 +636,8 @@ def rotate_queries(q: torch.Tensor, cache: TurboQuantCache, sm_scale=None) -> to
 
 
 def _num_splits(cfg, capacity, pairs: int, max_len: int, step: int, whole_rounds: bool = False):
-    """(splits, split_len): ``NUM_SPLITS`` when given; else ``capacity`` programs shared by the ``pairs``
-    (request, KV head), rounded up (Triton: WAVES x SMs) or down (CUDA: whole rounds of the resident
-    warps), at most max(SMALL_WARPS // pairs (CUDA), one per MIN_SPLIT tokens), of whole ``step`` tokens."""
+    """(splits, split_len): NUM_SPLITS if given, else ``capacity`` programs shared by the ``pairs`` rounded up
+    (Triton) or down (CUDA), at most max(SMALL_WARPS // pairs, one per MIN_SPLIT tokens); whole ``step``s."""
     if cfg["NUM_SPLITS"] is not None:
         s = int(cfg["NUM_SPLITS"])
         if s < 1:
