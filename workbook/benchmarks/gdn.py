@@ -53,7 +53,7 @@ __all__ = [
     "run", "table", "has_timing_methods", "state_pass_alone", "TIMERS", "CHUNK_SHAPES", "VARLEN_SEQS",
     "VARLEN_HEADS", "PROFILE_SHAPES", "STATE_SHAPES", "STATE_GRID_SHAPES", "STATE_GRID", "DECODE_SHAPE",
     "DECODE_SWEEP", "CHUNK_SWEEP", "WARM_T", "measure_segments", "segments_table", "segment_cost", "SEGMENT_SHAPES",
-    "SEGMENT_SWEEP", "SEGMENT_D",
+    "SEGMENT_SWEEP", "SEGMENT_D", "profile_segments",
 ]
 
 # The timers of the record (workbook.timing.TIMERS, with this benchmark's detail).
@@ -745,3 +745,31 @@ def segments_table(rec) -> str:
     sweep = r.get("sweep_chunks_per_segment", SEGMENT_SWEEP)
     return "\n".join(["times per call; 'graph' = GPU time from CUDA-graph replay, 'eager' = eager per-call time"]
                      + [_segment_line(row, sweep) for row in r["segments"]])
+
+
+def profile_segments(*, seg: int = 32, save: bool = False) -> dict:
+    """Where the time goes, per kernel: each device kernel's own GPU time per call (torch.profiler over 5
+    eager calls, :func:`workbook.timing.kernel_times_us`) of the plain path and of ``segments=seg`` at every
+    shape of the ``gdn_segments`` record, added to its rows as ``plain_kernels_profiler_us`` and
+    ``seg<seg>_kernels_profiler_us`` (the record gains the ``profiler`` timer). Returns the record;
+    ``save=True`` writes it back."""
+    from ..records import load_record, save_record
+
+    timing.require_gpu("workbook.benchmarks.gdn.profile_segments")
+    rec = load_record("gdn_segments")
+    res = rec["results"]
+    for row in res["segments"]:
+        args = _bench_args((row["B"], row["T"], row["H"], row["HV"], row["K"], False, None))
+        for who, kw in (("plain", {}), (f"seg{seg}", {"segments": seg})):
+            try:
+                row[f"{who}_kernels_profiler_us"] = timing.kernel_times_us(lambda: chunk_gated_delta_rule(**args, **kw))
+            except Exception as e:  # noqa: BLE001  (one failed shape never costs the record)
+                row[f"{who}_kernels_error"] = f"{type(e).__name__}: {e}"[:300]
+        del args
+        torch.cuda.empty_cache()
+    res["profiled_segment_length"] = seg
+    m = Measurement(results=res, timers={k: TIMERS[k] for k in ("graph", "eager", "profiler")},
+                    ceilings=rec.get("ceilings", {}))
+    if save:
+        save_record("gdn_segments", m)
+    return load_record("gdn_segments") if save else rec
