@@ -4,9 +4,10 @@ chunked form parallel over the sequence), and the gated RMSNorm. Device code onl
 allocation policy and its coverage argument live in ``workbook/gdn.py``.
 
 Segments: a segment of chunks maps its start state affinely, S_end = M S_start + B (M [K, K], B [K, V]).
-The state kernel run over segments as sequences, with values [v, 0_K] and start [0 | I_K] (H0_EYE, no
-h / v' stores), ends each in [B | M]; ``segment_scan_kernel`` chains them; the four kernels run again from
-each segment's start state. The chunk table kernel, with ``starts``, gives the segments' offsets.
+The state kernel run over segments as sequences, on state width V + K with u's V columns (VU) and zero
+values past them, from [0 | I_K] (H0_EYE, no h / v' stores), ends each in [B | M]; ``segment_scan_kernel``
+chains them; the state and output kernels run again from each segment's start state, on the same A, w, u
+(a segment is whole chunks). The chunk table kernel, with ``starts``, gives the segments' offsets.
 
 Layouts (all contiguous, tokens of all sequences laid end to end):
 q, k, kn ``[T_all, H, K]``; v, o, u, v_new ``[T_all, HV, V]``; w ``[T_all, HV, K]``; A ``[T_all, HV, 64]``;
@@ -411,7 +412,8 @@ def chunk_gdn_state_kernel(
     H: tl.constexpr,            # key heads
     HV: tl.constexpr,           # value heads
     K: tl.constexpr,            # key head dim
-    V: tl.constexpr,            # value head dim
+    V: tl.constexpr,            # value head dim (state width)
+    VU: tl.constexpr,           # u's width: V, or fewer (the [B | M] pass: the values past VU are zeros)
     BT: tl.constexpr,           # chunk length
     BK: tl.constexpr,           # padded K
     BV: tl.constexpr,           # value columns per program
@@ -463,7 +465,7 @@ def chunk_gdn_state_kernel(
         if STORE_H:
             tl.store(h + ((c0 + i_t) * HV + i_hv) * K * V + o_hkv, b_hd, mask=m_h)
         b_w = tl.load(w + (o_t[:, None] * HV + i_hv) * K + o_k[None, :], mask=m_tk, other=0)
-        b_u = tl.load(u + (o_t[:, None] * HV + i_hv) * V + o_v[None, :], mask=m_tv, other=0)
+        b_u = tl.load(u + (o_t[:, None] * HV + i_hv) * VU + o_v[None, :], mask=m_tv & (o_v < VU)[None, :], other=0)
         b_v = b_u.to(tl.float32) - _dot(b_w, b_hd, F32, EMULATE)
         if STORE_H:
             tl.store(v_new + (o_t[:, None] * HV + i_hv) * V + o_v[None, :], b_v.to(dt), mask=m_tv)

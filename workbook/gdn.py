@@ -459,14 +459,16 @@ def _state_cfg(cs: dict, N: int, HV: int, K: int, V: int, itemsize: int, varlen:
 
 
 def _launch_state(c3, k, w, u, G, h, v_new, q, o, initial_state, ht, cu_seqlens, chunk_offsets, scale, T, NT,
-                  *, N, l2, emulate, eye=False):
+                  *, N, l2, emulate, eye=False, width=None):
     """Kernel 3 (the state pass) with launch configuration ``c3`` {"BV", "num_warps", "num_stages"}: one
-    program per (V block, sequence, value head). Shared by the launcher and the benchmark's timing of
-    the state pass alone (:func:`workbook.benchmarks.gdn.state_pass_alone`)."""
-    H, K, HV, V = k.shape[-2], k.shape[-1], w.shape[-2], u.shape[-1]
+    program per (V block, sequence, value head); ``width``: the state's columns when wider than u's (the
+    segments' [B | M] pass). Shared by the launcher and the benchmark's timing of the state pass alone
+    (:func:`workbook.benchmarks.gdn.state_pass_alone`)."""
+    H, K, HV, VU = k.shape[-2], k.shape[-1], w.shape[-2], u.shape[-1]
+    V = width or VU
     kern.chunk_gdn_state_kernel[(triton.cdiv(V, c3["BV"]), N * HV)](
         k, w, u, G, h, v_new, q, o, initial_state, ht, cu_seqlens, chunk_offsets, scale, T, max(NT, 1),
-        H=H, HV=HV, K=K, V=V, BT=CHUNK, BK=_pow2(K), BV=c3["BV"], USE_Q_L2NORM=l2, EMULATE=emulate, H0_EYE=eye,
+        H=H, HV=HV, K=K, V=V, VU=VU, BT=CHUNK, BK=_pow2(K), BV=c3["BV"], USE_Q_L2NORM=l2, EMULATE=emulate, H0_EYE=eye,
         num_warps=c3["num_warps"], num_stages=c3["num_stages"])
 
 
@@ -521,16 +523,21 @@ _CHUNK_KERNELS = (kern.chunk_gdn_solve_kernel, kern.chunk_gdn_wu_kernel, kern.ch
                   kern.chunk_gdn_output_kernel)
 
 
-def _chunk_core(cfg, q, k, v, g, beta, scale, h0, ht, cu_seqlens, N, *, l2, emulate, keep=False, outputs=True,
-                eye=False):
+def _chunk_core(cfg, q, k, v, g, beta, scale, h0, ht, cu_seqlens, N, *, l2, emulate, keep=False):
     """Kernels 1-4 on checked inputs in the compute dtype (q, k [B, T, H, K], v [B, T, HV, V]; with
     ``cu_seqlens``, B == 1 and N sequences): returns (o, the dict of intermediates). ``keep``: the four-kernel
-    form (h and v' kept for return_intermediates). ``outputs=False`` (the segments' [B | M] pass): kernels 1-3
-    only, no h, v' nor o; the state pass writes ht alone, starting from [0 | I_K] with ``eye``."""
+    form (h and v' kept for return_intermediates)."""
+    inter = _intermediates(cfg, k, v, g, beta, cu_seqlens, N, l2=l2, emulate=emulate)
+    return _state_and_output(cfg, q, v, inter, scale, h0, ht, cu_seqlens, N, l2=l2, emulate=emulate, keep=keep)
+
+
+def _intermediates(cfg, k, v, g, beta, cu_seqlens, N, *, l2, emulate) -> dict:
+    """Kernels 1-2 (solve, then w and u) and the chunk table: the per-chunk intermediates, which depend on
+    the chunks alone (not on any state), so the segmented form computes them once for both of its passes."""
     B, T, H, K = k.shape
     HV, V = v.shape[2], v.shape[3]
-    dev, TA = q.device, B * T
-    dt = q.dtype   # storage dtype of w, u, v', h (and of the matrix units), as in fla
+    dev, TA = k.device, B * T
+    dt = k.dtype   # storage dtype of w, u, v', h (and of the matrix units), as in fla
     chunk_indices, chunk_offsets, NT = _chunks(cu_seqlens, N, B, T)
     # Intermediates. All `empty`: chunk c of sequence n covers rows [bos + 64c, min(bos + 64c + 64, eos))
     # and the chunks of all sequences tile [0, T_all) (cu_seqlens: 0 .. T, non-decreasing), so each
@@ -542,33 +549,39 @@ def _chunk_core(cfg, q, k, v, g, beta, scale, h0, ht, cu_seqlens, N, *, l2, emul
     kn = torch.empty(TA, H, K, dtype=dt, device=dev) if l2 else None
     w = torch.empty(TA, HV, K, dtype=dt, device=dev)           # kernel 2, program (chunk, hv), all K columns
     u = torch.empty(TA, HV, V, dtype=dt, device=dev)           # kernel 2, all V columns
-    # With FUSE_O (kernel 4 folded into kernel 3) v' and h stay in registers and are not allocated;
-    # return_intermediates asks for them, so it runs the four-kernel form. Without outputs, neither.
-    fuse = outputs and bool(cfg["state"]["FUSE_O"]) and not keep
-    four = outputs and not fuse
+    if NT:
+        _launch_solve_wu(cfg["solve"], cfg["wu"], k, v, g, beta, G, A, kn, w, u, cu_seqlens, chunk_indices, T, NT,
+                         emulate=emulate)
+    return {"G": G, "A": A, "w": w, "u": u, **({"kn": kn} if l2 else {}), "kc": kn if l2 else k,
+            "tables": (chunk_indices, chunk_offsets, NT)}
+
+
+def _state_and_output(cfg, q, v, inter, scale, h0, ht, cu_seqlens, N, *, l2, emulate, keep=False):
+    """Kernels 3-4 from the intermediates (:func:`_intermediates`): returns (o, the dict of intermediates)."""
+    (B, T, HV, V), K = v.shape, q.shape[3]
+    dev, TA, dt = q.device, B * T, q.dtype
+    chunk_indices, chunk_offsets, NT = inter["tables"]
+    G, w, u, kc = inter["G"], inter["w"], inter["u"], inter["kc"]   # kc: keys normalised once, by kernel 1
+    # FUSE_O (kernel 4 folded into kernel 3): v' and h stay in registers; return_intermediates wants them
+    fuse = bool(cfg["state"]["FUSE_O"]) and not keep
     # kernel 3, program (v-block, n, hv): its sequence's rows x its V block
-    v_new = torch.empty(TA, HV, V, dtype=dt, device=dev) if four else None
+    v_new = None if fuse else torch.empty(TA, HV, V, dtype=dt, device=dev)
     # h[c, hv] = state at the start of chunk c: kernel 3 stores it for every chunk of every sequence
     # (chunk_offsets numbers them 0 .. NT-1 without gaps), all K rows, its V block. For a varlen
     # batch NT is an upper bound (chunk_count_bound); rows past the true count are neither written
     # nor read (kernel 4's programs for them exit at once).
-    h = torch.empty(max(NT, 1), HV, K, V, dtype=dt, device=dev) if four else None
+    h = None if fuse else torch.empty(max(NT, 1), HV, K, V, dtype=dt, device=dev)
     # o: kernel 4 program (v-block, chunk, hv) writes the chunk's rows x its V block; with FUSE_O,
     # kernel 3 program (v-block, n, hv) writes its sequence's rows (all its chunks) x its V block.
-    o = torch.empty_like(v) if outputs else None
-    # Absent optional inputs (initial_state, ht, cu_seqlens and its tables, kn) go in as None
-    # (the kernels' heuristics turn them into constexpr flags).
-    if NT:
-        _launch_solve_wu(cfg["solve"], cfg["wu"], k, v, g, beta, G, A, kn, w, u, cu_seqlens, chunk_indices, T, NT,
-                         emulate=emulate)
-    kc = kn if l2 else k       # the keys the later kernels read: normalised once, by kernel 1
+    o = torch.empty_like(v)
+    # absent optional inputs go in as None (the kernels' heuristics turn them into constexpr flags)
     _launch_state(_state_cfg(cfg["state"], N, HV, K, V, q.element_size(), cu_seqlens is not None), kc, w, u, G, h,
                   v_new, q if fuse else None, o if fuse else None, h0, ht, cu_seqlens, chunk_offsets,
-                  scale, T, NT, N=N, l2=l2, emulate=emulate, eye=eye)
-    if NT and four:
+                  scale, T, NT, N=N, l2=l2, emulate=emulate)
+    if NT and not fuse:
         _launch_output(cfg["output"], q, kc, v_new, h, G, o, cu_seqlens, chunk_indices, scale, T, NT, l2=l2,
                        emulate=emulate)
-    return o, {"G": G, "A": A, "w": w, "u": u, "v_new": v_new, "h": h, **({"kn": kn} if l2 else {})}
+    return o, {**{n: inter[n] for n in ("G", "A", "w", "u", "kn") if n in inter}, "v_new": v_new, "h": h}
 
 
 def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
@@ -650,11 +663,11 @@ def _run_v_padded(run, cfg, q, k, v, g, beta, scale, initial_state, ht, cu_seqle
 # --------------------------------------------------------------------------------------------------
 # Per token the state map is affine: h <- exp(g) (I - beta k k^T) h + beta k v^T, a K x K matrix on the
 # left plus a [K, V] term. Composed over a segment of chunks: S_end = M S_start + B, one M per (segment,
-# value head) shared by all V columns. So (1) the chunked machinery over the segments as independent
-# varlen sequences, with values [v, 0_K] and start [0 | I_K], ends each segment in [B | M]; (2) a scan
-# over each sequence's segments, S(j+1) = M_j S(j) + B_j from the sequence's initial state; (3) the
-# chunked machinery again over the segments, each starting from its S(j), gives the outputs. The scan
-# also writes each sequence's final state, M S + B of its last segment (the initial state when empty).
+# value head) shared by all V columns. So (0) A, w, u of every chunk, once (a segment is whole chunks);
+# (1) the state pass over the segments as varlen sequences, V + K columns (values [v, 0_K]: u's, then
+# zeros), from [0 | I_K], ends each in [B | M]; (2) a scan, S(j+1) = M_j S(j) + B_j from the sequence's
+# initial state, also writing its final state (M S + B of its last segment; h0 when empty); (3) the state
+# and output kernels again, each segment from its S(j): the outputs.
 
 def segment_rule(B: int, T: int, H: int, HV: int, K: int, V: int, n_sm: int | None = None) -> int | None:
     """The segment length in chunks that ``segments="auto"`` takes, or None for the plain path: None for
@@ -683,20 +696,22 @@ def _segmented(cfg, q, k, v, g, beta, scale, h0, ht, cu_seqlens, N, *, l2, emula
     """The segmented form (comment above): segments of ``seg`` chunks, never across a sequence end. The
     segment table is built on the device from shapes, for an upper bound NS of the segment count
     (:func:`chunk_count_bound` with seg x 64 tokens), also when cu_seqlens_cpu is given: one path, no host
-    sync, a CUDA graph can hold it. Segments past the true count are empty sequences (offset T).
-    Returns (o, the segment buffers); ``keep`` is ignored (the segment buffers are returned)."""
+    sync, a CUDA graph can hold it. Segments past the true count are empty sequences (offset T). Returns
+    (o, the segment buffers); ``keep`` is ignored."""
     B, T, H, K = k.shape
     HV, V = v.shape[2], v.shape[3]
     TA, dev = B * T, q.device
     q1, k1, v1, g1, b1 = (t.reshape(1, TA, *t.shape[2:]) for t in (q, k, v, g, beta))   # end to end (views)
     cu = cu_seqlens if cu_seqlens is not None else torch.arange(0, TA + 1, T, dtype=torch.int32, device=dev)
     seg_indices, seg_offsets, NS, cu_seg = _chunk_table(cu, N, TA, span=seg * CHUNK, starts=True)
-    vx = F.pad(v1, (0, K))          # values [v, 0_K] (the zeros are values: they carry M, not a fill)
+    # A, w, u once for both passes: a segment is whole chunks of one sequence, so its chunks are the plain ones
+    inter = _intermediates(cfg, k1, v1, g1, b1, cu_seg, NS, l2=l2, emulate=emulate)
     # empty: the state pass writes the final state of each of the NS segment-sequences, empty padding
     # segments included ([0 | I_K]): program (v-block, j, hv) all K rows x its block of the V + K columns.
     bm = torch.empty(NS, HV, K, V + K, dtype=torch.float32, device=dev)
-    _chunk_core(cfg, q1, k1, vx, g1, b1, scale, None, bm, cu_seg, NS, l2=l2, emulate=emulate, outputs=False,
-                eye=True)
+    _launch_state(_state_cfg(cfg["state"], NS, HV, K, V + K, q.element_size(), True), inter["kc"], inter["w"],
+                  inter["u"], inter["G"], None, None, None, None, None, bm, cu_seg, inter["tables"][1], scale, TA,
+                  inter["tables"][2], N=NS, l2=l2, emulate=emulate, eye=True, width=V + K)   # values [v, 0_K]
     # empty: scan program (v-block, n, hv) writes rows seg_offsets[n] .. seg_offsets[n + 1] - 1 (its
     # sequence's segments, which tile [0, true count)), all K rows x its V block, each before the last
     # pass reads it; the last sequence's programs write zeros into the rows past the true count (empty
@@ -708,7 +723,7 @@ def _segmented(cfg, q, k, v, g, beta, scale, h0, ht, cu_seqlens, N, *, l2, emula
     kern.segment_scan_kernel[(triton.cdiv(V, BV), N * HV)](
         bm, s0, h0, ht, seg_offsets, N, NS, HV=HV, K=K, V=V, BK=_pow2(K), BV=BV, EMULATE=emulate,
         num_warps=cs["num_warps"], num_stages=cs["num_stages"])
-    o, _ = _chunk_core(cfg, q1, k1, v1, g1, b1, scale, s0, None, cu_seg, NS, l2=l2, emulate=emulate)
+    o, _ = _state_and_output(cfg, q1, v1, inter, scale, s0, None, cu_seg, NS, l2=l2, emulate=emulate)
     inter = {"seg_indices": seg_indices, "seg_offsets": seg_offsets, "cu_seg": cu_seg, "bm": bm, "s0": s0}
     return o.view(B, T, HV, V), inter
 
