@@ -17,8 +17,8 @@ Kernels (``kernels/gdn.py``): the recurrent form is one kernel, one program per 
 value head) walking the tokens; the chunked form (chunks of ``CHUNK`` = 64 tokens) is four: solve ->
 w/u -> state pass (the one sequential part, launched by :func:`state_launch`'s rule) -> output. With
 ``segments=`` the chunked form runs parallel over the sequence too (:func:`_segmented`: a [B | M] pass over
-segments, a scan, a last pass). Every
-buffer a launcher allocates is ``torch.empty``, next to a comment that says which program writes each row.
+segments, a scan, a last pass; :func:`segment_rule` for "auto"). Every buffer a launcher allocates is
+``torch.empty``, next to a comment that says which program writes each row.
 The benchmark is :mod:`workbook.benchmarks.gdn`, the pictures :mod:`workbook.plots.gdn`, the exercises'
 graders :mod:`workbook.graders.gdn`.
 """
@@ -41,7 +41,7 @@ __all__ = [
     "fused_recurrent_gated_delta_rule", "chunk_gated_delta_rule", "gated_rmsnorm", "gated_rmsnorm_ref",
     "GDNBlockParams", "make_block_params", "qwen3_next_linear_attention", "z_handoff_zero_then_copy",
     "make_inputs", "chunk_count_bound", "state_launch", "CHUNK", "CONFIG", "EMULATE_WHY", "STATE_FILL",
-    "STATE_RULE", "STATE_PREVIOUS", "segment_rule",
+    "STATE_RULE", "STATE_PREVIOUS", "segment_rule", "SEGMENT_RULE",
 ]
 
 CHUNK = 64
@@ -100,8 +100,7 @@ def _check_bounds(bounds, T, name="cu_seqlens"):
 
 def _host_offsets(cu_seqlens, cu_seqlens_cpu):
     """The host tensor whose values the checks read: ``cu_seqlens_cpu`` when given, else ``cu_seqlens``
-    itself when it lives on the host (a CPU run: reading it costs nothing), else None (on a GPU the
-    values are trusted, as a CUDA graph cannot wait for a copy)."""
+    on the host (a CPU run: free to read), else None (a GPU trusts the values: a graph cannot wait)."""
     if cu_seqlens_cpu is not None:
         return cu_seqlens_cpu
     return cu_seqlens if cu_seqlens.device.type == "cpu" else None
@@ -110,9 +109,8 @@ def _host_offsets(cu_seqlens, cu_seqlens_cpu):
 def compute_dtype(q: torch.Tensor, v: torch.Tensor) -> torch.dtype:
     """The dtype both launchers compute in. fla accepts q and k in one float dtype and v (and beta)
     in another (its own tests pass fp32 q/k with fp16 v). The rule here: when v's dtype differs from
-    q's, q, k and v are converted to the wider of the two (``torch.promote_types``: fp32 with fp16
-    gives fp32, bf16 with fp16 gives fp32), so no input loses precision, and ``o`` is returned in
-    v's dtype, as fla returns it. One dtype for all three: no conversion, no copy."""
+    q's, q, k and v are converted to the wider of the two (``torch.promote_types``: fp32 with fp16 gives
+    fp32, bf16 with fp16 fp32), so no input loses precision; ``o`` comes back in v's dtype, as in fla."""
     return torch.promote_types(q.dtype, v.dtype)
 
 
@@ -524,16 +522,14 @@ _CHUNK_KERNELS = (kern.chunk_gdn_solve_kernel, kern.chunk_gdn_wu_kernel, kern.ch
 
 
 def _chunk_core(cfg, q, k, v, g, beta, scale, h0, ht, cu_seqlens, N, *, l2, emulate, keep=False):
-    """Kernels 1-4 on checked inputs in the compute dtype (q, k [B, T, H, K], v [B, T, HV, V]; with
-    ``cu_seqlens``, B == 1 and N sequences): returns (o, the dict of intermediates). ``keep``: the four-kernel
-    form (h and v' kept for return_intermediates)."""
+    """Kernels 1-4 on checked inputs in the compute dtype (q, k [B, T, H, K], v [B, T, HV, V]; cu_seqlens: B == 1,
+    N sequences): (o, the intermediates). ``keep``: the four-kernel form (h, v' kept for return_intermediates)."""
     inter = _intermediates(cfg, k, v, g, beta, cu_seqlens, N, l2=l2, emulate=emulate)
     return _state_and_output(cfg, q, v, inter, scale, h0, ht, cu_seqlens, N, l2=l2, emulate=emulate, keep=keep)
 
 
 def _intermediates(cfg, k, v, g, beta, cu_seqlens, N, *, l2, emulate) -> dict:
-    """Kernels 1-2 (solve, then w and u) and the chunk table: the per-chunk intermediates, which depend on
-    the chunks alone (not on any state), so the segmented form computes them once for both of its passes."""
+    """Kernels 1-2 (solve, then w and u) and the chunk table: per-chunk, independent of any state."""
     B, T, H, K = k.shape
     HV, V = v.shape[2], v.shape[3]
     dev, TA = k.device, B * T
@@ -567,9 +563,8 @@ def _state_and_output(cfg, q, v, inter, scale, h0, ht, cu_seqlens, N, *, l2, emu
     # kernel 3, program (v-block, n, hv): its sequence's rows x its V block
     v_new = None if fuse else torch.empty(TA, HV, V, dtype=dt, device=dev)
     # h[c, hv] = state at the start of chunk c: kernel 3 stores it for every chunk of every sequence
-    # (chunk_offsets numbers them 0 .. NT-1 without gaps), all K rows, its V block. For a varlen
-    # batch NT is an upper bound (chunk_count_bound); rows past the true count are neither written
-    # nor read (kernel 4's programs for them exit at once).
+    # (chunk_offsets numbers them 0 .. NT-1 without gaps), all K rows, its V block. For a varlen batch NT
+    # is a bound (chunk_count_bound): rows past the true count are neither written nor read.
     h = None if fuse else torch.empty(max(NT, 1), HV, K, V, dtype=dt, device=dev)
     # o: kernel 4 program (v-block, chunk, hv) writes the chunk's rows x its V block; with FUSE_O,
     # kernel 3 program (v-block, n, hv) writes its sequence's rows (all its chunks) x its V block.
@@ -602,7 +597,7 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     checks, and mixed dtypes: as :func:`fused_recurrent_gated_delta_rule`. ``chunk_indices`` is ignored.
 
     ``segments``: None (the plain path), an int (segments of that many chunks: parallel over the
-    sequence, :func:`_segmented`; needs V + K <= 512) or "auto" (:func:`segment_rule`; None there: plain).
+    sequence, :func:`_segmented`; needs V + K <= 512) or "auto" (:func:`segment_rule`: where it measured a gain).
     ``config``: launch configuration, one dict per kernel, names as in ``CONFIG["chunk"]`` (e.g.
     ``{"state": {"BV": 32, "num_warps": 8}}``); the state pass's BV, num_warps and num_stages left None
     take the pick of :func:`state_launch`, or with ``{"state": {"RULE": False}}`` the previous default
@@ -617,7 +612,7 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
                                   inplace=inplace_final_state, cu_seqlens_cpu=cu_seqlens_cpu)
     cfg = _chunk_config(config)
     emulate = resolve_emulate(emulate, EMULATE_WHY)
-    seg = _segment_length(segments, B, T, H, HV, K, V)
+    seg = _segment_length(segments, N, B * T // max(N, 1), H, HV, K, V)   # N sequences of their mean length
     scale = K ** -0.5 if scale is None else float(scale)
     q, k, v, out_dtype = _in_compute_dtype(q, k, v)
     for kfn in _CHUNK_KERNELS:
@@ -634,11 +629,10 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
 
 
 def _v_pad_needed(dtype, K: int, V: int, emulate: bool) -> bool:
-    """Whether a chunked call runs with v padded to K columns (:func:`_run_v_padded`). Seen on the H200
-    (Triton 3.6, compiled kernels, 16-bit operands): with K > V the chunk kernels give wrong states and
-    the output kernel faults on an illegal address (K/V = 32/16, 64/16, 64/32, 128/16), with any
-    launch configuration tried; K <= V, fp32 operands and the interpreter's path are right. Until the
-    cause is found, those calls take the padded path: the same results, K / V times the value work."""
+    """Whether a chunked call runs with v padded to K columns (:func:`_run_v_padded`). On the H200 (Triton 3.6,
+    16-bit operands) K > V gave wrong states and an illegal address in the output kernel (K/V = 32/16, 64/16,
+    64/32, 128/16) with any configuration tried; K <= V, fp32 and the interpreter are right. Until the cause
+    is found those calls take the padded path: the same results, K / V times the value work."""
     return not emulate and dtype != torch.float32 and K > V
 
 
@@ -664,25 +658,30 @@ def _run_v_padded(run, cfg, q, k, v, g, beta, scale, initial_state, ht, cu_seqle
 # Per token the state map is affine: h <- exp(g) (I - beta k k^T) h + beta k v^T, a K x K matrix on the
 # left plus a [K, V] term. Composed over a segment of chunks: S_end = M S_start + B, one M per (segment,
 # value head) shared by all V columns. So (0) A, w, u of every chunk, once (a segment is whole chunks);
-# (1) the state pass over the segments as varlen sequences, V + K columns (values [v, 0_K]: u's, then
-# zeros), from [0 | I_K], ends each in [B | M]; (2) a scan, S(j+1) = M_j S(j) + B_j from the sequence's
-# initial state, also writing its final state (M S + B of its last segment; h0 when empty); (3) the state
-# and output kernels again, each segment from its S(j): the outputs.
+# (1) the state pass over the segments as varlen sequences on V + K columns (values [v, 0_K]) from
+# [0 | I_K] ends each in [B | M]; (2) a scan, S(j+1) = M_j S(j) + B_j from the initial state, writes the
+# final state too; (3) the state and output kernels again, each segment from its S(j).
+# SEGMENT_RULE, from the H200 record gdn_segments (bf16, K = V = 128): 32-chunk segments beat the plain path
+# at 8 sequence-heads, lost at 64 and 128; fewer tokens and the counts between, unmeasured, stay plain.
+SEGMENT_RULE = {"max_seq_heads": 8, "min_tokens": 8192, "chunks": 32}
 
-def segment_rule(B: int, T: int, H: int, HV: int, K: int, V: int, n_sm: int | None = None) -> int | None:
-    """The segment length in chunks that ``segments="auto"`` takes, or None for the plain path: None for
-    every shape. Measured on the H200 (record ``gdn_segments``, :func:`workbook.benchmarks.gdn.measure_segments`):
-    at each of the five shapes and every length swept the segmented call took longer than the plain one,
-    since its [B | M] pass and last pass each redo the per-chunk work that the plain path does once."""
+
+def segment_rule(N: int, T: int, H: int, HV: int, K: int, V: int, n_sm: int | None = None) -> int | None:
+    """The segment length in chunks that ``segments="auto"`` takes for N sequences of T tokens (mean), or None
+    (plain): SEGMENT_RULE's chunks when the plain state pass has few programs (N x HV <= max_seq_heads: its
+    sequential loop is most of the call) and T >= min_tokens. ``n_sm``: unused (measured on the H200 only)."""
+    r = SEGMENT_RULE
+    if N * HV <= r["max_seq_heads"] and T >= r["min_tokens"] and V + K <= 512:
+        return r["chunks"]
     return None
 
 
-def _segment_length(segments, B, T, H, HV, K, V) -> int | None:
+def _segment_length(segments, N, T, H, HV, K, V) -> int | None:
     """``segments`` checked: None, "auto" (:func:`segment_rule`) or a positive int (chunks per segment)."""
     if isinstance(segments, str) and segments == "auto":
-        segments = segment_rule(B, T, H, HV, K, V, sm_count())
+        segments = segment_rule(N, T, H, HV, K, V, sm_count())
     if segments is None:
-        return None
+        return segments
     if isinstance(segments, bool) or not isinstance(segments, int) or segments < 1:
         raise ValueError(f"segments must be None, 'auto' or a positive int (chunks of {CHUNK} tokens per "
                          f"segment), got {segments!r}")
@@ -693,11 +692,9 @@ def _segment_length(segments, B, T, H, HV, K, V) -> int | None:
 
 
 def _segmented(cfg, q, k, v, g, beta, scale, h0, ht, cu_seqlens, N, *, l2, emulate, keep=False, seg):
-    """The segmented form (comment above): segments of ``seg`` chunks, never across a sequence end. The
-    segment table is built on the device from shapes, for an upper bound NS of the segment count
-    (:func:`chunk_count_bound` with seg x 64 tokens), also when cu_seqlens_cpu is given: one path, no host
-    sync, a CUDA graph can hold it. Segments past the true count are empty sequences (offset T). Returns
-    (o, the segment buffers); ``keep`` is ignored."""
+    """The segmented form (comment above): segments of ``seg`` chunks, never across a sequence end, their
+    table built on the device for a bound NS from shapes (no host sync: a CUDA graph can hold it; segments
+    past the true count are empty, offset T). Returns (o, the segment buffers); ``keep`` is ignored."""
     B, T, H, K = k.shape
     HV, V = v.shape[2], v.shape[3]
     TA, dev = B * T, q.device
@@ -712,10 +709,9 @@ def _segmented(cfg, q, k, v, g, beta, scale, h0, ht, cu_seqlens, N, *, l2, emula
     _launch_state(_state_cfg(cfg["state"], NS, HV, K, V + K, q.element_size(), True), inter["kc"], inter["w"],
                   inter["u"], inter["G"], None, None, None, None, None, bm, cu_seg, inter["tables"][1], scale, TA,
                   inter["tables"][2], N=NS, l2=l2, emulate=emulate, eye=True, width=V + K)   # values [v, 0_K]
-    # empty: scan program (v-block, n, hv) writes rows seg_offsets[n] .. seg_offsets[n + 1] - 1 (its
-    # sequence's segments, which tile [0, true count)), all K rows x its V block, each before the last
-    # pass reads it; the last sequence's programs write zeros into the rows past the true count (empty
-    # padding segments, whose start state the last pass loads and drops): the programs tile all NS rows.
+    # empty: scan program (v-block, n, hv) writes rows seg_offsets[n] .. seg_offsets[n + 1] - 1 (its sequence's
+    # segments, tiling [0, true count)), all K rows x its V block, before the last pass reads them; the last
+    # sequence's programs write zeros into the padding rows (loaded and dropped there): they tile all NS rows.
     s0 = torch.empty(NS, HV, K, V, dtype=torch.float32, device=dev)
     cs = cfg["scan"]
     BV = min(cs["BV"], _pow2(V))

@@ -34,6 +34,7 @@ import ast
 import copy
 import re
 
+from .indexing import _indexed_writer, _unbounded_why
 from .regions import _gap, _lin, _norm, _region
 from .source import _control, _dotted, _exclusive, _params, _src, _stmt_of
 
@@ -98,7 +99,12 @@ def _writes(fn, var: str, alloc, known: list, until: int | None) -> list[tuple]:
     found = {id(k): (k, k, True) for k in known}            # id -> (a node of the write, its slice or None, known)
     for n in occ:
         par = parents.get(n)
-        if (n.lineno, n.col_offset) >= rebind or not (isinstance(par, ast.Subscript) and par.value is n):
+        if (n.lineno, n.col_offset) >= rebind:
+            continue
+        if _indexed_writer(par, parents.get(par)) and par.value is n:
+            found.setdefault(id(par), (par, parents.get(par), False))   # var.index_copy_(...): the call
+            continue
+        if not (isinstance(par, ast.Subscript) and par.value is n):
             continue
         gp, stmt = parents.get(par), _stmt_of(par, parents)
         call = parents.get(gp)
@@ -253,6 +259,8 @@ def _certainty(fn, alloc, var: str, shape, env: dict, regions: list, until: int 
                  and not (isinstance(g, ast.If) and _pins(g.test, shape) and _in_body(st, g, parents))]
         if sl is None:
             why = why or f"{_src(st)[:80]} (line {st.lineno}) is a write the audit does not place"
+        elif isinstance(sl, ast.Call):            # var.scatter_(...): no part placed, any part may be written
+            why = why or _unbounded_why(st, sl, env)
         elif loops:
             cover = _loop_cover(sl, loops[-1], env) if len(loops) == 1 and not conds else None
             if cover is not None:
@@ -268,8 +276,10 @@ def _certainty(fn, alloc, var: str, shape, env: dict, regions: list, until: int 
             if any(isinstance(n, ast.IfExp) for n in ast.walk(sl)):
                 why = why or (f"a bound of {_src(st)[:80]} (line {st.lineno}) is a conditional expression: which "
                               "part stays unwritten depends on it")
+            why = why or _unbounded_why(st, sl, env)     # var[idx] = ...: it may write the rest
             plain.append(sl)
-    verdict, size_why = _by_size_test(writes, plain, shape, env, parents)
+    placed = [w for w in writes if not isinstance(w[1], ast.Call)]
+    verdict, size_why = _by_size_test(placed, plain, shape, env, parents)
     if verdict == "covered" or plain and _gap(plain, shape, None, env)[0] is None:
         return "covered", size_why or "the writes, loops included, cover every element"
     why = why or size_why

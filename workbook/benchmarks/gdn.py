@@ -702,7 +702,7 @@ def measure_segments(*, shapes=None, sweep=SEGMENT_SWEEP, save: bool = False, ve
     and bytes of each shape (:func:`segment_cost`), the segmented results checked against the plain ones.
     Prints one table line per shape as it goes (``verbose``) and returns the record (a dict in the one schema,
     name ``gdn_segments``, validated); ``save=True`` also writes it to ``workbook/data/gdn_segments.json``.
-    The launch rule :func:`workbook.gdn.segment_rule` is to be set from what this measures."""
+    The launch rule :func:`workbook.gdn.segment_rule` is set from what this measures."""
     from ..records import as_record, save_record
 
     timing.require_gpu("workbook.benchmarks.gdn.measure_segments")
@@ -724,6 +724,9 @@ def measure_segments(*, shapes=None, sweep=SEGMENT_SWEEP, save: bool = False, ve
 
 
 def _segment_line(row: dict, sweep) -> str:
+    if "not_measured" in row:
+        return (f"B={row['B']} T={row['T']} H={row['H']}/{row['HV']} D={row['K']}: not measured "
+                f"({row['not_measured']}) | {row['flops'] / 1e9:.1f} GFLOP, {row['bytes'] / 1e6:.1f} MB")
     line = (f"B={row['B']} T={row['T']} H={row['H']}/{row['HV']} D={row['K']}: plain graph "
             f"{_fmt_us(row.get('plain_graph_us'))} eager {_fmt_us(row.get('plain_eager_us'))}")
     for s in sweep:
