@@ -5,7 +5,8 @@ elements, where the trail is lost (low, never silent), store masks that select a
 suppressions with a reason, a nested function's finding reported once, arguments after a *star,
 allocations in a conditional expression or a tuple unpacked into names, the workbook's own tree
 auditing clean, and the reverse risk's certainty (a container kept in an attribute, writes indexed by
-a loop variable, a size and its write under one test; the confirmed risks staying medium)."""
+a loop variable, a size and its write under one test, a write through an index tensor; the confirmed
+risks and a slice's gap staying medium)."""
 import json
 import shutil
 from pathlib import Path
@@ -419,3 +420,36 @@ def test_a_block_offset_and_a_grid_stride_loop_stay_whole_writes():
     for fn in ("dim_offsets_fixed", "block_copy", "grid_stride_copy"):
         assert f[(fn, "out")].confidence == "high", res.report("low")
         assert "stores only)" in f[(fn, "out")].overwrite
+
+
+def test_a_write_through_an_index_tensor_leaves_no_proven_gap():
+    # out of sample (9th check, aiter): kperm = empty(64); kperm[tau64] = s with tau64 a permutation of
+    # 0..63 writes every element, yet was "[0, 64) never written" (medium). An index that is not a slice
+    # nor a constant (x[idx], x[idx, :], x[mask]) and index_copy_/scatter_ may write any part: low,
+    # naming the write
+    res = _run("writes_through_an_index_tensor.py")
+    f = {(x.function, x.variable): x for x in res.findings}
+    through = {("inverse_permutation", "kperm"): "kperm[tau] = s (line 14) writes through the index tau",
+               ("rows_picked_by_an_index", "out"): "out[idx, :] = x (line 20) writes through the index idx",
+               ("prefix_then_a_mask", "out"): "out[mask] = 0 (line 27) writes through the index mask",
+               ("head_then_index_copy", "out"): "out.index_copy_(0, idx, x) (line 34) writes with index_copy_",
+               ("head_then_scatter", "out"): "out.scatter_(0, idx, x) (line 41) writes with scatter_"}
+    for key, write in through.items():
+        x = f[key]
+        assert x.kind == "empty-partial-write" and x.confidence == "low", (key, res.report("low"))
+        assert any(r.startswith(f"the gap is not proven: {write}") and "cannot bound which part it covers" in r
+                   for r in x.reasons), (key, x.reasons)
+    # no proof of a whole write either: the zero fill under a permutation stays necessary, never high
+    assert not any(x.function == "zeros_then_a_permutation" for x in res.findings), res.report("low")
+    assert "zeros_then_a_permutation" in _nec(res)
+
+
+def test_a_slice_or_constant_index_gap_stays_medium():
+    # the guard: out[:n] = ... of a 64-row buffer returned whole, and rows 0 and 1 of 3, are proven gaps
+    res = _run("writes_through_an_index_tensor.py")
+    f = {(x.function, x.variable): x for x in res.findings}
+    for fn in ("prefix_of_a_fixed_buffer", "two_constant_rows"):
+        x = f[(fn, "out")]
+        assert x.kind == "empty-partial-write" and x.confidence == "medium", res.report("low")
+        assert not any("the gap is not proven" in r for r in x.reasons), x.reasons
+    assert "index(es) [2, 3) never written" in " ".join(f[("two_constant_rows", "out")].reasons)

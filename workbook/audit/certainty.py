@@ -20,6 +20,11 @@ certain is **low**, and the finding says why:
   very one that makes the rest empty, so which part stays unwritten where it matters is not shown. A
   write under an ``if`` whose test pins a name of the shape (``if q == 2:``) is judged on that branch
   with the size it pins, as before (a proof there);
+* a write goes through an index that is neither a slice nor a constant (``kperm[tau] = s``,
+  ``x[idx, :] = v``, ``x[mask] = 0``) or through a method that writes where an index tensor or a mask
+  points (``x.index_copy_(0, idx, v)``, ``x.scatter_(...)``, ``x.index_put_(...)``): the index may be a
+  tensor, so the write may cover any part (a permutation of every index); the finding names it
+  (:mod:`workbook.audit.indexing`, which proves no whole write either);
 * a dimension's size is picked by a test (``1 if c else 0``, ``n + 1 if extra else n``): on each side
   of the test, the straight-line writes (and, where it holds, those under ``if c:``) may cover the
   buffer or it may be empty (:func:`_by_size_test`). Both sides: written whole or empty, no finding
