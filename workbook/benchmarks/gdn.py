@@ -701,7 +701,8 @@ def measure_segments(*, shapes=None, sweep=SEGMENT_SWEEP, save: bool = False, ve
     ``shapes``), K = V = 128, bf16: GPU time from CUDA-graph replay with eager time beside it, the model FLOPs
     and bytes of each shape (:func:`segment_cost`), the segmented results checked against the plain ones.
     Prints one table line per shape as it goes (``verbose``) and returns the record (a dict in the one schema,
-    name ``gdn_segments``, validated); ``save=True`` also writes it to ``workbook/data/gdn_segments.json``.
+    name ``gdn_segments``, validated); ``save=True`` also writes it to ``workbook/data/gdn_segments.json``,
+    after every shape.
     The launch rule :func:`workbook.gdn.segment_rule` is set from what this measures."""
     from ..records import as_record, save_record
 
@@ -711,16 +712,18 @@ def measure_segments(*, shapes=None, sweep=SEGMENT_SWEEP, save: bool = False, ve
     fla_chunk, _, fla_ver = _fla()
     res = {"fla_version": fla_ver, "sweep_chunks_per_segment": list(sweep), "config": repr(CONFIG["chunk"]),
            "segments": [], "skipped": [] if fla_chunk else [f"every comparison with flash-linear-attention: {fla_ver}"]}
+    timers, path = {k: TIMERS[k] for k in ("graph", "eager")}, None
     for shape in shapes or SEGMENT_SHAPES:
         row = _segment_row(tuple(shape), fla_chunk, sweep, lambda *a: None)
         res["segments"].append(row)
         log(_segment_line(row, sweep))
         torch.cuda.empty_cache()
-    res["elapsed_s"] = time.time() - t0
-    m = Measurement(results=res, timers={k: TIMERS[k] for k in ("graph", "eager")})
+        res["elapsed_s"] = time.time() - t0
+        if save:   # after every shape: a run cut short keeps the shapes it measured
+            path = save_record("gdn_segments", Measurement(results=res, timers=timers))
     if save:
-        log("written:", save_record("gdn_segments", m))
-    return as_record("gdn_segments", m)
+        log("written:", path)
+    return as_record("gdn_segments", Measurement(results=res, timers=timers))
 
 
 def _segment_line(row: dict, sweep) -> str:
