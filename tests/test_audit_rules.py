@@ -453,3 +453,27 @@ def test_a_slice_or_constant_index_gap_stays_medium():
         assert x.kind == "empty-partial-write" and x.confidence == "medium", res.report("low")
         assert not any("the gap is not proven" in r for r in x.reasons), x.reasons
     assert "index(es) [2, 3) never written" in " ".join(f[("two_constant_rows", "out")].reasons)
+
+
+def test_a_padded_buffer_written_over_the_real_rows_only_is_not_high():
+    # out of sample (9th check): scales in super-blocks of 32 rows, (M + 31) // 32 of them, pre-zeroed
+    # on purpose, written by a kernel whose grid is the M real rows: the padding rows keep their zeros
+    res = _run("padded_rows_past_the_grid.py")
+    f = _by(res)
+    for fn, dim in (("scales_in_super_blocks", "n_super = (M + 31) // 32"), ("scales_rounded_by_cdiv", "triton.cdiv(M, 32)"),
+                    ("scales_rounded_by_negation", "rows = -(-M // 32) * 32"), ("scales_rounded_by_ceil", "math.ceil(M / 32)")):
+        x = f[fn]
+        assert x.kind == "zero-fill-then-overwrite" and x.confidence == "low", res.report("low")
+        assert x.padding, fn
+        why = " ".join(x.reasons)
+        assert "dimension 0 is padded" in why and dim in why and "rounds M up" in why, why
+        assert "bounded by the real count" in why, why
+
+
+def test_a_padded_buffer_whose_grid_covers_the_padding_stays_high():
+    # the guard: the grid runs over the rounded rows (or the rounded count of blocks), and the kernel
+    # stores there itself: every element is written
+    f = _by(_run("padded_rows_past_the_grid.py"))
+    for fn in ("scales_padding_written", "scales_padding_written_by_blocks"):
+        assert f[fn].confidence == "high" and f[fn].padding, fn
+        assert not any("is padded" in r for r in f[fn].reasons), f[fn].reasons

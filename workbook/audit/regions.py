@@ -301,7 +301,12 @@ def _gap(slices: list, shape: list | None, bindings: dict | None = None,
 # ---- where an allocation's size came from --------------------------------------------------------
 
 def _rounded_up(e) -> bool:
-    """``(n + k - 1) // k * k``, ``-(-n // k) * k``, ``cdiv(n, k) * k``, ``(n + k) & ~k``: n rounded up."""
+    """``(n + k - 1) // k * k``, ``-(-n // k) * k``, ``cdiv(n, k) * k``, ``(n + k) & ~k``: n rounded up; and
+    a count of blocks rounded up, ``(n + k - 1) // k`` or ``-(-n // k)`` (each block's k rows elsewhere)."""
+    if isinstance(e, ast.BinOp) and isinstance(e.op, ast.FloorDiv) and isinstance(e.left, ast.BinOp) \
+            and isinstance(e.left.op, ast.Add) or isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub) \
+            and isinstance(e.operand, ast.BinOp) and isinstance(e.operand.op, ast.FloorDiv):
+        return True
     if isinstance(e, ast.BinOp) and isinstance(e.op, ast.Mult):
         return any(isinstance(s, ast.BinOp) and isinstance(s.op, ast.FloorDiv) or
                    isinstance(s, ast.UnaryOp) and isinstance(s.operand, ast.BinOp) and isinstance(s.operand.op, ast.FloorDiv)

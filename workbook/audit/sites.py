@@ -16,6 +16,7 @@ import re
 
 from .analyzer import _Analyzer, _min_conf, _Project, _Use
 from .certainty import _certainty
+from .padded_launch import padding_unreached
 from .regions import _alloc_shape, _branch_groups, _env, _gap, _independent_writes, _padding
 from .results import Finding
 from .source import _call_lines, _call_name, _dotted, _Func, _is_whole_slice, _is_zero, _src
@@ -283,7 +284,9 @@ def _analyze_function(project: _Project, fn: _Func, findings: list[Finding], nec
             if kind == "empty-partial-write":
                 _judge_empty(project, fn, node, var, pattern, call, use, padded, findings, note)
             else:
-                _judge_zero_fill(project, fn, node, var, pattern, use, padded, findings, necessary, helper_sites, note)
+                unreached = padding_unreached(fn, var, call, use, node.lineno)
+                _judge_zero_fill(project, fn, node, var, pattern, use, padded, findings, necessary, helper_sites, note,
+                                 unreached)
 
 
 def _conditional_return(project: _Project, fn: _Func, node, helper_sites: list) -> None:
@@ -297,9 +300,10 @@ def _conditional_return(project: _Project, fn: _Func, node, helper_sites: list) 
 
 
 def _judge_zero_fill(project, fn, node, var, pattern, use: _Use, padded, findings, necessary, helper_sites,
-                     note: str | None = None):
+                     note: str | None = None, unreached: str | None = None):
     """A zero fill's finding, or a necessary fill, or an allocation helper (``note``: a conditional
-    allocation, at most medium, and the finding says why)."""
+    allocation, at most medium, and the finding says why; ``unreached``: a padded dimension the writing
+    launch's grid is not shown to reach, at most low: :mod:`workbook.audit.padded_launch`)."""
     rel = fn.file
     if use.kind == "write" and use.how.endswith("zero-fills it again") and not isinstance(node, (ast.Assign, ast.AnnAssign)):
         # a fill statement filled again: a reset or a cache flush, not an allocation to be made empty
@@ -314,6 +318,9 @@ def _judge_zero_fill(project, fn, node, var, pattern, use: _Use, padded, finding
         if note:
             conf = _min_conf(conf, "medium")
             reasons.append(note)
+        if unreached:
+            conf = _min_conf(conf, "low")
+            reasons.append(unreached)
         _emit(project, findings, Finding(rel, node.lineno, fn.qualname, var, "zero-fill-then-overwrite", pattern,
                                          f"{_short(use.how)} [line {use.line}]", conf, reasons,
                                          _site_obligation("zero-fill-then-overwrite", var, pattern, use, padded),
