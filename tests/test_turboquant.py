@@ -850,3 +850,17 @@ def test_cuda_launch_rule_small_grids_cut_splits_to_steps(resident):
     # the measured cases: batch 1 x 1k over 8 KV heads takes 32 one-step splits, batch 8 x 64k a whole round
     assert _num_splits(cfg, 2112, 8, 1024, _CUDA_STEP, whole_rounds=True) == (32, 32)
     assert _num_splits(cfg, 2112, 64, 65536, _CUDA_STEP, whole_rounds=True)[0] == 2112 // 64
+
+
+def test_recorded_grid_is_issue_34s_grid_and_never_slower_than_sdpa():
+    """The record's grid (the CUDA decode's default configuration against SDPA on the H200, graph replay)
+    covers every point of GRID, each timed both ways, and grid_table prints them all."""
+    from workbook.records import load_record
+    rec = load_record("turboquant")
+    grid = rec["results"]["grid"]
+    assert {(r["batch"], r["context"]) for r in grid} == set(tq_bench.GRID)
+    for r in grid:
+        assert r["best_config"] == "cuda_default" and r["ours_eager_us"] > 0 and r["sdpa_eager_us"] > 0, r
+        assert r["speedup_vs_sdpa"] == pytest.approx(r["sdpa_graph_us"] / r["ours_graph_us"])
+        assert r["speedup_vs_sdpa"] >= 1.0, r   # issue 34, item 2: never slower than SDPA
+    assert len(tq_bench.grid_table(rec).splitlines()) == len(tq_bench.GRID) + 2
