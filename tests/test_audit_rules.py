@@ -5,8 +5,9 @@ elements, where the trail is lost (low, never silent), store masks that select a
 suppressions with a reason, a nested function's finding reported once, arguments after a *star,
 allocations in a conditional expression or a tuple unpacked into names, the workbook's own tree
 auditing clean, and the reverse risk's certainty (a container kept in an attribute, writes indexed by
-a loop variable, a size and its write under one test, a write through an index tensor; the confirmed
-risks and a slice's gap staying medium)."""
+a loop variable, a size and its write under one test, a write through an index tensor, a kernel that
+loads and stores every element after the writes; the confirmed risks, a slice's gap and a kernel that
+adds into the buffer staying medium)."""
 import json
 import shutil
 from pathlib import Path
@@ -477,3 +478,33 @@ def test_a_padded_buffer_whose_grid_covers_the_padding_stays_high():
     for fn in ("scales_padding_written", "scales_padding_written_by_blocks"):
         assert f[fn].confidence == "high" and f[fn].padding, fn
         assert not any("is padded" in r for r in f[fn].reasons), f[fn].reasons
+
+
+def test_a_kernel_that_loads_and_stores_every_element_leaves_no_proven_gap():
+    # out of sample (10th check, vllm-ascend minimax_m3 :866): topk_idx = empty(h, n, topk) written on
+    # [..., :k], then a kernel that loads every slot and stores tl.where(valid, idx, -1) into every slot,
+    # then returned, was a medium reverse risk (read as adding into the gap). Its stores reach every
+    # element, so the gap the return hands on is not proven: low, naming the kernel and the line
+    res = _run("rmw_launch_after_partial_writes.py")
+    x = {(f.function, f.variable): f for f in res.findings}[("masked_topk", "out")]
+    assert x.kind == "empty-partial-write" and x.confidence == "low", res.report("low")
+    why = " ".join(x.reasons)
+    assert "the gap is not proven: Triton launch mask_invalid_slots (line 30) loads and stores param 'ti_ptr'" in why
+    assert "its stores reach every element" in why and "depends on its arithmetic" in why, why
+    # the same launch in a function of the files the buffer is passed to
+    x = {(f.function, f.variable): f for f in res.findings}[("masked_topk_through_a_helper", "out")]
+    assert x.confidence == "low", res.report("low")
+    assert any(r.startswith("the gap is not proven: Triton launch mask_invalid_slots (") and "in mask_slots_of()" in r
+               for r in x.reasons), x.reasons
+
+
+def test_an_accumulating_kernel_keeps_the_gap_proven():
+    # the guard: an atomic_add, a load + add + store bounded by the partial write's own bound (offs < n
+    # after out[:n]), and stores at rows a loaded value picks do not write the gap: medium stays
+    res = _run("rmw_launch_after_partial_writes.py")
+    f = {(x.function, x.variable): x for x in res.findings}
+    for fn in ("head_then_atomic_add", "prefix_then_add_over_it", "head_then_add_at_loaded_rows",
+               "prefix_then_add_through_a_helper"):
+        x = f[(fn, "out")]
+        assert x.kind == "empty-partial-write" and x.confidence == "medium", (fn, res.report("low"))
+        assert not any("the gap is not proven" in r for r in x.reasons), x.reasons

@@ -31,6 +31,11 @@ certain is **low**, and the finding says why:
   (``vp = empty(.., 1 if c else 0)`` with ``if c: vp[..., 0] = ...``); one side: low; neither (a tier
   ``64 if h <= 64 else 128`` written on ``[:h]``): the gap stands.
 
+* the consumer is a Triton launch that loads and stores the buffer and whose stores reach every
+  element (:mod:`workbook.audit.rmw_launch`, asked by :func:`workbook.audit.sites._judge_empty` when
+  the writes leave the gap standing): it writes the gap before any later use, and whether it reads the
+  unwritten values into what it stores is its arithmetic, which the audit does not read.
+
 :func:`_certainty` returns the verdict.
 """
 from __future__ import annotations

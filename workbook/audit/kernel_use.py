@@ -19,7 +19,9 @@ beside ``out + 1 + offs``) keeps the whole write; the note that goes with 'store
 (:meth:`_Kernels.selecting_note`) says which. A parameter named in the kernel's own
 ``@triton.autotune(reset_to_zero=[...])`` is one the kernel relies on finding zeroed ('zeroed'): its
 authors say so. :meth:`_Kernels.store_sites` lists, per store of a parameter, the program-id axes
-its address follows and the names it is computed from, for the launch to compare with its grid."""
+its address follows and the names it is computed from, for the launch to compare with its grid.
+:meth:`_Kernels.stores_whole` says whether a parameter's plain stores, its loads aside, pass the test a
+'store' parameter passes (a read-modify-write kernel that writes every element it is launched over)."""
 from __future__ import annotations
 
 import ast
@@ -216,7 +218,7 @@ class _Kernels:
         loaded, pid, _ = self._loaded[id(fn.node)]
         early_return = any(isinstance(n, ast.Return) for n in body)
         acc = {"stores": False, "loads": False, "atomics": False, "dd": False, "part": False, "sel": None,
-               "pid": pid, "sites": 0, "gaps": []}
+               "pid": pid, "sites": 0, "gaps": [], "side_bad": False}
         for n in body:
             if isinstance(n, ast.Call):
                 self._kernel_call(fn, n, taint, loaded, acc, depth)
@@ -229,8 +231,21 @@ class _Kernels:
                 else "store-early"
         if acc["sel"] or gap:
             self._selecting[key] = (acc["sel"], False) if acc["sel"] else (gap, True)
+        # its stores alone (loads aside) shown to reach every element, as a 'store' kernel's are
+        self._sides()[key] = acc["stores"] and not (acc["atomics"] or acc["dd"] or acc["part"] or acc["sel"]
+                                                    or gap or early_return or acc["side_bad"])
         self._kernel_summary[key] = res
         return res
+
+    def _sides(self) -> dict:
+        return self.__dict__.setdefault("_store_sides", {})
+
+    def stores_whole(self, fn: _Func, param: str) -> bool:
+        """Do ``param``'s plain stores (its loads aside; no atomics) pass the test a 'store' kernel passes
+        (no data-dependent address or mask, no selecting mask, no missed part, no early return)? A
+        read-modify-write kernel for which they do writes every element it is launched over."""
+        self.kernel_use(fn, param)
+        return self._sides().get((id(fn.node), param), False)
 
     def _body(self, fn: _Func) -> list:
         """The kernel's nodes, and (once per kernel) its loaded names, program-id names and assignments."""
@@ -342,4 +357,5 @@ class _Kernels:
                         acc["gaps"] += [note] if u == "store-sel" and by_gap else []
                         acc["sel"] = acc["sel"] or (note if u == "store-sel" and not by_gap else None)
                     acc["loads"] |= u in ("load", "rmw")
+                    acc["side_bad"] |= u in ("rmw", "zeroed") and not self.stores_whole(callee, params[i])
                     acc["dd"] |= u == "store-dd"

@@ -17,6 +17,7 @@ import re
 from .analyzer import _Analyzer, _min_conf, _Project, _Use
 from .certainty import _certainty
 from .padded_launch import padding_unreached
+from .rmw_launch import rmw_cover
 from .regions import _alloc_shape, _branch_groups, _env, _gap, _independent_writes, _padding
 from .results import Finding
 from .source import _call_lines, _call_name, _dotted, _Func, _is_whole_slice, _is_zero, _src
@@ -368,6 +369,7 @@ def _judge_empty(project, fn, node, var, pattern, call, use: _Use, padded, findi
     verdict, why = _certainty(fn, node, var, shape, env, regions, use.consumer_line)
     if verdict == "covered":
         return                          # with the writes in loops, or a size chosen by the writes' own test
+    why = why or rmw_cover(project, fn, var, use, regions, shape, env)   # a launch that loads and stores it all
     reasons = [f"only written through slices: {_short(use.how)} (line {use.line})",
                gap,
                f"the buffer is then used beyond them: {use.consumer}"] + ([note] if note else [])
