@@ -7,7 +7,8 @@ allocations in a conditional expression or a tuple unpacked into names, the work
 auditing clean, and the reverse risk's certainty (a container kept in an attribute, writes indexed by
 a loop variable, a size and its write under one test, a write through an index tensor, a kernel that
 loads and stores every element after the writes; the confirmed risks, a slice's gap and a kernel that
-adds into the buffer staying medium)."""
+adds into the buffer staying medium), metadata-only uses (``empty_like``, ``.shape``) that read no
+element, a padded grid's wording, and a launch of one program that stores a prefix of a literal size."""
 import json
 import shutil
 from pathlib import Path
@@ -508,3 +509,71 @@ def test_an_accumulating_kernel_keeps_the_gap_proven():
         x = f[(fn, "out")]
         assert x.kind == "empty-partial-write" and x.confidence == "medium", (fn, res.report("low"))
         assert not any("the gap is not proven" in r for r in x.reasons), x.reasons
+
+
+def test_a_metadata_only_use_is_no_reader_of_the_buffer():
+    # out of sample (11th check, Triton-distributed test_ep_a2a.py:149): padded_indices = empty([M, topk])
+    # written on [:n], then [torch.empty_like(padded_indices) for ...]: a medium reverse risk whose
+    # "reader" was empty_like. *_like(x), x.shape, x.size(0), x.new_empty(..), len(x) ... read no element
+    res = _run("metadata_only_uses.py")
+    f = {(x.function, x.variable): x for x in res.findings}
+    for fn in ("prefix_then_empty_like", "prefix_then_every_metadata_use"):
+        assert (fn, "out") not in f, (fn, res.report("low"))
+    # a zero fill whose first real use (after empty_like, numel, size, len, new_zeros) overwrites it
+    x = f[("zeros_then_metadata_then_copy", "buf")]
+    assert x.kind == "zero-fill-then-overwrite" and x.confidence == "high", res.report("low")
+    assert x.reasons == ["first use after the fill overwrites it (line 37)"], x.reasons
+
+
+def test_a_real_read_after_a_metadata_use_still_counts():
+    # the guard: a sum, an addition, a return, a callee not in the files after the metadata uses
+    res = _run("metadata_only_uses.py")
+    f = {(x.function, x.variable): x for x in res.findings}
+    for fn, who in (("prefix_then_empty_like_then_sum", "read by out.sum(...) (line 45)"),
+                    ("prefix_then_empty_like_then_add", "read by out + 1 (line 52)"),
+                    ("prefix_then_shape_then_return", "returned whole to the callers of")):
+        x = f[(fn, "out")]
+        assert x.kind == "empty-partial-write" and x.confidence == "medium", (fn, res.report("low"))
+        assert any(r.startswith(f"the buffer is then used beyond them: {who}") for r in x.reasons), x.reasons
+    assert _nec(res)["zeros_then_metadata_then_sum"] == "read: buf.sum(...) (line 66)"
+    x = f[("zeros_then_metadata_then_unknown_callee", "buf")]
+    assert x.kind == "trail-lost" and x.confidence == "low", res.report("low")
+    assert "fill_from_somewhere(...)" in x.reasons[0], x.reasons
+
+
+def test_a_grid_that_names_no_count_is_not_called_bounded_by_the_real_count():
+    # out of sample (11th check, Triton-distributed): a padded block table written on a persistent grid
+    # (num_sms,) was "bounded by the real count": the grid names no count, it is only not shown to reach
+    # the rounded size. A grid of the real rows (M,) keeps the old wording (the guard)
+    f = _by(_run("padded_rows_on_a_persistent_grid.py"))
+    x = f["block_table_on_sms"]
+    assert x.kind == "zero-fill-then-overwrite" and x.confidence == "low" and x.padding, x.reasons
+    why = " ".join(x.reasons)
+    assert "the launch's grid (grid = (num_sms,)) is not shown to reach the rounded size" in why, why
+    assert "bounded by the real count" not in why, why
+    x = f["block_table_on_real_rows"]
+    assert x.confidence == "low", x.reasons
+    assert "the launch's grid ((M,)) is bounded by the real count, not shown to reach the rounded size" \
+        in " ".join(x.reasons), x.reasons
+
+
+def test_one_program_storing_a_prefix_does_not_claim_the_whole_buffer():
+    # out of sample (11th check, Triton-distributed test_compile_aot.py:167): B = zeros(128) written by a
+    # launch of one program whose only store is B + tl.arange(0, 64) was high: [64, 128) keep their zeros
+    f = _by(_run("one_program_stores_a_prefix.py"))
+    for fn, grid in (("one_program_stores_half", "(1,)"), ("one_program_stores_half_positionally", "grid = (1, 1, 1)")):
+        x = f[fn]
+        assert x.kind == "zero-fill-then-overwrite" and x.confidence == "low", (fn, x.reasons)
+        why = " ".join(x.reasons)
+        assert f"the launch's grid ({grid}) is one program and every store of param 'B' reaches at most 64 " \
+               "elements (its store address (B + tl.arange(0, 64))" in why, why
+        assert "while B holds 128 (torch.zeros(128, ...)): elements [64, 128) keep their zeros" in why, why
+
+
+def test_one_program_storing_the_whole_buffer_stays_high():
+    # the guards: the same kernel on a buffer of 64, one program storing both halves of 128, and a block
+    # offset over a grid of two programs write every element
+    f = _by(_run("one_program_stores_a_prefix.py"))
+    for fn in ("one_program_stores_all_64", "one_program_stores_all_128", "blocks_over_the_grid"):
+        assert f[fn].confidence == "high", (fn, f[fn].reasons)
+        assert not any("is one program" in r for r in f[fn].reasons), f[fn].reasons

@@ -106,7 +106,7 @@ from dataclasses import dataclass, field, replace
 from .arguments import _position
 from .certainty import _kept_in
 from .callees import (_collective, _compiled_names, _DIST, _doc_hint, _DLPACK, _import_aliases, _is_constructor,
-                      _is_jit, _is_library, _out_keyword)
+                      _is_jit, _is_library, _metadata_call, _NEW_CTORS, _out_keyword)
 from .kernel_use import _Kernels
 from .regions import _alloc_shape, _env, _gap, _pad_reason
 from .results import _RANK
@@ -613,7 +613,7 @@ class _Analyzer:
             if isinstance(user, ast.Call) and gp is not user.func and _call_name(user) not in _READ_ONLY_CALLS:
                 return _Use("escape", line, f"its raw address {key}.data_ptr() is passed to {_src(user.func)}(...): "
                                             "not followed", "low")
-        if attr in _META:
+        if attr in _META or (called and attr in _NEW_CTORS):     # x.shape, x.new_empty(..): no element read
             return _Use("meta", line, attr)
         if called:
             if attr in ("zero_",) or (attr == "fill_" and gp.args and _is_zero(gp.args[0])):
@@ -644,7 +644,7 @@ class _Analyzer:
         # a further view/method on the view
         if isinstance(par, ast.Attribute) and par.value is expr:
             gp = self.parents.get(par)
-            if par.attr in _META:
+            if par.attr in _META or (isinstance(gp, ast.Call) and gp.func is par and par.attr in _NEW_CTORS):
                 return _Use("meta", line, par.attr)
             if par.attr in _VIEWS:
                 return self._role_of_value(gp if isinstance(gp, ast.Call) and gp.func is par else par, key, line, True,
@@ -708,7 +708,7 @@ class _Analyzer:
                 return self._role_in_launch(call, arg, key, line, view, partial, kw, name)
             return _Use("escape", line, f"passed to {desc}(...), an element of a container (not a Triton launch): "
                                         "the callee is not followed", "low")
-        if name in _READ_ONLY_CALLS or name.startswith("assert"):
+        if name in _READ_ONLY_CALLS or name.startswith("assert") or _metadata_call(call, arg, name, kw):
             return _Use("meta", line, name)
         dotted = _dotted(call.func) or ""
         said = _by_name(call, arg, name, dotted, kw, partial, known=False)   # DLPack; torch.distributed's collectives

@@ -16,6 +16,9 @@ Each answer is ``(kind, how, confidence)`` (or None: nothing known), which
   an object the audit cannot see, loses the trail (low).
 * DLPack (``from_dlpack``, ``to_dlpack``, ``__dlpack__``) hands the memory to another name or
   framework: the trail is lost (low).
+* metadata only (:func:`_metadata_call`): ``torch.empty_like(x)`` and the other ``*_like``
+  constructors with the buffer as their prototype, and ``x.new_empty(..)``/``new_zeros``/``new_ones``/
+  ``new_full`` on it, read its shape, dtype and device, no element: no use of the buffer at all.
 * an op's own words: a docstring or comment that says it accumulates into the buffer (accumulate,
   add into, sum into, ``+=``, atomic add) or leaves part of it untouched (untouched, unchanged, not
   written, padding left as is) outweighs a write the audit only assumed (``mutates_args``, a callee
@@ -40,6 +43,8 @@ _COLLECTIVE_REDUCE = {"all_reduce", "reduce", "all_reduce_coalesced"}
 _COLLECTIVE_RE = re.compile(r"all_?gather|all_?reduce|reduce_?scatter|all_?to_?all|broadcast|^i?send$|^i?recv$",
                             re.IGNORECASE)
 _DLPACK = {"from_dlpack", "to_dlpack", "__dlpack__"}
+_LIKE_CTORS = {"empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like", "randint_like"}
+_NEW_CTORS = {"new_empty", "new_zeros", "new_ones", "new_full", "new_empty_strided"}   # x.new_*(..): x's dtype/device
 _FIELD_REPLACE = {"clone", "replace", "_replace", "evolve", "model_copy", "copy_with", "with_", "dict", "partial",
                   "SimpleNamespace", "namedtuple", "update"}
 _ACC_CALL = re.compile(r"accum|(^|_)add($|_)|addmm|scatter|reduce|(^|_)sum($|_)|epilogue|residual|axpy",
@@ -63,6 +68,16 @@ def _is_library(dotted: str) -> bool:
     if dotted.startswith(_CUSTOM_OPS):
         return dotted.startswith(_ATEN)
     return dotted.startswith(_LIBRARY)
+
+
+def _metadata_call(call: ast.Call, arg, name: str, kw: str | None) -> bool:
+    """Does ``call`` read only the metadata of ``arg`` (``torch.empty_like(arg)``, ``zeros_like(input=arg)``:
+    the prototype of a ``*_like`` constructor gives shape, dtype and device, no element)?"""
+    if name not in _LIKE_CTORS:
+        return False
+    if kw is not None:
+        return kw == "input"
+    return bool(call.args) and call.args[0] is arg
 
 
 def _is_constructor(call: ast.Call, name: str) -> bool:

@@ -29,6 +29,10 @@ An address does not prove that the store reaches the whole buffer when, for some
   programs' ranges overlap and, once the axis is longer than a block, the tail past the last
   program's block is never stored.
 
+:func:`store_extent` says how far an address made only of constants and literal ``tl.arange`` terms
+reaches (``B + tl.arange(0, 64)``: 64 elements), for a launch of one program to be held against the
+buffer's literal size (:mod:`workbook.audit.padded_launch`).
+
 :func:`store_gap` returns the reason, worded like the audit's other low notes (what is never stored
 keeps what was there), or ``None`` when the address shows none of these. A kernel whose *every*
 store of a parameter shows one is judged to store part of it (:mod:`workbook.audit.kernel_use`);
@@ -87,6 +91,7 @@ class _Address:
 
     def __init__(self, fn, base: set):
         self.fn, self.base, self.show = fn, base, {}
+        self.extent: dict[str, int] = {}                  # arange ident -> its length, where both ends are literal
         self.defs: dict[str, list] = defaultdict(list)    # name -> (statement, value or None, kind)
         for n in ast.walk(fn.node):
             if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None:
@@ -195,6 +200,8 @@ class _Address:
         if name == "arange" and len(e.args) == 2:
             ident = str(id(e))
             self.show.setdefault(ident, ast.unparse(e))
+            if all(isinstance(a, ast.Constant) and type(a.value) is int for a in e.args):
+                self.extent[ident] = e.args[1].value - e.args[0].value
             size = ast.unparse(ast.BinOp(e.args[1], ast.Sub(), e.args[0])) if not _is_zero(e.args[0]) \
                 else ast.unparse(e.args[1])
             return _combine(self.poly(e.args[0], at, depth + 1), _atom("arange", ident, ""), _add) \
@@ -314,3 +321,34 @@ def store_gap(fn, ptr, base: set) -> str | None:
     text = ast.unparse(ptr)
     head, detail = gaps[0]
     return f"{head}: its store address ({text if len(text) <= 60 else text[:57] + '...'}) {detail}"
+
+
+def store_extent(fn, ptr, base: set) -> tuple[int, str] | None:
+    """How many elements from the base the ``tl.store`` address ``ptr`` in kernel ``fn`` can reach (its
+    largest index plus one, under every reading), and the address as written, when it is made only of
+    constants and ``tl.arange`` terms of literal extent (``B + tl.arange(0, 64)``): no program id, no
+    loop variable, no name; else None (what it reaches depends on the launch)."""
+    addr = _Address(fn, base)
+    at = ptr
+    while at is not None and not isinstance(at, ast.stmt):
+        at = fn.parents.get(at)
+    alts = addr.poly(ptr, at) if at is not None else None
+    if not alts:
+        return None
+    reach = 0
+    for p in alts:
+        top = 0
+        for m, c in p.items():
+            if any(a[0] == "base" for a in m):
+                continue
+            if not m:
+                top += c
+            elif len(m) == 1 and m[0][0] == "arange" and m[0][1] in addr.extent and c > 0:
+                top += c * (addr.extent[m[0][1]] - 1)
+            else:
+                return None
+        if top < 0:
+            return None
+        reach = max(reach, top + 1)
+    text = ast.unparse(ptr)
+    return reach, text if len(text) <= 60 else text[:57] + "..."

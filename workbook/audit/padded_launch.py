@@ -1,5 +1,5 @@
 """A zero fill of a *padded* allocation written by a Triton launch whose grid is bounded by the real
-count (:func:`padding_unreached`).
+count (:func:`padding_unreached`), or of a literal size larger than a one-program launch stores.
 
 A dimension is padded when its size is a count rounded up: ``(n + 31) // 32 * 32``, ``triton.cdiv(n,
 32) * 32``, ``-(-n // 32) * 32``, ``math.ceil(n / 32) * 32``, ``round_up(n, 32)``, or a count of
@@ -9,14 +9,25 @@ included). A kernel launched over the real count (``grid = (n,)``, ``(n * b,)``)
 rows give; the rows ``[n, rounded)`` keep their zeros unless the kernel's grid is shown to reach the
 rounded size: the grid names the padded size (or the buffer's own shape), or rounds the same count
 itself (``cdiv(n, BLOCK)``: a grid of blocks). Where that is not shown, the zero fill is at most low,
-and the reason names the padded dimension and the grid.
+and the reason names the padded dimension and the grid: "bounded by the real count" only where the
+grid names the count that is rounded up (a persistent grid ``(num_sms,)`` names none: it is only "not
+shown to reach the rounded size").
+
+A launch of one program (:func:`extent_unreached`: ``k[(1,)](.., B)``) whose every store of the buffer
+has an address of constants and literal ``tl.arange`` terms only (``B + tl.arange(0, 64)``: no program
+id, no loop variable) reaches that many elements; an allocation of a larger literal size
+(``torch.zeros(128)``) keeps its zeros past them: the zero fill is at most low, and the reason names
+the stored extent and the size.
 """
 from __future__ import annotations
 
 import ast
 
+from .callees import _is_jit
+from .kernel_use import _tainted
+from .offsets import store_extent
 from .regions import _PAD_NAME, _alloc_shape, _assignments
-from .source import _call_name, _src
+from .source import _call_name, _params, _src
 
 
 def _names(e) -> set[str]:
@@ -122,7 +133,81 @@ def padding_unreached(fn, var: str, call: ast.Call | None, use, before: int) -> 
         shown = _src(launch.func.slice)
         if len(grid) > 1 and isinstance(launch.func.slice, ast.Name):
             shown += f" = {_src(grid[1][0])}"
+        bound = "is bounded by the real count, not shown" if counts & grid_names else "is not shown"
         return (f"dimension {i} is padded ({size}: {rounding} rounds {real} up) while the launch's grid "
-                f"({shown}) is bounded by the real count, not shown to reach the rounded size: the padding "
-                f"the kernel does not store keeps its zeros")
+                f"({shown}) {bound} to reach the rounded size: the padding the kernel does not store keeps "
+                f"its zeros")
     return None
+
+
+def _one_program(fn, grid, before: int) -> str | None:
+    """The launch grid as shown when it is literally one program (``(1,)``, ``(1, 1, 1)``, ``[1]``,
+    ``1``, or a name assigned one of them), else None."""
+    shown = _src(grid)
+    if isinstance(grid, ast.Name):
+        vals = [v for line, v in _assignments(fn.stmts).get(grid.id, ()) if line < before]
+        grid = vals[-1] if len(vals) == 1 else None
+        shown += f" = {_src(grid)}" if grid is not None else ""
+    elts = grid.elts if isinstance(grid, (ast.Tuple, ast.List)) else [grid]
+    one = grid is not None and bool(elts) and all(isinstance(e, ast.Constant) and e.value == 1 for e in elts)
+    return shown if one else None
+
+
+def _param_of(launch: ast.Call, kern, var: str) -> str | None:
+    for k in launch.keywords:
+        if isinstance(k.value, ast.Name) and k.value.id == var:
+            return k.arg
+    params = _params(kern.node)
+    for i, a in enumerate(launch.args):
+        if isinstance(a, ast.Starred):
+            return None
+        if isinstance(a, ast.Name) and a.id == var:
+            return params[i] if i < len(params) else None
+    return None
+
+
+def _reach(kern, param: str) -> tuple[int, str] | None:
+    """The most elements any store of ``param`` in ``kern`` reaches, and that store's address; None
+    when one of them is not of constants and literal aranges, or the pointer goes to a helper."""
+    body = list(ast.walk(kern.node))
+    taint = _tainted(body, param)
+    best = None
+    for n in body:
+        if not isinstance(n, ast.Call) or not any(_names(a) & taint for a in n.args):
+            continue
+        name = _call_name(n)
+        if name == "load":
+            continue
+        if name != "store" or not (_names(n.args[0]) & taint):
+            return None                    # an atomic, a helper given the pointer, a store through another
+        got = store_extent(kern, n.args[0], taint)
+        if got is None:
+            return None
+        best = got if best is None or got[0] > best[0] else best
+    return best
+
+
+def extent_unreached(project, fn, var: str, call: ast.Call | None, use) -> str | None:
+    """The reason a zero fill of a literal size written by a launch of one program is not shown whole:
+    every store of the buffer reaches fewer elements than the allocation holds; else None."""
+    if call is None or use.kind != "write" or not use.how.startswith("Triton launch"):
+        return None
+    dims = _alloc_shape(call) or []
+    if not dims or not all(isinstance(d, ast.Constant) and type(d.value) is int for d in dims):
+        return None
+    size = 1
+    for d in dims:
+        size *= d.value
+    launch = _launch_at(fn, var, use.line)
+    grid = _one_program(fn, launch.func.slice, launch.lineno) if launch is not None else None
+    if grid is None:
+        return None
+    kernels = [k for k in project.resolve_all(_call_name(launch), fn.file)[0] if _is_jit(k.node)]
+    param = _param_of(launch, kernels[0], var) if len(kernels) == 1 else None
+    got = _reach(kernels[0], param) if param is not None else None
+    if got is None or got[0] >= size:
+        return None
+    return (f"the launch's grid ({grid}) is one program and every store of param '{param}' "
+            f"reaches at most {got[0]} elements (its store address ({got[1]}) has no program id and no loop "
+            f"variable) while {var} holds {size} ({_src(call.func)}({', '.join(_src(d) for d in dims)}, ...)): "
+            f"elements [{got[0]}, {size}) keep their zeros")

@@ -16,7 +16,7 @@ import re
 
 from .analyzer import _Analyzer, _min_conf, _Project, _Use
 from .certainty import _certainty
-from .padded_launch import padding_unreached
+from .padded_launch import extent_unreached, padding_unreached
 from .rmw_launch import rmw_cover
 from .regions import _alloc_shape, _branch_groups, _env, _gap, _independent_writes, _padding
 from .results import Finding
@@ -285,7 +285,8 @@ def _analyze_function(project: _Project, fn: _Func, findings: list[Finding], nec
             if kind == "empty-partial-write":
                 _judge_empty(project, fn, node, var, pattern, call, use, padded, findings, note)
             else:
-                unreached = padding_unreached(fn, var, call, use, node.lineno)
+                unreached = padding_unreached(fn, var, call, use, node.lineno) or \
+                    extent_unreached(project, fn, var, call, use)
                 _judge_zero_fill(project, fn, node, var, pattern, use, padded, findings, necessary, helper_sites, note,
                                  unreached)
 
@@ -304,7 +305,8 @@ def _judge_zero_fill(project, fn, node, var, pattern, use: _Use, padded, finding
                      note: str | None = None, unreached: str | None = None):
     """A zero fill's finding, or a necessary fill, or an allocation helper (``note``: a conditional
     allocation, at most medium, and the finding says why; ``unreached``: a padded dimension the writing
-    launch's grid is not shown to reach, at most low: :mod:`workbook.audit.padded_launch`)."""
+    launch's grid is not shown to reach, or a literal size past what a one-program launch stores, at
+    most low: :mod:`workbook.audit.padded_launch`)."""
     rel = fn.file
     if use.kind == "write" and use.how.endswith("zero-fills it again") and not isinstance(node, (ast.Assign, ast.AnnAssign)):
         # a fill statement filled again: a reset or a cache flush, not an allocation to be made empty
