@@ -8,7 +8,9 @@ auditing clean, and the reverse risk's certainty (a container kept in an attribu
 a loop variable, a size and its write under one test, a write through an index tensor, a kernel that
 loads and stores every element after the writes; the confirmed risks, a slice's gap and a kernel that
 adds into the buffer staying medium), metadata-only uses (``empty_like``, ``.shape``) that read no
-element, a padded grid's wording, and a launch of one program that stores a prefix of a literal size."""
+element, a padded grid's wording, a launch of one program that stores a prefix of a literal size, and
+a buffer returned whole whose every caller in the files reads only a slice or an index of it (low; a
+caller using it whole, or none in the files, keeps the gap medium)."""
 import json
 import shutil
 from pathlib import Path
@@ -577,3 +579,31 @@ def test_one_program_storing_the_whole_buffer_stays_high():
     for fn in ("one_program_stores_all_64", "one_program_stores_all_128", "blocks_over_the_grid"):
         assert f[fn].confidence == "high", (fn, f[fn].reasons)
         assert not any("is one program" in r for r in f[fn].reasons), f[fn].reasons
+
+
+def test_a_gap_every_caller_reads_only_in_part_is_not_proven():
+    # out of sample (10th check, gpt-fast eval.py:75; 9th, aiter mxfp6_fmha_pack.py:663): the buffer is
+    # returned whole, but every caller in the files reads it through index_select, a slice or narrow
+    res = _run("returned_to_callers_that_read_a_part.py")
+    f = _by(res)
+    for fn, var, callers in (("padded_prompt", "empty", ("prefill_logits", "record_prompt", "seq.index_select(0, pos)",
+                                                         "seq[:n]", "seq.narrow(0, 0, n)")),
+                             ("scales_with_slack", "sbuf", ("scale_view", "raw[:b * sk * h * 4]"))):
+        x = f[fn]
+        assert x.kind == "empty-partial-write" and x.variable == var and x.confidence == "low", res.report("low")
+        why = " ".join(x.reasons)
+        assert "the gap is not proven" in why and "only through slices, indexes" in why, why
+        assert "callers outside the files given are not seen" in why, why
+        for c in callers:
+            assert c in why, (c, why)
+    assert "element 0 of the returned tuple" in " ".join(f["padded_prompt"].reasons)
+
+
+def test_a_gap_a_caller_uses_whole_or_no_caller_sees_stays_medium():
+    # the guard: one caller sums the whole buffer, one passes it whole to a function, and one helper has
+    # no caller in the files: the gap stays proven
+    f = _by(_run("returned_to_callers_that_read_a_part.py"))
+    for fn in ("padded_tokens", "padded_ids", "padded_rows"):
+        x = f[fn]
+        assert x.kind == "empty-partial-write" and x.confidence == "medium", (fn, x.reasons)
+        assert not any("the gap is not proven" in r for r in x.reasons), x.reasons

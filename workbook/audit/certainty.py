@@ -35,6 +35,10 @@ certain is **low**, and the finding says why:
   element (:mod:`workbook.audit.rmw_launch`, asked by :func:`workbook.audit.sites._judge_empty` when
   the writes leave the gap standing): it writes the gap before any later use, and whether it reads the
   unwritten values into what it stores is its arithmetic, which the audit does not read.
+* the buffer is returned whole, and every caller of the function in the files reads it only through a
+  slice, an index, ``narrow`` or ``index_select`` (:mod:`workbook.audit.caller_reads`, asked by
+  :func:`workbook.audit.sites._judge_empty` likewise): no caller is shown to read the unwritten part;
+  their bounds are not compared with the written part, and callers outside the files are not seen.
 
 :func:`_certainty` returns the verdict.
 """

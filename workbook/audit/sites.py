@@ -15,6 +15,7 @@ import ast
 import re
 
 from .analyzer import _Analyzer, _min_conf, _Project, _Use
+from .caller_reads import callers_read_parts
 from .certainty import _certainty
 from .padded_launch import extent_unreached, padding_unreached
 from .rmw_launch import rmw_cover
@@ -372,6 +373,7 @@ def _judge_empty(project, fn, node, var, pattern, call, use: _Use, padded, findi
     if verdict == "covered":
         return                          # with the writes in loops, or a size chosen by the writes' own test
     why = why or rmw_cover(project, fn, var, use, regions, shape, env)   # a launch that loads and stores it all
+    why = why or callers_read_parts(project, fn, var, use)     # every caller in the files reads only parts
     reasons = [f"only written through slices: {_short(use.how)} (line {use.line})",
                gap,
                f"the buffer is then used beyond them: {use.consumer}"] + ([note] if note else [])
