@@ -1214,7 +1214,7 @@ def test_segments_argument_is_checked_and_auto_follows_the_record():
     assert len(measured) >= 4 and {(r["B"], r["T"], r["H"], r["HV"]) for r in rec["segments"]} == set(bench.SEGMENT_SHAPES)
     for row in measured:
         ratios = {s: row[f"ratio_seg{s}_over_plain_graph"] for s in rec["sweep_chunks_per_segment"]}
-        pick = gdn.segment_rule(row["B"], row["T"], row["H"], row["HV"], row["K"], row["V"], 132)
+        pick = gdn.segment_rule(row["B"], row["T"], row["H"], row["HV"], row["K"], row["V"])
         if min(ratios.values()) > 1:
             assert pick is None, row
         else:

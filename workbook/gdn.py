@@ -666,10 +666,10 @@ def _run_v_padded(run, cfg, q, k, v, g, beta, scale, initial_state, ht, cu_seqle
 SEGMENT_RULE = {"max_seq_heads": 8, "min_tokens": 8192, "chunks": 32}
 
 
-def segment_rule(N: int, T: int, H: int, HV: int, K: int, V: int, n_sm: int | None = None) -> int | None:
+def segment_rule(N: int, T: int, H: int, HV: int, K: int, V: int) -> int | None:
     """The segment length in chunks that ``segments="auto"`` takes for N sequences of T tokens (mean), or None
     (plain): SEGMENT_RULE's chunks when the plain state pass has few programs (N x HV <= max_seq_heads: its
-    sequential loop is most of the call) and T >= min_tokens. ``n_sm``: unused (measured on the H200 only)."""
+    sequential loop is most of the call) and T >= min_tokens (measured on the H200 only: no SM count in it)."""
     r = SEGMENT_RULE
     if N * HV <= r["max_seq_heads"] and T >= r["min_tokens"] and V + K <= 512:
         return r["chunks"]
@@ -679,7 +679,7 @@ def segment_rule(N: int, T: int, H: int, HV: int, K: int, V: int, n_sm: int | No
 def _segment_length(segments, N, T, H, HV, K, V) -> int | None:
     """``segments`` checked: None, "auto" (:func:`segment_rule`) or a positive int (chunks per segment)."""
     if isinstance(segments, str) and segments == "auto":
-        segments = segment_rule(N, T, H, HV, K, V, sm_count())
+        segments = segment_rule(N, T, H, HV, K, V)
     if segments is None:
         return segments
     if isinstance(segments, bool) or not isinstance(segments, int) or segments < 1:
