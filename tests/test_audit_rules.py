@@ -10,7 +10,8 @@ loads and stores every element after the writes; the confirmed risks, a slice's 
 adds into the buffer staying medium), metadata-only uses (``empty_like``, ``.shape``) that read no
 element, a padded grid's wording, a launch of one program that stores a prefix of a literal size, and
 a buffer returned whole whose every caller in the files reads only a slice or an index of it (low; a
-caller using it whole, or none in the files, keeps the gap medium)."""
+caller using it whole, or none in the files, keeps the gap medium), and a buffer stored into a new
+object's field by a constructor keyword or a field replacement (low: the trail is lost there)."""
 import json
 import shutil
 from pathlib import Path
@@ -607,3 +608,20 @@ def test_a_gap_a_caller_uses_whole_or_no_caller_sees_stays_medium():
         x = f[fn]
         assert x.kind == "empty-partial-write" and x.confidence == "medium", (fn, x.reasons)
         assert not any("the gap is not proven" in r for r in x.reasons), x.reasons
+
+
+def test_a_buffer_stored_into_an_object_field_loses_the_trail():
+    # out of sample (14th check, S-LoRA infer_batch.py:155): slot columns [0, longest - 1) copied, then
+    # the table handed to the batch object's constructor (InferBatch(..., nopad_b_loc=...)); every
+    # reader of that field takes only columns the decode steps have filled. A constructor keyword or a
+    # field replacement keeps the buffer in an object's field, as an attribute does: low, naming it (was medium)
+    f = _by(_run("stored_into_an_object_field.py"))
+    for fn, place in (("shrink_batch", "SlotBatch(...).slots"), ("regrow_batch", "dataclasses.replace(...).slots")):
+        x = f[fn]
+        assert x.kind == "empty-partial-write" and x.confidence == "low", (fn, x.reasons)
+        assert any(r.startswith(f"the trail is lost at {place}:") for r in x.reasons), (fn, x.reasons)
+    # the guard: handed to a function the files do not define, or returned whole, the gap stays medium
+    for fn in ("shrink_and_hand_on", "shrink_and_return"):
+        x = f[fn]
+        assert x.kind == "empty-partial-write" and x.confidence == "medium", (fn, x.reasons)
+        assert not any(r.startswith("the trail is lost at") for r in x.reasons), (fn, x.reasons)

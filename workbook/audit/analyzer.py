@@ -57,7 +57,7 @@ unless the allocation is padded: a view over padded storage may be read beyond i
 that is dropped are proofs that the rest is unread. It is ``medium`` only when every write before the
 consumer is an unconditional, straight-line slice write with comparable bounds, a part is provably
 outside all of them, and the consumer is not seen; else ``low`` with the reason (a loop, an ``if``, a
-size a test picks, a container kept in an attribute: :mod:`workbook.audit.certainty`).
+size a test picks, a container kept in an attribute, an object's field: :mod:`workbook.audit.certainty`).
 
 Confidence (the rule, so that a maintainer can weigh a finding):
 
@@ -70,7 +70,7 @@ Confidence (the rule, so that a maintainer can weigh a finding):
   expression (``x = zeros(..) if x is None else x``: the other hands on a buffer not allocated there); a
   reverse risk where a part is proven left unwritten (a missed index or stride start, or the tail
   ``[n, size)`` of a dimension written on ``[0, n)`` and allocated with another size) by straight-line
-  writes, and handed to a consumer not seen (not kept in an attribute or a container that lives there).
+  writes, and handed to a consumer not seen (not kept in an attribute, a container there, an object's field).
 * ``low``: anything that rests on an assumption or may leave zeros: the overwrite is under a
   condition/loop the fill is not under (where it is false the zeros survive); the callee is not in
   the files (``out=`` of another library, a kernel or op whose argument has an output-like name, a

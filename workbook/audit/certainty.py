@@ -11,6 +11,9 @@ certain is **low**, and the finding says why:
   ``self._store["k"] = k``, ``self.entry = (k, v)``, ``_TABLES[key] = {...}``,
   ``self.entries.append((k, n))``): its readers (which may take only the written prefix) are not
   followed, so the trail is lost there (:func:`_kept_in`, as for a buffer kept in an attribute);
+* the buffer is handed as a keyword to a constructor or a field replacement (``Batch(slots=buf)``,
+  ``dataclasses.replace(b, slots=buf)``): it is kept in the new object's field, as in an attribute,
+  and that field's readers are not followed, so the trail is lost there too (:func:`_kept_in_field`);
 * a write runs in a loop the allocation is not in (:func:`_writes` lists them all, until the buffer
   is rebound): its passes may cover the rest. ``for i in range(a, b)`` (or ``enumerate(xs)``) that
   writes ``x[..., i + c]`` on every pass (no ``if`` around it, no ``break``) covers ``[a + c, b + c)``
@@ -48,9 +51,10 @@ import ast
 import copy
 import re
 
+from .callees import _is_constructor
 from .indexing import _indexed_writer, _unbounded_why
 from .regions import _gap, _lin, _norm, _region
-from .source import _control, _dotted, _exclusive, _params, _src, _stmt_of
+from .source import _call_name, _control, _dotted, _exclusive, _params, _src, _stmt_of
 
 _KEEPERS = {"append", "extend", "insert", "add", "update", "setdefault", "put", "put_nowait", "__setitem__"}
 _CONTAINER = (ast.List, ast.Tuple, ast.Set, ast.Dict, ast.Starred)
@@ -94,6 +98,22 @@ def _kept_in(node, parents, fn) -> str | None:
     if isinstance(par, ast.Call) and e in par.args and isinstance(par.func, ast.Attribute) \
             and par.func.attr in _KEEPERS and _outlives(par.func.value, fn):
         return _src(par.func.value)
+    return None
+
+
+def _kept_in_field(fn, var: str, line: int | None) -> str | None:
+    """Where the buffer ``var``, used at line ``line``, is handed as a keyword to a constructor or a
+    field replacement (``Batch(slots=buf)``, ``dataclasses.replace(b, slots=buf)``): the new object's
+    field, ``Batch(...).slots``, which keeps it past this use as an attribute would; or None."""
+    if line is None:
+        return None
+    for call in ast.walk(fn.node):
+        if not isinstance(call, ast.Call):
+            continue
+        for k in call.keywords:
+            if k.arg and k.value.lineno == line and _dotted(k.value) == var \
+                    and _is_constructor(call, _call_name(call)):
+                return f"{_src(call.func)}(...).{k.arg}"
     return None
 
 

@@ -16,7 +16,7 @@ import re
 
 from .analyzer import _Analyzer, _min_conf, _Project, _Use
 from .caller_reads import callers_read_parts
-from .certainty import _certainty
+from .certainty import _certainty, _kept_in_field
 from .padded_launch import extent_unreached, padding_unreached
 from .rmw_launch import rmw_cover
 from .regions import _alloc_shape, _branch_groups, _env, _gap, _independent_writes, _padding
@@ -381,15 +381,16 @@ def _judge_empty(project, fn, node, var, pattern, call, use: _Use, padded, findi
     # dimension written on [0, n)); where the writes cannot be modelled (index tensors, views of unknown
     # size, several dimensions, a start not 0), the rest may well be covered: low, and says so
     conf = "medium" if strength else "low"
+    # a buffer kept in an attribute (a cache, a scratch with headroom) or in a new object's field (a
+    # constructor keyword) is read by code not followed: that the unwritten part is read is not shown
+    kept = (use.consumer[8:].split(" beyond", 1)[0] if use.consumer.startswith("kept in ")
+            else _kept_in_field(fn, var, use.consumer_line)) if strength else None
     if not strength:
         reasons.append("the audit cannot show which part stays unwritten (the writes are not a prefix of "
                        "one dimension of known size): check the writes by hand")
-    elif use.consumer.startswith("kept in "):
-        # a buffer kept in an attribute (a cache, a scratch with headroom) is read by code not followed:
-        # that the unwritten part is read is not shown, so the trail is lost there (low)
+    elif kept:                          # so the trail is lost there (low)
         conf = "low"
-        reasons.append(f"the trail is lost at {use.consumer.split(' beyond', 1)[0][8:]}: whether its readers go "
-                       "beyond the written part is not followed")
+        reasons.append(f"the trail is lost at {kept}: whether its readers go beyond the written part is not followed")
     if why is not None:                 # a write in a loop or under a condition: the gap is not proven
         conf = "low"
         reasons.append(f"the gap is not proven: {why}")
