@@ -195,8 +195,10 @@ def chunk_table_kernel(
 # Kernel 1: G = cumsum(g); L = strict_lower(diag(beta) (K K^T * Gamma)); A = (I + L)^-1, stored as
 # [64, 64] per chunk. With USE_QK_L2NORM the keys are normalised here, once, and stored (kn) for the
 # later kernels. Kernel 2: w = A diag(beta exp(G)) K ; u = A diag(beta) V, each one 64-row product on
-# the matrix units. (Two kernels, not one, as flash-linear-attention does: the solve's 64x64 fp32
-# tiles and the 64-row products no longer share one program's registers.)
+# the matrix units. With FUSE_WU kernel 1 computes w and u itself from A still in registers (A is then
+# stored only for a caller who asks for it): one launch and no A round trip, at the price of the solve's
+# 64x64 fp32 tiles and the 64-row products sharing one program's registers (workbook.gdn.CONFIG says
+# which form is the default, and why).
 # --------------------------------------------------------------------------------------------------
 
 @triton.jit
@@ -267,36 +269,45 @@ def _inv_unit_lower(b_l, BC: tl.constexpr, BT: tl.constexpr, PREC: tl.constexpr,
 @triton.heuristics({
     "IS_VARLEN": lambda args: args["cu_seqlens"] is not None,
     "USE_QK_L2NORM": lambda args: args["kn"] is not None,
+    "STORE_A": lambda args: args["A"] is not None,
+    "FUSE_WU": lambda args: args["w"] is not None,
 })
 @triton.jit
 def chunk_gdn_solve_kernel(
     k,                          # [T_all, H, K] keys
+    v,                          # [T_all, HV, V] values (read with FUSE_WU only)
     g,                          # [T_all, HV] log decay
     beta,                       # [T_all, HV] write strength
     G,                          # [T_all, HV] fp32 out: in-chunk cumulative sum of g
-    A,                          # [T_all, HV, BT] out: row t holds row (t - t0) of its chunk's (I + L)^-1
+    A,                          # [T_all, HV, BT] out: row t holds row (t - t0) of its chunk's (I + L)^-1, or None
     kn,                         # [T_all, H, K] out: L2-normalised keys, or None (then USE_QK_L2NORM off)
+    w,                          # [T_all, HV, K] out: kernel 2's w, or None (FUSE_WU: kernel 2 folded in)
+    u,                          # [T_all, HV, V] out: kernel 2's u, or None exactly when w is None
     cu_seqlens,                 # [N + 1] sequence starts, or None (IS_VARLEN)
     chunk_indices,              # [NT_MAX, 2] (sequence or -1, chunk within it), or None when not IS_VARLEN
     T,                          # tokens per sequence (with IS_VARLEN: all tokens, B == 1)
     H: tl.constexpr,            # key heads
     HV: tl.constexpr,           # value heads
     K: tl.constexpr,            # key head dim
+    V: tl.constexpr,            # value head dim
     BT: tl.constexpr,           # chunk length (64)
     BK: tl.constexpr,           # padded K (power of two >= 16)
+    BV: tl.constexpr,           # padded V
     BC: tl.constexpr,           # rows per diagonal block solved by substitution (2 .. BT, power of two)
     GV: tl.constexpr,           # value heads per program (divides HV // H): they share one K K^T
     PREC: tl.constexpr,         # matrix-unit precision of the merge products for 16-bit storage ("tf32", "tf32x3")
     EMULATE: tl.constexpr,      # interpreter: tl.dot on fp32 copies (see _dot)
     IS_VARLEN: tl.constexpr,    # cu_seqlens given: chunk positions from chunk_indices (heuristic)
     USE_QK_L2NORM: tl.constexpr,  # kn given: normalise k rows and store them (heuristic)
+    STORE_A: tl.constexpr,      # A given: store it (kernel 2 or a caller reads it) (heuristic)
+    FUSE_WU: tl.constexpr,      # w given: w and u here, from A still in registers (heuristic)
 ):
     i_c, i_p = tl.program_id(0), tl.program_id(1)
     i_h = (i_p * GV) // (HV // H)
     i_n, bos, eos, t0 = _chunk_position(i_c, cu_seqlens, chunk_indices, T, BT, IS_VARLEN)
     if i_n < 0:   # past the last chunk of a varlen batch (the grid covers an upper bound)
         return
-    dt: tl.constexpr = A.dtype.element_ty
+    dt: tl.constexpr = k.dtype.element_ty      # the compute dtype: A, w, u are stored in it
     F32: tl.constexpr = dt == tl.float32
     P: tl.constexpr = "tf32x3" if F32 else PREC     # fp32 storage keeps fp32 accuracy throughout
 
@@ -323,9 +334,18 @@ def chunk_gdn_solve_kernel(
         # L = strict_lower(beta_i S_ij exp(G_i - G_j)), the exponent masked first (no overflow above)
         b_d = tl.exp(tl.where(m_low, b_G[:, None] - b_G[None, :], 0.))
         b_l = tl.where(m_low, b_beta[:, None] * b_s * b_d, 0.)
-        b_a = _inv_unit_lower(b_l, BC, BT, P, EMULATE)
-        # all 64 columns of the chunk's rows (zeros above the diagonal): kernel 2 reads [64, 64]
-        tl.store(A + (o_t[:, None] * HV + i_hv) * BT + o_i[None, :], b_a.to(dt), mask=m_t[:, None])
+        b_a = _inv_unit_lower(b_l, BC, BT, P, EMULATE).to(dt)
+        if STORE_A:   # all 64 columns of the chunk's rows (zeros above the diagonal): kernel 2 reads [64, 64]
+            tl.store(A + (o_t[:, None] * HV + i_hv) * BT + o_i[None, :], b_a, mask=m_t[:, None])
+        if FUSE_WU:   # kernel 2's products on A as it would read it back (rounded to dt): the same numbers
+            b_kb = (b_k.to(tl.float32) * (b_beta * tl.exp(b_G))[:, None]).to(dt)
+            tl.store(w + (o_t[:, None] * HV + i_hv) * K + o_k[None, :], _dot(b_a, b_kb, F32, EMULATE).to(dt),
+                     mask=m_tk)
+            o_v = tl.arange(0, BV)
+            m_tv = m_t[:, None] & (o_v < V)[None, :]
+            b_v = tl.load(v + (o_t[:, None] * HV + i_hv) * V + o_v[None, :], mask=m_tv, other=0).to(tl.float32)
+            tl.store(u + (o_t[:, None] * HV + i_hv) * V + o_v[None, :],
+                     _dot(b_a, (b_v * b_beta[:, None]).to(dt), F32, EMULATE).to(dt), mask=m_tv)
 
 
 @triton.heuristics({"IS_VARLEN": lambda args: args["cu_seqlens"] is not None})

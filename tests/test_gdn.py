@@ -151,16 +151,18 @@ def test_outputs_fully_written_under_poison(kind):
     assert all(c.storage_fully_written for c in covs)
 
 
-def test_chunk_intermediates_fully_written_under_poison():
+@pytest.mark.parametrize("fuse_wu", [True, False])
+def test_chunk_intermediates_fully_written_under_poison(fuse_wu):
     # two sequences, the second over two chunks (3 = the chunk-count bound: h has no spare rows); the
-    # in-kernel L2 norm adds kn, written by one of the two value heads of its key head
+    # in-kernel L2 norm adds kn, written by one of the two value heads of its key head; w and u written by
+    # kernel 1 (FUSE_WU) or by kernel 2
     cu = torch.tensor([0, 5, 70], device=DEVICE)
     x = gdn.make_inputs(1, 70, 1, 32, HV=2, gate="mixed", normalize_qk=False, seed=11)
     assert gdn.chunk_count_bound(70, 2) == 3
 
     def run():
         o, _, inter = gdn.chunk_gated_delta_rule(**x, cu_seqlens=cu, use_qk_l2norm_in_kernel=True,
-                                                 return_intermediates=True)
+                                                 return_intermediates=True, config={"solve": {"FUSE_WU": fuse_wu}})
         return (o, *inter.values())
 
     assert_fully_written(run, names=["o", "G", "A", "w", "u", "v_new", "h", "kn"])
@@ -187,6 +189,34 @@ def test_state_pass_with_outputs_folded_in():
     x1 = gdn.make_inputs(1, 1, 1, 16, seed=28)   # one token: the smallest call that shows the form
     *_, inter = gdn.chunk_gated_delta_rule(**x1, config=fused, return_intermediates=True)
     assert {"h", "v_new"} <= set(inter), "return_intermediates runs the four-kernel form, which has h and v'"
+
+
+@pytest.mark.parametrize("dtype,gv", [(torch.float32, 1), (torch.bfloat16, 2)])
+def test_solve_with_w_u_folded_in(dtype, gv):
+    # FUSE_WU: kernel 1 computes w and u from A in its registers, kernel 2 is not launched: the same bits as
+    # the two kernels (A rounded to the storage dtype as kernel 2 reads it back), on a varlen batch with a
+    # one-token sequence and one over a chunk boundary, K != V not powers of two, two value heads per
+    # program; w and u written in full (poisoned twice) and A neither allocated nor stored when nobody keeps it.
+    cu = torch.tensor([0, 1, 70, 76], device=DEVICE)
+    x = gdn.make_inputs(1, 76, 2, 48, V=40, HV=4, gate="mixed", normalize_qk=False, seed=29, dtype=dtype)
+    kw = dict(output_final_state=True, cu_seqlens=cu, use_qk_l2norm_in_kernel=True)
+    fused = {"solve": {"GV": gv, "FUSE_WU": True}}
+
+    def run():
+        o, ht, inter = gdn.chunk_gated_delta_rule(**x, **kw, config=fused, return_intermediates=True)
+        return o, ht, inter["w"], inter["u"]
+
+    assert_fully_written(run, names=["o", "final_state", "w", "u"])
+    o2, h2, w2, u2 = run()
+    o1, h1, inter = gdn.chunk_gated_delta_rule(**x, **kw, config={"solve": {"GV": gv, "FUSE_WU": False}},
+                                               return_intermediates=True)
+    for got, want, name in ((w2, inter["w"], "w"), (u2, inter["u"], "u"), (o2, o1, "o"), (h2, h1, "final state")):
+        if ON_GPU:   # two compiled kernels: allow a differently ordered fp32 sum
+            assert_rel_close(got, want, 1e-5, f"{name}: FUSE_WU vs kernels 1 + 2")
+        else:
+            assert torch.equal(got, want), f"{name}: FUSE_WU differs from kernels 1 + 2"
+    args = [t.reshape(1, 76, *t.shape[2:]) for t in (x["k"], x["v"], x["g"], x["beta"])]
+    assert gdn._intermediates(gdn._chunk_config(fused), *args, cu, 3, l2=True, emulate=not ON_GPU)["A"] is None
 
 
 def _chunk_inverse_ref(kk, beta, G, cu, chunk=gdn.CHUNK):
@@ -1338,11 +1368,31 @@ def test_measure_segments_makes_a_valid_record(monkeypatch):
     monkeypatch.setattr(bench, "SEGMENT_D", 16)
     rec = bench.measure_segments(shapes=[(1, 130, 1, 2)], sweep=(1, 4), verbose=False)
     row = rec["results"]["segments"][0]
-    assert rec["name"] == "gdn_segments" and set(rec["timers"]) == {"graph", "eager"}
+    assert rec["name"] == "gdn_segments" and set(rec["timers"]) == {"graph", "eager", "profiler"}
+    assert {"previous_design", "fusion"} & set(rec["results"]) <= {"previous_design", "fusion"}   # carried over
     assert row["seg1_segments_per_sequence"] == 3 and row["seg4_segments_per_sequence"] == 1
     assert row["seg1_rel_err_vs_plain_o"] < 3e-2 and row["seg4_rel_err_vs_plain_ht"] < 3e-2   # bf16 (the bound above)
     assert row["ratio_seg1_over_plain_graph"] == 1.0 and row["flops"] > 0 and row["seg1_flops"] > row["flops"]
     assert "seg1 graph      2.0 us (1.00x plain)" in bench.segments_table(rec)
+
+
+def test_measure_fusion_rehearsed_without_a_gpu(monkeypatch):
+    # the fused-forms table, rehearsed on a tiny shape with stand-in timers (no figure here is a GPU time):
+    # every form runs, agrees with the split form, is timed and (at a profiled shape) profiled; the table renders
+    monkeypatch.setattr(timing, "require_gpu", lambda what: None)
+    monkeypatch.setattr(timing, "time_both", lambda fn: (fn(), {"graph_us": 2.0, "eager_us": 3.0})[1])
+    monkeypatch.setattr(timing, "kernel_times_us", lambda fn, n=5: (fn(), {"chunk_gdn_solve_kernel": 1.0})[1])
+    monkeypatch.setattr(bench, "SEGMENT_D", 16)
+    monkeypatch.setattr(bench, "FUSION_PROFILED", {(1, 130, 1, 4)})
+    table = bench.measure_fusion(shapes=[(1, 130, 1, 4)], verbose=False)
+    row = table["rows"][0]
+    for form in bench.FUSION_FORMS:
+        assert row[f"{form}_graph_us"] == 2.0 and row[f"{form}_rel_err_vs_split_o"] < 1e-5, form
+    assert set(k for k in row if k.endswith("_kernels_profiler_us")) == {
+        "split_kernels_profiler_us", "fuse_wu_kernels_profiler_us", "fuse_wu_o_kernels_profiler_us"}
+    text = bench.fusion_table({"results": {"fusion": table}})
+    assert "fuse_wu      2.0 us" in text and "B=1 T=130 H=1/4" in text, text
+    assert "not recorded yet" in bench.fusion_table({"results": {}})
 
 
 @pytest.mark.parametrize("segments", [None, 1])

@@ -14,8 +14,8 @@ q, k ``[B, T, H, K]``; v ``[B, T, HV, V]``; g, beta ``[B, T, HV]``; states ``[N,
 (HV a multiple of H, value head ``hv`` reads key head ``hv // (HV // H)``: Qwen3-Next has 16 and 32).
 
 Kernels (``kernels/gdn.py``): the recurrent form is one kernel, one program per (value block, sequence,
-value head) walking the tokens; the chunked form (chunks of ``CHUNK`` = 64 tokens) is four: solve ->
-w/u -> state pass (the one sequential part, launched by :func:`state_launch`'s rule) -> output. With
+value head) walking the tokens; the chunked form (chunks of ``CHUNK`` = 64 tokens) is solve with w/u (two
+kernels with ``FUSE_WU`` off) -> state pass (the one sequential part, :func:`state_launch`'s rule) -> output. With
 ``segments=`` the chunked form runs parallel over the sequence too (:func:`_segmented`: a [B | M] pass over
 segments, a scan, a last pass; :func:`segment_rule` for "auto"). Every buffer a launcher allocates is
 ``torch.empty``, next to a comment that says which program writes each row.
@@ -55,7 +55,8 @@ CONFIG = {
     # two, 2 .. 64; 1, pure merging, does not compile for sm_90: Triton 3.9 fails on its [64, 1, 1]
     # tile), GV value heads per program sharing one K K^T (the launcher uses gcd(GV, HV // H)),
     # PREC the precision of the merge products with 16-bit storage (fp32 storage always uses "tf32x3").
-    "chunk": {"solve": {"BC": 16, "GV": 1, "PREC": "tf32", "num_warps": 4, "num_stages": 2},
+    # FUSE_WU: kernel 2 (w, u) folded into kernel 1; default from the record's fusion table (measure_fusion)
+    "chunk": {"solve": {"BC": 16, "GV": 1, "PREC": "tf32", "num_warps": 4, "num_stages": 2, "FUSE_WU": True},
               "wu": {"num_warps": 4, "num_stages": 2},
               # state: FUSE_O folds kernel 4 (outputs) into the state pass (h and v' never stored);
               # BV / num_warps / num_stages None: state_launch()'s pick from the grid (RULE True; the
@@ -398,20 +399,19 @@ def _chunk_table(cu_seqlens, N: int, T: int, span: int = CHUNK, starts: bool = F
     return (chunk_indices, chunk_offsets, nt_max) + ((first,) if starts else ())
 
 
-# The state pass is the one sequential part of the chunked form: a program walks every chunk of its
-# sequence for a [K, BV] slice of one head's state, and each chunk waits for the one before. Its time
-# is therefore (chunks per sequence) x (one chunk's latency) as long as every program is resident on
-# an SM, and grows by whole waves once they are not. A narrower slice (BV) shortens a chunk's latency
-# (smaller products on the chain) but every program re-reads the chunk's w and k, so narrow slices
-# multiply that traffic. Rule, from the grid alone (no per-shape table):
+# The state pass is the one sequential part of the chunked form: a program walks every chunk of its sequence for a [K,
+# BV] slice of one head's state, and each chunk waits for the one before. Its time is therefore (chunks per sequence)
+# x (one chunk's latency) as long as every program is resident on an SM, and grows by whole waves once they are not. A
+# narrower slice (BV) shortens a chunk's latency (smaller products on the chain) but every program re-reads the
+# chunk's w and k, so narrow slices multiply that traffic. Rule, from the grid alone (no per-shape table):
 #   BV: the widest of 64, 32, 16 whose grid still gives at least STATE_FILL programs per SM;
 #   num_stages: 3 (the next chunks' w, u and k tiles, which do not depend on the state, load while
 #   this chunk's products run) when the programs each SM must hold still fit its shared memory with
 #   three tiles in flight, else 2; num_warps: 4 (one warpgroup: sm_90's wgmma; 2 warps spill).
-#   Varlen batches (cu_seqlens): the sequences differ in length, the pass lasts as long as the longest
-#   one, and the programs of the shorter ones finish early and free their SM; so the stages are chosen
-#   for one program per SM (the long sequences' chunk latency is what counts). The lengths themselves
-#   are never read: they live on the device, and reading them would sync the host.
+#   Varlen batches (cu_seqlens): the sequences differ in length, the pass lasts as long as the longest one, and the
+#   programs of the shorter ones finish early and free their SM; so the stages are chosen for one program per SM (the
+#   long sequences' chunk latency is what counts). The lengths themselves are never read: they live on the device, and
+#   reading them would sync the host.
 STATE_FILL = 7 / 8
 _SMEM_PER_PROGRAM = 8 << 10     # shared memory a state program uses besides its pipelined tiles (about)
 # The rule in words, as the benchmark records it beside the previous default that RULE False keeps.
@@ -490,20 +490,18 @@ def _chunks(cu_seqlens, N: int, B: int, T: int):
 
 
 def _launch_solve_wu(c1, c2, k, v, g, beta, G, A, kn, w, u, cu_seqlens, chunk_indices, T, NT, *, emulate):
-    """Kernel 1 (solve: G, A and, with ``kn``, the normalised keys) on a (chunk, value-head group) grid,
-    then kernel 2 (w, u) on a (chunk, value head) grid, launch configurations ``c1`` and ``c2``."""
+    """Kernel 1 (solve: G, A and, with ``kn``, the normalised keys; with FUSE_WU also w and u) on a (chunk,
+    value-head group) grid, then without FUSE_WU kernel 2 (w, u) on a (chunk, value head) grid (``c1``, ``c2``)."""
     H, K, HV, V = k.shape[-2], k.shape[-1], v.shape[-2], v.shape[-1]
-    BK = _pow2(K)
-    gv = math.gcd(c1["GV"], HV // H)
+    gv, fuse = math.gcd(c1["GV"], HV // H), bool(c1["FUSE_WU"])
     kern.chunk_gdn_solve_kernel[(NT, HV // gv)](
-        k, g, beta, G, A, kn, cu_seqlens, chunk_indices, T,
-        H=H, HV=HV, K=K, BT=CHUNK, BK=BK, BC=c1["BC"], GV=gv, PREC=c1["PREC"], EMULATE=emulate,
-        num_warps=c1["num_warps"], num_stages=c1["num_stages"])
-    kc = k if kn is None else kn       # the keys the later kernels read: normalised once, by kernel 1
-    kern.chunk_gdn_wu_kernel[(NT, HV)](
-        kc, v, beta, G, A, w, u, cu_seqlens, chunk_indices, T,
-        H=H, HV=HV, K=K, V=V, BT=CHUNK, BK=BK, BV=_pow2(V), EMULATE=emulate,
-        num_warps=c2["num_warps"], num_stages=c2["num_stages"])
+        k, v, g, beta, G, A, kn, w if fuse else None, u if fuse else None, cu_seqlens, chunk_indices, T,
+        H=H, HV=HV, K=K, V=V, BT=CHUNK, BK=_pow2(K), BV=_pow2(V), BC=c1["BC"], GV=gv, PREC=c1["PREC"],
+        EMULATE=emulate, num_warps=c1["num_warps"], num_stages=c1["num_stages"])
+    if not fuse:   # kernel 2 reads the keys kernel 1 normalised (kn), or the caller's
+        kern.chunk_gdn_wu_kernel[(NT, HV)](
+            k if kn is None else kn, v, beta, G, A, w, u, cu_seqlens, chunk_indices, T, H=H, HV=HV, K=K, V=V,
+            BT=CHUNK, BK=_pow2(K), BV=_pow2(V), EMULATE=emulate, num_warps=c2["num_warps"], num_stages=c2["num_stages"])
 
 
 def _launch_output(co, q, k, v_new, h, G, o, cu_seqlens, chunk_indices, scale, T, NT, *, l2, emulate):
@@ -523,13 +521,14 @@ _CHUNK_KERNELS = (kern.chunk_gdn_solve_kernel, kern.chunk_gdn_wu_kernel, kern.ch
 
 def _chunk_core(cfg, q, k, v, g, beta, scale, h0, ht, cu_seqlens, N, *, l2, emulate, keep=False):
     """Kernels 1-4 on checked inputs in the compute dtype (q, k [B, T, H, K], v [B, T, HV, V]; cu_seqlens: B == 1,
-    N sequences): (o, the intermediates). ``keep``: the four-kernel form (h, v' kept for return_intermediates)."""
-    inter = _intermediates(cfg, k, v, g, beta, cu_seqlens, N, l2=l2, emulate=emulate)
+    N sequences): (o, the intermediates). ``keep``: every intermediate stored (A, h, v' for return_intermediates)."""
+    inter = _intermediates(cfg, k, v, g, beta, cu_seqlens, N, l2=l2, emulate=emulate, keep=keep)
     return _state_and_output(cfg, q, v, inter, scale, h0, ht, cu_seqlens, N, l2=l2, emulate=emulate, keep=keep)
 
 
-def _intermediates(cfg, k, v, g, beta, cu_seqlens, N, *, l2, emulate) -> dict:
-    """Kernels 1-2 (solve, then w and u) and the chunk table: per-chunk, independent of any state."""
+def _intermediates(cfg, k, v, g, beta, cu_seqlens, N, *, l2, emulate, keep=False) -> dict:
+    """Kernels 1-2 (solve, then w and u; one kernel with FUSE_WU) and the chunk table: per-chunk, independent
+    of any state. A is None when kernel 2 is folded into kernel 1 and ``keep`` is off (nobody reads it)."""
     B, T, H, K = k.shape
     HV, V = v.shape[2], v.shape[3]
     dev, TA = k.device, B * T
@@ -539,12 +538,13 @@ def _intermediates(cfg, k, v, g, beta, cu_seqlens, N, *, l2, emulate) -> dict:
     # and the chunks of all sequences tile [0, T_all) (cu_seqlens: 0 .. T, non-decreasing), so each
     # per-row buffer below is written row by row by its chunk's program before anyone reads it.
     G = torch.empty(TA, HV, dtype=torch.float32, device=dev)   # kernel 1, program (chunk, hv)
-    # kernel 1, program (chunk, value heads hv .. hv + GV - 1): its rows x all 64 columns (zeros above the diagonal)
-    A = torch.empty(TA, HV, CHUNK, dtype=dt, device=dev)
+    # kernel 1, program (chunk, value heads hv .. hv + GV - 1): its rows x all 64 columns (zeros above the
+    # diagonal); with FUSE_WU A stays in registers and is stored only for a caller who keeps it
+    A = torch.empty(TA, HV, CHUNK, dtype=dt, device=dev) if keep or not cfg["solve"]["FUSE_WU"] else None
     # kernel 1, the program (chunk, hv ..) whose first value head is its key head's first: all K columns
     kn = torch.empty(TA, H, K, dtype=dt, device=dev) if l2 else None
-    w = torch.empty(TA, HV, K, dtype=dt, device=dev)           # kernel 2, program (chunk, hv), all K columns
-    u = torch.empty(TA, HV, V, dtype=dt, device=dev)           # kernel 2, all V columns
+    w = torch.empty(TA, HV, K, dtype=dt, device=dev)           # kernel 2 (FUSE_WU: 1), program (chunk, hv), all K
+    u = torch.empty(TA, HV, V, dtype=dt, device=dev)           # kernel 2 (FUSE_WU: 1), all V columns
     if NT:
         _launch_solve_wu(cfg["solve"], cfg["wu"], k, v, g, beta, G, A, kn, w, u, cu_seqlens, chunk_indices, T, NT,
                          emulate=emulate)
@@ -585,11 +585,11 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
                            chunk_indices=None, *, use_gate_in_kernel=False, A_log=None, dt_bias=None,
                            inplace_final_state=False, config=None, return_intermediates=False,
                            emulate: bool | None = None, segments=None):
-    """Chunked Gated DeltaNet (prefill), chunks of 64 tokens, four Triton kernels:
-    solve (G and A = (I + L)^-1 per chunk) -> w/u (parallel over chunks) -> state pass (sequential
-    over chunks) -> output (parallel over chunks). Arguments in flash-linear-attention's order; returns as
-    :func:`fused_recurrent_gated_delta_rule`. With ``use_qk_l2norm_in_kernel`` the solve kernel
-    normalises the keys once and stores them for the two later kernels.
+    """Chunked Gated DeltaNet (prefill), chunks of 64 tokens, Triton kernels: solve (G and A = (I + L)^-1 per
+    chunk, and by default w/u from A in registers; ``{"solve": {"FUSE_WU": False}}``: a kernel of their own) ->
+    state pass (sequential over chunks) -> output (parallel over chunks). Arguments in flash-linear-attention's
+    order; returns as :func:`fused_recurrent_gated_delta_rule`. With ``use_qk_l2norm_in_kernel`` the solve
+    kernel normalises the keys once and stores them for the later kernels.
 
     Varlen (``cu_seqlens`` on the device) never waits for the device nor copies from it: the chunk
     table is built on the device for an upper bound of the chunk count known from shapes

@@ -704,7 +704,7 @@ def measure_segments(*, shapes=None, sweep=SEGMENT_SWEEP, save: bool = False, ve
     name ``gdn_segments``, validated); ``save=True`` also writes it to ``workbook/data/gdn_segments.json``,
     after every shape.
     The launch rule :func:`workbook.gdn.segment_rule` is set from what this measures."""
-    from ..records import as_record, save_record
+    from ..records import as_record, load_record, save_record
 
     timing.require_gpu("workbook.benchmarks.gdn.measure_segments")
     log = (lambda *a: print(*a, flush=True)) if verbose else (lambda *a: None)
@@ -712,7 +712,11 @@ def measure_segments(*, shapes=None, sweep=SEGMENT_SWEEP, save: bool = False, ve
     fla_chunk, _, fla_ver = _fla()
     res = {"fla_version": fla_ver, "sweep_chunks_per_segment": list(sweep), "config": repr(CONFIG["chunk"]),
            "segments": [], "skipped": [] if fla_chunk else [f"every comparison with flash-linear-attention: {fla_ver}"]}
-    timers, path = {k: TIMERS[k] for k in ("graph", "eager")}, None
+    try:   # the record's other tables (the previous design, the fused forms) stay beside the new rows
+        res.update({k: v for k, v in load_record("gdn_segments")["results"].items() if k in ("previous_design", "fusion")})
+    except FileNotFoundError:
+        pass
+    timers, path = {k: TIMERS[k] for k in ("graph", "eager", "profiler")}, None
     for shape in shapes or SEGMENT_SHAPES:
         row = _segment_row(tuple(shape), fla_chunk, sweep, lambda *a: None)
         res["segments"].append(row)
@@ -779,3 +783,90 @@ def profile_segments(*, seg: int = 32, save: bool = False) -> dict:
     if save:
         save_record("gdn_segments", m)
     return load_record("gdn_segments") if save else rec
+
+
+# --------------------------------------------------------------------------------------------------
+# Fused forms of the chunked path (issue #33 item 2): which round trips of the intermediates pay
+# --------------------------------------------------------------------------------------------------
+# Forms, each a launch configuration of chunk_gated_delta_rule: "split" the four kernels (A, w, u, h and v'
+# through memory), "fuse_wu" w and u from A in kernel 1's registers (A never stored), "fuse_o" the outputs in
+# the state pass (h and v' never stored), both, and fuse_wu with four value heads per solve program (GQA:
+# one K K^T shared). An exploratory run before this table also tried the solve with 8 warps and with BC 32:
+# both slower at every shape (not kept).
+FUSION_FORMS = {
+    "split": {"solve": {"FUSE_WU": False}, "state": {"FUSE_O": False}},
+    "fuse_wu": {"solve": {"FUSE_WU": True}, "state": {"FUSE_O": False}},
+    "fuse_wu_gv4": {"solve": {"FUSE_WU": True, "GV": 4}, "state": {"FUSE_O": False}},
+    "fuse_o": {"solve": {"FUSE_WU": False}, "state": {"FUSE_O": True}},
+    "fuse_wu_o": {"solve": {"FUSE_WU": True}, "state": {"FUSE_O": True}},
+}
+FUSION_SHAPES = SEGMENT_SHAPES + [(1, 8192, 16, 16), (4, 4096, 32, 32)]
+FUSION_PROFILED = {(2, 4096, 16, 64), (1, 65536, 2, 8)}   # per-kernel times recorded for these
+
+
+def _fusion_row(shape, fla_chunk) -> dict:
+    """One shape: every form of FUSION_FORMS timed both ways, its output checked against the split form's,
+    fla beside them; per-kernel times of three forms at FUSION_PROFILED shapes."""
+    B, T, H, HV = shape
+    args = _bench_args((B, T, H, HV, SEGMENT_D, False, None))
+    row = {"B": B, "T": T, "H": H, "HV": HV, "K": SEGMENT_D, "V": SEGMENT_D, "dtype": "bfloat16",
+           **segment_cost(B, T, H, HV, SEGMENT_D, SEGMENT_D)}
+    split = chunk_gated_delta_rule(**args, config=FUSION_FORMS["split"])[0].float()
+    for who, cfg in FUSION_FORMS.items():
+        try:
+            row[f"{who}_rel_err_vs_split_o"] = rel_err(chunk_gated_delta_rule(**args, config=cfg)[0].float(), split)
+        except Exception as e:  # noqa: BLE001  (one failed form never costs the record)
+            row[f"{who}_error"] = f"{type(e).__name__}: {e}"[:300]
+            continue
+        _time_into(row, who, lambda: chunk_gated_delta_rule(**args, config=cfg))
+        if tuple(shape) in FUSION_PROFILED and who in ("split", "fuse_wu", "fuse_wu_o"):
+            row[f"{who}_kernels_profiler_us"] = timing.kernel_times_us(lambda: chunk_gated_delta_rule(**args, config=cfg))
+    if fla_chunk is not None:
+        _time_into(row, "fla", lambda: fla_chunk(**args))
+    best = min(FUSION_FORMS, key=lambda w: row.get(f"{w}_graph_us", float("inf")))
+    row["fastest_form"] = best
+    for who in list(FUSION_FORMS) + ["fla"]:
+        if isinstance(row.get(f"{who}_graph_us"), float) and who != "split":
+            row[f"ratio_{who}_over_split_graph"] = row[f"{who}_graph_us"] / row["split_graph_us"]
+    return row
+
+
+def measure_fusion(*, shapes=None, save: bool = False, verbose: bool = True) -> dict:
+    """The fused forms (FUSION_FORMS) at FUSION_SHAPES (or ``shapes``), K = V = 128, bf16, fla in the same run:
+    GPU time from CUDA-graph replay with eager time beside it. Added to the ``gdn_segments`` record as its
+    ``fusion`` table (``save=True`` writes it after every shape); returns the table. ``CONFIG["chunk"]``'s
+    FUSE_WU and FUSE_O defaults are set from it."""
+    from ..records import load_record, save_record
+
+    timing.require_gpu("workbook.benchmarks.gdn.measure_fusion")
+    fla_chunk, _, fla_ver = _fla()
+    table_ = {"what": "each form of benchmarks.gdn.FUSION_FORMS as a launch configuration of chunk_gated_delta_rule "
+                      "(the rest of CONFIG['chunk'] as in force), fla in the same run",
+              "forms": {k: repr(v) for k, v in FUSION_FORMS.items()}, "fla_version": fla_ver, "rows": []}
+    for shape in shapes or FUSION_SHAPES:
+        row = _fusion_row(tuple(shape), fla_chunk)
+        table_["rows"].append(row)
+        if verbose:
+            print(_fusion_line(row), flush=True)
+        torch.cuda.empty_cache()
+        if save:
+            rec = load_record("gdn_segments")
+            rec["results"]["fusion"] = table_
+            timers = {**rec["timers"], **{k: TIMERS[k] for k in ("graph", "eager", "profiler")}}
+            save_record("gdn_segments", Measurement(results=rec["results"], timers=timers,
+                                                    ceilings=rec.get("ceilings", {})))
+    return table_
+
+
+def _fusion_line(row: dict) -> str:
+    forms = " | ".join(f"{w} {_fmt_us(row.get(f'{w}_graph_us'))}" for w in list(FUSION_FORMS) + ["fla"])
+    return f"B={row['B']} T={row['T']} H={row['H']}/{row['HV']}: graph us: {forms} | fastest {row['fastest_form']}"
+
+
+def fusion_table(rec) -> str:
+    """The ``fusion`` table of a ``gdn_segments`` record as text (GPU time from graph replay, us per call)."""
+    f = _results(rec).get("fusion")
+    if not f:
+        return "fused forms: not recorded yet (workbook.benchmarks.gdn.measure_fusion(save=True) records them)"
+    return "\n".join([f"fused forms, GPU time per call from CUDA-graph replay (fla {f['fla_version']} in the same run)"]
+                     + [_fusion_line(row) for row in f["rows"]])
