@@ -1252,6 +1252,19 @@ def test_segments_argument_is_checked_and_auto_follows_the_record():
     assert any(gdn.segment_rule(r["B"], r["T"], r["H"], r["HV"], r["K"], r["V"]) for r in measured)
 
 
+def test_fused_defaults_follow_the_recorded_fusion_table():
+    # CONFIG's FUSE_WU / FUSE_O defaults against the H200 fusion table: w, u in kernel 1 is on (it was never
+    # slower than the split form by more than run-to-run noise, 1%, and faster at most shapes); outputs in the
+    # state pass stay off (slower than fuse_wu by over 5% at some recorded shape: it pays only at some shapes)
+    rows = load_record("gdn_segments")["results"]["fusion"]["rows"]
+    assert {(r["B"], r["T"], r["H"], r["HV"]) for r in rows} == set(bench.FUSION_SHAPES)
+    chunk = gdn.CONFIG["chunk"]
+    assert chunk["solve"]["FUSE_WU"] is True and chunk["state"]["FUSE_O"] is False
+    pairs = [(r["fuse_wu_graph_us"], r["split_graph_us"]) for r in rows]
+    assert all(wu <= 1.01 * split for wu, split in pairs) and sum(wu < split for wu, split in pairs) > len(pairs) / 2
+    assert any(r.get("fuse_wu_o_graph_us", 0) > 1.05 * r["fuse_wu_graph_us"] for r in rows)
+
+
 def test_segment_rule_counts_sequences_not_the_batch_dim(monkeypatch):
     """'auto' asks the rule about N sequences of their mean length: a varlen batch (B == 1) of 4 sequences
     over 2 value heads is 8 sequence-heads, like B = 4; one long sequence with 8 heads is 8 too."""
