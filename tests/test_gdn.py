@@ -1397,8 +1397,12 @@ def test_measure_fusion_rehearsed_without_a_gpu(monkeypatch):
     monkeypatch.setattr(timing, "kernel_times_us", lambda fn, n=5: (fn(), {"chunk_gdn_solve_kernel": 1.0})[1])
     monkeypatch.setattr(bench, "SEGMENT_D", 16)
     monkeypatch.setattr(bench, "FUSION_PROFILED", {(1, 130, 1, 4)})
+    monkeypatch.setattr(timing, "copy_ceiling_GBps", lambda: 4000.0)        # stand-in ceilings, not measured
+    monkeypatch.setattr(timing, "matmul_ceiling_TFLOPs", lambda: 800.0)
     table = bench.measure_fusion(shapes=[(1, 130, 1, 4)], verbose=False)
     row = table["rows"][0]
+    floor = max(row["flops"] / 800e6, row["bytes"] / 4000e3)   # us: FLOPs at 800 TFLOP/s, bytes at 4000 GB/s
+    assert row["floor_us"] == pytest.approx(floor) and row["fastest_share_of_floor"] == pytest.approx(floor / 2.0)
     for form in bench.FUSION_FORMS:
         assert row[f"{form}_graph_us"] == 2.0 and row[f"{form}_rel_err_vs_split_o"] < 1e-5, form
     assert set(k for k in row if k.endswith("_kernels_profiler_us")) == {

@@ -33,7 +33,7 @@ from .device import DEVICE, ON_GPU
 __all__ = [
     "TIMERS", "require_gpu", "time_us", "capture_graph", "graph_time_us", "fixed_time_us",
     "graph_fixed_time_us", "time_both", "kernel_times_us", "power_probe", "power_summary",
-    "copy_ceiling_GBps", "quiet_kineto",
+    "copy_ceiling_GBps", "matmul_ceiling_TFLOPs", "quiet_kineto",
 ]
 
 # The timers' names and what each measures; records copy the ones they use into their "timers".
@@ -162,6 +162,14 @@ def copy_ceiling_GBps(nbytes: int = 1 << 30) -> float:
     dst = torch.empty_like(src)
     t = time_us(lambda: dst.copy_(src))
     return 2 * nbytes / (t * 1e-6) / 1e9
+
+
+def matmul_ceiling_TFLOPs(n: int = 8192) -> float:
+    """Dense bf16 matrix-product rate of this GPU through torch (``n`` x ``n`` x ``n``, random data: zeros
+    run faster), the ceiling that a compute-bound kernel's model FLOPs are measured against."""
+    require_gpu("matmul_ceiling_TFLOPs")
+    a, b = (torch.randn(n, n, device=DEVICE, dtype=torch.bfloat16) for _ in range(2))
+    return 2 * n ** 3 / (time_us(lambda: a @ b) * 1e-6) / 1e12
 
 
 def fixed_time_us(fn: Callable[[], object], iters: int, warmup: int = 3) -> float:

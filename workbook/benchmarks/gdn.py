@@ -804,13 +804,21 @@ FUSION_SHAPES = SEGMENT_SHAPES + [(1, 8192, 16, 16), (4, 4096, 32, 32)]
 FUSION_PROFILED = {(2, 4096, 16, 64), (1, 65536, 2, 8)}   # per-kernel times recorded for these
 
 
-def _fusion_row(shape, fla_chunk) -> dict:
+def _floor_us(row: dict, ceilings: dict) -> float | None:
+    """The physical floor of a shape's call: its model FLOPs at the measured bf16 matrix rate or its minimum
+    bytes at the measured copy bandwidth, whichever takes longer (None without both ceilings)."""
+    tf, bw = ceilings.get("bf16_matmul_TFLOPs"), ceilings.get("copy_GBps")
+    return max(row["flops"] / (tf * 1e6), row["bytes"] / (bw * 1e3)) if tf and bw else None
+
+
+def _fusion_row(shape, fla_chunk, ceilings: dict) -> dict:
     """One shape: every form of FUSION_FORMS timed both ways, its output checked against the split form's,
-    fla beside them; per-kernel times of three forms at FUSION_PROFILED shapes."""
+    fla beside them; per-kernel times of three forms at FUSION_PROFILED shapes; the floor and its share."""
     B, T, H, HV = shape
     args = _bench_args((B, T, H, HV, SEGMENT_D, False, None))
     row = {"B": B, "T": T, "H": H, "HV": HV, "K": SEGMENT_D, "V": SEGMENT_D, "dtype": "bfloat16",
            **segment_cost(B, T, H, HV, SEGMENT_D, SEGMENT_D)}
+    row["floor_us"] = _floor_us(row, ceilings)
     split = chunk_gated_delta_rule(**args, config=FUSION_FORMS["split"])[0].float()
     for who, cfg in FUSION_FORMS.items():
         try:
@@ -825,6 +833,8 @@ def _fusion_row(shape, fla_chunk) -> dict:
         _time_into(row, "fla", lambda: fla_chunk(**args))
     best = min(FUSION_FORMS, key=lambda w: row.get(f"{w}_graph_us", float("inf")))
     row["fastest_form"] = best
+    if row["floor_us"] and isinstance(row.get(f"{best}_graph_us"), float):
+        row["fastest_share_of_floor"] = row["floor_us"] / row[f"{best}_graph_us"]
     for who in list(FUSION_FORMS) + ["fla"]:
         if isinstance(row.get(f"{who}_graph_us"), float) and who != "split":
             row[f"ratio_{who}_over_split_graph"] = row[f"{who}_graph_us"] / row["split_graph_us"]
@@ -840,11 +850,12 @@ def measure_fusion(*, shapes=None, save: bool = False, verbose: bool = True) -> 
 
     timing.require_gpu("workbook.benchmarks.gdn.measure_fusion")
     fla_chunk, _, fla_ver = _fla()
+    ceilings = {"copy_GBps": timing.copy_ceiling_GBps(), "bf16_matmul_TFLOPs": timing.matmul_ceiling_TFLOPs()}
     table_ = {"what": "each form of benchmarks.gdn.FUSION_FORMS as a launch configuration of chunk_gated_delta_rule "
                       "(the rest of CONFIG['chunk'] as in force), fla in the same run",
               "forms": {k: repr(v) for k, v in FUSION_FORMS.items()}, "fla_version": fla_ver, "rows": []}
     for shape in shapes or FUSION_SHAPES:
-        row = _fusion_row(tuple(shape), fla_chunk)
+        row = _fusion_row(tuple(shape), fla_chunk, ceilings)
         table_["rows"].append(row)
         if verbose:
             print(_fusion_line(row), flush=True)
@@ -854,13 +865,15 @@ def measure_fusion(*, shapes=None, save: bool = False, verbose: bool = True) -> 
             rec["results"]["fusion"] = table_
             timers = {**rec["timers"], **{k: TIMERS[k] for k in ("graph", "eager", "profiler")}}
             save_record("gdn_segments", Measurement(results=rec["results"], timers=timers,
-                                                    ceilings=rec.get("ceilings", {})))
+                                                    ceilings={**rec.get("ceilings", {}), **ceilings}))
     return table_
 
 
 def _fusion_line(row: dict) -> str:
     forms = " | ".join(f"{w} {_fmt_us(row.get(f'{w}_graph_us'))}" for w in list(FUSION_FORMS) + ["fla"])
-    return f"B={row['B']} T={row['T']} H={row['H']}/{row['HV']}: graph us: {forms} | fastest {row['fastest_form']}"
+    share = row.get("fastest_share_of_floor")
+    floor = f" ({100 * share:.0f}% of the floor, {row['floor_us']:.1f} us)" if share else ""
+    return f"B={row['B']} T={row['T']} H={row['H']}/{row['HV']}: graph us: {forms} | fastest {row['fastest_form']}{floor}"
 
 
 def fusion_table(rec) -> str:
