@@ -22,7 +22,9 @@ What a full run measures, one function per family of rows:
 
 Apart from :func:`run`: :func:`measure_segments` (issue #33) times the chunked prefill parallel over the
 sequence (``segments=``, a few lengths) beside the plain path and fla at SEGMENT_SHAPES, both timers, with
-each shape's model FLOPs and bytes (:func:`segment_cost`); :func:`segments_table` prints its record.
+each shape's model FLOPs and bytes (:func:`segment_cost`); :func:`segments_table` prints its record;
+:func:`measure_fusion` times the fused forms of the chunked path (FUSION_FORMS) into that record's ``fusion``
+table, with each shape's floor from the ceilings it measures; :func:`fusion_table` prints it.
 
 Before anything is timed, a compile warm-up (:func:`_warm_up`; a cold machine spends most of a run
 compiling) calls every kernel variant timed below, ours and fla's, once at WARM_T tokens in spawned
@@ -106,7 +108,7 @@ def _fla():
 
 def state_pass_alone(args: dict, config: dict | None = None):
     """A function that launches the state pass (kernel 3) alone, as :func:`workbook.gdn.chunk_gated_delta_rule`
-    launches it in its four-kernel form, on the intermediates of one call with ``args`` (made once, here;
+    launches it when the outputs are not folded in (FUSE_O off), on the intermediates of one call with ``args`` (made once, here;
     ``.call_outputs`` holds that call's (o, final state)), with the launch configuration ``config``
     {"BV", "num_warps", "num_stages"} (names left out or None: the rule's). Each call rewrites h, v' and
     ``.final_state``; the benchmark times it alone, by graph replay."""
