@@ -625,3 +625,69 @@ def test_a_buffer_stored_into_an_object_field_loses_the_trail():
         x = f[fn]
         assert x.kind == "empty-partial-write" and x.confidence == "medium", (fn, x.reasons)
         assert not any(r.startswith("the trail is lost at") for r in x.reasons), (fn, x.reasons)
+
+
+def test_a_whole_return_under_a_flag_no_call_sets_leaves_no_proven_gap():
+    # out of sample (9th check, aiter mxfp6_fmha_pack.py:663; still medium after the 14th): 64 slack
+    # bytes after a copied prefix, the buffer returned whole only under `if return_raw:`, a flag that
+    # defaults to False and that no call in the files sets (one caller forwards its own such flag, whose
+    # caller leaves it out); elsewhere only the written prefix leaves. The whole return is not shown to
+    # run: low, naming the calls (was medium)
+    f = _by(_run("whole_return_under_an_unset_flag.py"))
+    x = f["pad_rows"]
+    assert x.kind == "empty-partial-write" and x.confidence == "low", x.reasons
+    why = next(r for r in x.reasons if r.startswith("the gap is not proven:"))
+    assert "the whole return (line 16) runs only when return_raw is true" in why, why
+    assert "forward_step (whole_return_under_an_unset_flag.py:26): not given" in why, why
+    assert "quantise_and_pad (whole_return_under_an_unset_flag.py:22): its own return_raw" in why, why
+    # the guard: a caller that sets the flag, or the whole buffer handed on after the flag's if: medium
+    for fn in ("pad_cols", "pad_then_hand_on"):
+        x = f[fn]
+        assert x.kind == "empty-partial-write" and x.confidence == "medium", (fn, x.reasons)
+        assert not any("the gap is not proven" in r for r in x.reasons), (fn, x.reasons)
+
+
+def test_all_gathered_copies_read_only_in_part_leave_no_proven_gap():
+    # out of sample (11th check, Triton-distributed test_ep_a2a.py:149 and :182; still medium after the
+    # 14th): an index buffer of max rows written on [:n] and all-gathered into a list made in the
+    # function, each gathered copy then read only as t[:lens[i]]. all_gather copies the buffer into that
+    # list, whose every later use reads a part: low, naming the reads (was medium, the collective taken
+    # for a consumer the function cannot see)
+    f = _by(_run("all_gathered_then_sliced.py"))
+    for fn, line, read in (("gather_rows", 15, "t[:lens[r]]"), ("gather_rows_in_a_loop", 23, "c[:lens[0]]")):
+        x = f[fn]
+        assert x.kind == "empty-partial-write" and x.confidence == "low", (fn, x.reasons)
+        why = next(r for r in x.reasons if r.startswith("the gap is not proven:"))
+        assert f"dist.all_gather(...) (line {line}) copies it into the elements of copies" in why, why
+        assert read in why, why
+    # the guard: the copies concatenated whole, or an output list the caller gave: medium
+    for fn in ("gather_rows_whole", "gather_rows_into"):
+        x = f[fn]
+        assert x.kind == "empty-partial-write" and x.confidence == "medium", (fn, x.reasons)
+        assert not any("the gap is not proven" in r for r in x.reasons), (fn, x.reasons)
+
+
+def test_a_kernel_that_overwrites_what_it_loads_under_a_select_leaves_no_proven_gap():
+    # out of sample (10th check, vllm-ascend msa_m3_triton_a5.py:740; still medium after the 14th): a
+    # top-k index written on [..., :k], then a kernel that may return early, loads each slot of a row that
+    # a loaded start picks and stores tl.where(valid, idx, -1) there. Its stores are not shown to reach
+    # every element (loaded rows, an early return), so the rule of 342b5a7 kept the gap and read the launch
+    # as adding into it; but it loads the buffer only where it stores, and what it stores is a select
+    # between the loaded value and a fresh one at places the written part does not bound: a conditional
+    # overwrite, the gap neither shown unwritten nor shown read. Low, naming the select (was medium)
+    f = _by(_run("conditional_overwrite_launch.py"))
+    x = f["top_slots"]
+    assert x.kind == "empty-partial-write" and x.confidence == "low", x.reasons
+    why = next(r for r in x.reasons if r.startswith("the gap is not proven:"))
+    assert "Triton launch drop_stale_slots (line 36) loads param 'slot_ptr'" in why, why
+    assert "only where it stores it" in why and "tl.where((cols < limit) & (got >= 0), got, -1)" in why, why
+    # the guard: the select bounded by the written part's bound (cols < used, used = k), and a select
+    # whose both sides keep the loaded value (got + 1, got - 1): medium
+    for fn in ("top_slots_prefix_only", "top_slots_bumped"):
+        x = f[fn]
+        assert x.kind == "empty-partial-write" and x.confidence == "medium", (fn, x.reasons)
+        assert not any("the gap is not proven" in r for r in x.reasons), (fn, x.reasons)
+    # and the accumulating kernels of the 10th check's sample (an add at loaded rows, atomics) stay medium
+    g = {(y.function, y.variable): y for y in _run("rmw_launch_after_partial_writes.py").findings}
+    for fn in ("head_then_atomic_add", "head_then_add_at_loaded_rows"):
+        assert g[(fn, "out")].confidence == "medium", (fn, g[(fn, "out")].reasons)

@@ -18,6 +18,9 @@ of :mod:`workbook.audit.analyzer`. The package, in the order its modules import 
   unconditional, straight-line slice write and a part is provably outside them all; writes in a loop
   (a ``range`` loop's passes read as the range they cover), under an ``if``, a size a test picks, or a
   container kept in an attribute or at module level make it low, with the reason, or show it covered;
+  ``rmw_launch``, ``caller_reads``, ``gathered``: what ``sites`` asks where the writes leave a gap (a later
+  Triton launch that writes it, whole or under a select; callers that read only parts, or a whole return
+  under a flag no call sets; all-gathered copies read only in part);
 * ``analyzer``: follows one buffer through a function body to its decisive use (kernels and helpers too);
 * ``sites``: the fills of each function and what they make: findings, necessary fills;
 * ``driver``: :func:`audit_sources` runs the sites over in-memory sources (file by file, shared among

@@ -1,5 +1,6 @@
 """A partly written ``empty`` buffer returned to callers that read only parts of it
-(:func:`callers_read_parts`, a part of :func:`workbook.audit.sites._judge_empty`).
+(:func:`callers_read_parts`, a part of :func:`workbook.audit.sites._judge_empty`), and one whose whole
+return runs only under a flag that no call in the files sets (:func:`flag_never_set`, see its comment).
 
 ``empty = torch.empty(T_new)``, ``empty[:T] = prompt``, ``return empty, input_pos``: the tail
 ``[T, T_new)`` is never written and the buffer is returned whole, so the gap looked proven. But where
@@ -153,3 +154,92 @@ def callers_read_parts(project, fn, var: str, use) -> str | None:
             f"narrow or index_select ({'; '.join(said[:4])}{'; ...' if len(said) > 4 else ''}), whose bounds the "
             "audit does not compare with the written part: no caller is shown to read the unwritten part; callers "
             "outside the files given are not seen")
+
+
+# ---- a whole return that only a flag no call sets reaches (:func:`flag_never_set`) ----------------
+# ``def pack(x, return_raw=False): buf = empty(n + 64); buf[:n] = x; if return_raw: return buf``, then
+# ``return buf[:n].view(..)``: the whole buffer leaves only under the flag. Where the flag is a parameter
+# with a false default (False, None, 0) and every call of the function in the files leaves it there (not
+# given, given a false constant, or given the caller's own such parameter, which no call of the caller
+# sets: followed up to _FLAG_DEPTH calls), the return that hands on the gap is not shown to run: low.
+# Kept as before: a call that sets the flag (or gives it any other value), a call outside any def, no
+# call in the files, a name defined twice, or a later whole use of the buffer outside the flag's ``if``.
+
+_FLAG_DEPTH = 3
+
+
+def _false_default(fn, param: str) -> bool:
+    """Is ``param`` a parameter of ``fn`` whose default is False, None or 0?"""
+    a = fn.node.args
+    pos = a.posonlyargs + a.args
+    pairs = list(zip(pos[len(pos) - len(a.defaults):], a.defaults)) + \
+        [(p, d) for p, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None]
+    return any(p.arg == param and isinstance(d, ast.Constant) and not d.value for p, d in pairs)
+
+
+def _flag_guard(fn, ret) -> str | None:
+    """The parameter ``p`` of ``if p:`` whose body holds the ``return`` node ``ret`` (directly inside)."""
+    child, p = ret, fn.parents.get(ret)
+    while p is not None and p is not fn.node:
+        if isinstance(p, ast.If) and any(child is s for s in p.body):
+            t = p.test
+            if isinstance(t, ast.Name) and _false_default(fn, t.id):
+                return t.id
+            return None
+        child, p = p, fn.parents.get(p)
+    return None
+
+
+def _flag_unset_by_calls(project, fn, flag: str, depth: int, said: list) -> bool:
+    """Does every call of ``fn`` in the files leave its parameter ``flag`` at its false default?"""
+    name = getattr(fn.node, "name", None)
+    if name is None or depth > _FLAG_DEPTH or len(project.index.get(name, [])) != 1:
+        return False
+    calls, placed = _calls(project, name)
+    if not calls or not placed:
+        return False
+    params = [p.arg for p in fn.node.args.posonlyargs + fn.node.args.args]
+    skip = 1 if params and params[0] in ("self", "cls") else 0
+    for cfn, call in calls:
+        if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+            return False
+        given = next((k.value for k in call.keywords if k.arg == flag), None)
+        i = params.index(flag) - skip if flag in params else None
+        if given is None and i is not None and 0 <= i < len(call.args):
+            given = call.args[i]
+        where = f"{cfn.qualname} ({cfn.file}:{call.lineno})"
+        if given is None or isinstance(given, ast.Constant) and not given.value:
+            said.append(f"{where}: {'not given' if given is None else _src(given)}")
+        elif isinstance(given, ast.Name) and _false_default(cfn, given.id) \
+                and _flag_unset_by_calls(project, cfn, given.id, depth + 1, said):
+            said.append(f"{where}: its own {given.id}")
+        else:
+            return False
+    return True
+
+
+def flag_never_set(project, fn, var: str, use) -> str | None:
+    """Why the gap is not proven when the whole return runs only under a flag that every call in the
+    files leaves false (see above); None otherwise (the gap stands)."""
+    if not (use.consumer or "").startswith("returned whole to the callers of"):
+        return None
+    found, _ = _return_index(fn, var, use.consumer_line)
+    ret = next((n for n in ast.walk(fn.node) if isinstance(n, ast.Return) and n.lineno == use.consumer_line), None)
+    flag = _flag_guard(fn, ret) if found and ret is not None else None
+    if flag is None:
+        return None
+    guard = fn.parents.get(ret)
+    while not isinstance(guard, ast.If):
+        guard = fn.parents.get(guard)
+    inside = {id(n) for n in ast.walk(guard)}
+    for n in ast.walk(fn.node):       # after the flag's if, the buffer is used only in part
+        if isinstance(n, ast.Name) and n.id == var and isinstance(n.ctx, ast.Load) and id(n) not in inside \
+                and n.lineno > guard.lineno and _part_read(n, fn.parents) is None:
+            return None
+    said: list = []
+    if not _flag_unset_by_calls(project, fn, flag, 0, said):
+        return None
+    return (f"the whole return (line {ret.lineno}) runs only when {flag} is true, which defaults to false and "
+            f"no call in the files sets ({'; '.join(said[:4])}{'; ...' if len(said) > 4 else ''}); elsewhere "
+            "the buffer is handed on only in part: the return is not shown to run; callers outside the files "
+            "given are not seen")

@@ -42,6 +42,13 @@ certain is **low**, and the finding says why:
   slice, an index, ``narrow`` or ``index_select`` (:mod:`workbook.audit.caller_reads`, asked by
   :func:`workbook.audit.sites._judge_empty` likewise): no caller is shown to read the unwritten part;
   their bounds are not compared with the written part, and callers outside the files are not seen.
+  Nor where the whole return runs only under ``if flag:``, a parameter that defaults to false and that
+  every call in the files leaves so (:func:`workbook.audit.caller_reads.flag_never_set`).
+* the consumer is a Triton launch that loads the buffer only where it stores it and stores a
+  ``tl.where`` of the loaded value and a fresh one there, at places the partial writes do not bound: a
+  conditional overwrite (:func:`workbook.audit.rmw_launch.rmw_cover`), as a host write under an ``if``.
+* the buffer is all-gathered (``dist.all_gather(copies, buf)``) into a list made in the function whose
+  copies are read only through slices or indexes (:mod:`workbook.audit.gathered`).
 
 :func:`_certainty` returns the verdict.
 """

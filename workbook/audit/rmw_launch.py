@@ -14,6 +14,14 @@ keeps them), so the finding is low and says so, naming the kernel and the line. 
 the buffer is passed to a function of the files whose first use of it is such a launch (one level: its
 parameters' arguments stand for their names in the bound test below).
 
+Where the stores are not shown to reach every element (rows at loaded offsets, an early return), the
+gap is still not proven when the kernel loads the buffer only at addresses it stores, every store of it
+is a ``tl.where`` one side of which carries the loaded value and the other does not (``tl.where(valid,
+idx, -1)``: a conditional overwrite, as a host write under an ``if`` is), and the stores are not bounded
+by the partial writes' bound: low, naming the select (:func:`_selects`; from the 10th check's vllm-ascend
+msa_m3_triton_a5.py:740). An add at loaded rows (``v + 1``), a select both of whose sides keep the loaded
+value, or a load at an address no store writes keeps the gap.
+
 Kept as before (the gap stands): a kernel with atomics (``tl.atomic_add``: it adds into the buffer), one
 whose stores the test does not pass, and one whose stores are bounded by the partial writes' own bound
 (``out[:n] = x`` then a kernel that loads, adds and stores ``offs < n``, or a grid of ``cdiv(n, B)``):
@@ -118,6 +126,83 @@ def _writes_all(project, host, call, var: str, bound: tuple, env: dict, alias: d
     return kern, param
 
 
+def _store_value(n: ast.Call):
+    """The value a ``tl.store`` call stores, less casts (``v.to(dtype)``, ``tl.cast(v, ..)``)."""
+    v = n.args[1] if len(n.args) > 1 else next((k.value for k in n.keywords if k.arg == "value"), None)
+    while isinstance(v, ast.Call) and _call_name(v) in ("to", "cast"):
+        v = v.func.value if _call_name(v) == "to" and isinstance(v.func, ast.Attribute) else (v.args or [None])[0]
+    return v
+
+
+def _selects(project, kern, param: str) -> str | None:
+    """The ``tl.where`` every direct store through ``param`` stores, when one side of it carries the
+    value loaded from ``param`` and the other does not, and every load through ``param`` reads an address
+    a store writes (a conditional overwrite of what it loads); None otherwise (an add, atomics, a helper
+    given the pointer, a load elsewhere)."""
+    body = project._body(kern)
+    defs = project._loaded[id(kern.node)][2]
+    taint = _tainted(body, param)
+    stores, loads, carried = [], [], set()
+    for n in body:
+        if not isinstance(n, ast.Call):
+            continue
+        name = _call_name(n)
+        through = bool(n.args) and bool(_names(n.args[0]) & taint)
+        if name.startswith("atomic_") and through:
+            return None                    # it adds into the buffer
+        if name not in ("store", "load") and any(_names(a) & taint for a in n.args) \
+                and any(_is_jit(c.node) for c in project.resolve_all(name, kern.file)[0]):
+            return None                    # the pointer (or a value from it) handed to a helper: not read here
+        if name == "store" and through:
+            stores.append(n)
+        elif name == "load" and through:
+            loads.append(n)
+            st = kern.parents.get(n)
+            if isinstance(st, ast.Assign) and st.value is n and all(isinstance(t, ast.Name) for t in st.targets):
+                for t in st.targets:
+                    carried |= _tainted(body, t.id)
+            else:
+                return None                # a load used in place (v + tl.load(p)): its value is kept
+    addresses = {ast.unparse(s.args[0]) for s in stores}
+    if not stores or not loads or any(ast.unparse(ld.args[0]) not in addresses for ld in loads):
+        return None
+    said = set()
+    for s in stores:
+        v = _store_value(s)
+        if isinstance(v, ast.Name) and len(defs.get(v.id, [])) == 1:
+            v = defs[v.id][0]
+        if not (isinstance(v, ast.Call) and _call_name(v) == "where" and len(v.args) == 3):
+            return None
+        sides = [bool(_names(a) & carried) for a in v.args[1:]]
+        if sides.count(True) != 1:
+            return None                    # both sides keep the loaded value, or neither shows it
+        said.add(_src(v))
+    return sorted(said)[0]
+
+
+def _overwrites_some(project, host, call, var: str, bound: tuple, env: dict, alias: dict) -> tuple | None:
+    """``(kernel, param, the tl.where)`` when the launch ``call`` gives ``var`` to a kernel whose every
+    store of it is a select between the value it loaded there and another (:func:`_selects`), and whose
+    stores are not bounded by the partial writes' ``bound``."""
+    arg = next((a for a in call.args if isinstance(a, ast.Name) and a.id == var), None)
+    kw = next((k.arg for k in call.keywords if isinstance(k.value, ast.Name) and k.value.id == var), None)
+    if arg is None and kw is None:
+        return None
+    idx = _position(call, arg, host)[0] if arg is not None else None
+    kernels = [k for k in project.resolve_all(_call_name(call), host.file)[0] if _is_jit(k.node)]
+    if len(kernels) != 1:
+        return None
+    kern = kernels[0]
+    params = _params(kern.node)
+    param = kw or (params[idx] if idx is not None and idx < len(params) else None)
+    if param is None or project.kernel_use(kern, param) != "rmw":
+        return None
+    where = _selects(project, kern, param)
+    if where is None or _bounded_by(call, kern, _store_params(project, kern, param), *bound, env, alias) is not None:
+        return None
+    return kern, param, where
+
+
 def _called(project, fn, var: str, line: int):
     """``(callee, its parameter, {parameter: argument})`` for the call of a function of the files at
     ``line`` that is given ``var`` (by name), or None."""
@@ -153,10 +238,17 @@ def rmw_cover(project, fn, var: str, use, regions: list, shape, env: dict) -> st
         if call is None:
             return None
     found = _writes_all(project, host, call, var_in, bound, env, alias)
-    if found is None:
-        return None
-    kern, param = found
     where = f"line {call.lineno}" if host is fn else f"{host.file}:{call.lineno}, in {host.qualname}()"
+    if found is None:
+        sel = _overwrites_some(project, host, call, var_in, bound, env, alias)
+        if sel is None:
+            return None
+        kern, param, what = sel
+        return (f"Triton launch {_call_name(call)} ({where}) loads param '{param}' ({kern.file}:{kern.node.lineno}) "
+                f"only where it stores it, and stores {what if len(what) <= 60 else what[:57] + '...'} there: a "
+                "conditional overwrite of what it loads, at places not bounded by the partial writes (which ones "
+                "loaded values or an early return decide): the gap is neither shown unwritten nor shown read")
+    kern, param = found
     return (f"Triton launch {_call_name(call)} ({where}) loads and stores param '{param}' "
             f"({kern.file}:{kern.node.lineno}) and its stores reach every element (no mask or address that "
             "loaded values decide, no early return, no bound of the partial writes): it writes the gap before "

@@ -15,8 +15,9 @@ import ast
 import re
 
 from .analyzer import _Analyzer, _min_conf, _Project, _Use
-from .caller_reads import callers_read_parts
+from .caller_reads import callers_read_parts, flag_never_set
 from .certainty import _certainty, _kept_in_field
+from .gathered import gathered_parts
 from .padded_launch import extent_unreached, padding_unreached
 from .rmw_launch import rmw_cover
 from .regions import _alloc_shape, _branch_groups, _env, _gap, _independent_writes, _padding
@@ -374,6 +375,8 @@ def _judge_empty(project, fn, node, var, pattern, call, use: _Use, padded, findi
         return                          # with the writes in loops, or a size chosen by the writes' own test
     why = why or rmw_cover(project, fn, var, use, regions, shape, env)   # a launch that loads and stores it all
     why = why or callers_read_parts(project, fn, var, use)     # every caller in the files reads only parts
+    why = why or flag_never_set(project, fn, var, use)         # the whole return runs under a flag none sets
+    why = why or gathered_parts(fn, var, use)                  # all-gathered copies read only in part
     reasons = [f"only written through slices: {_short(use.how)} (line {use.line})",
                gap,
                f"the buffer is then used beyond them: {use.consumer}"] + ([note] if note else [])
