@@ -11,7 +11,9 @@ adds into the buffer staying medium), metadata-only uses (``empty_like``, ``.sha
 element, a padded grid's wording, a launch of one program that stores a prefix of a literal size, and
 a buffer returned whole whose every caller in the files reads only a slice or an index of it (low; a
 caller using it whole, or none in the files, keeps the gap medium), and a buffer stored into a new
-object's field by a constructor keyword or a field replacement (low: the trail is lost there)."""
+object's field by a constructor keyword or a field replacement (low: the trail is lost there), a kernel
+of another compiler (numba.cuda) launched with Triton's syntax, and writes under tests that leave a part
+unwritten on every path (medium)."""
 import json
 import shutil
 from pathlib import Path
@@ -357,7 +359,8 @@ def test_a_size_picked_by_a_test_and_writes_under_a_condition_are_no_proven_gap(
     f = {(x.function, x.variable): x for x in res.findings}
     for fn in ("optional_column", "optional_column_inline", "optional_rows"):
         assert not any(k[0] == fn for k in f), res.report("low")
-    # any other write under a condition, a bound chosen by one, a size one side of a test covers: low
+    # any other write under a condition (its size cap a name, which the test may make what is written), a
+    # bound chosen by one, a size one side of a test covers: low
     under = f[("prefix_under_a_test", "out")]
     assert under.confidence == "low" and any("written under a condition (if n < cap, line 33)" in r for r in under.reasons)
     chosen = f[("prefix_by_a_conditional_expression", "out")]
@@ -691,3 +694,35 @@ def test_a_kernel_that_overwrites_what_it_loads_under_a_select_leaves_no_proven_
     g = {(y.function, y.variable): y for y in _run("rmw_launch_after_partial_writes.py").findings}
     for fn in ("head_then_atomic_add", "head_then_add_at_loaded_rows"):
         assert g[(fn, "out")].confidence == "medium", (fn, g[(fn, "out")].reasons)
+
+
+def test_a_kernel_of_another_compiler_is_not_read_as_triton():
+    # out of sample (15th check, NeMo spec_aug_numba.py:262): a numba.cuda kernel launched as kernel[grid](...)
+    # was read as a Triton kernel, and an array it reads by subscript was called an unused param. Now a
+    # def under cuda.jit / numba.cuda.jit is no Triton kernel: the trail is lost at the launch (low), and the
+    # finding says why; the Triton kernel beside it is still followed (its whole store: a high zero fill)
+    f = _by(_run("other_compilers_kernels.py"))
+    for fn in ("numba_band_mask", "numba_band_mask_dotted"):
+        x = f[fn]
+        assert x.confidence == "low" and "unused" not in x.overwrite, (fn, x.overwrite)
+        assert "not a Triton launch" in x.overwrite and "numba.cuda" in x.overwrite, (fn, x.overwrite)
+    assert f["triton_rows"].kind == "zero-fill-then-overwrite" and f["triton_rows"].confidence == "high"
+
+
+def test_writes_under_conditions_that_leave_a_gap_on_every_path_are_a_proven_gap():
+    # out of sample (15th check, accelerate utils/operations.py:565): a 2**20-element buffer whose prefix is
+    # written only under `if tensor is not None`, then reduced whole, was low ("written under a condition").
+    # The union of every write, as if each test held, still leaves a part unwritten: unwritten on every
+    # path, so medium, where that dimension's size is a constant. Guards: conditional writes that together
+    # cover the buffer (one per branch, or one whole write under a test), and a size that is a call
+    # (15th check, CUTLASS red.py:208: two cells written, the size a function of the dtype that is at most
+    # two) stay low, naming the condition
+    f = _by(_run("conditional_writes_leaving_a_gap.py"))
+    for fn in ("shape_into_a_fixed_buffer", "rows_of_a_fixed_table_under_a_test"):
+        x = f[fn]
+        assert x.kind == "empty-partial-write" and x.confidence == "medium", (fn, x.reasons)
+        assert not any("the gap is not proven" in r for r in x.reasons), (fn, x.reasons)
+    for fn in ("one_half_per_branch", "whole_under_a_test", "cells_of_a_size_from_a_call"):
+        x = f.get(fn)
+        assert x is None or x.confidence == "low" and any("written under a condition" in r for r in x.reasons), \
+            (fn, x and x.reasons)

@@ -706,8 +706,8 @@ class _Analyzer:
         if isinstance(call.func, ast.Subscript):
             if self._is_launch(call.func):                 # kernel[grid](...): a Triton launch
                 return self._role_in_launch(call, arg, key, line, view, partial, kw, name)
-            return _Use("escape", line, f"passed to {desc}(...), an element of a container (not a Triton launch): "
-                                        "the callee is not followed", "low")
+            return _Use("escape", line, f"passed to {desc}(...), not a Triton launch (a container's element, or a "
+                                        "kernel of another compiler such as numba.cuda): the callee is not followed", "low")
         if name in _READ_ONLY_CALLS or name.startswith("assert") or _metadata_call(call, arg, name, kw):
             return _Use("meta", line, name)
         dotted = _dotted(call.func) or ""
@@ -744,7 +744,7 @@ class _Analyzer:
                         f"{desc}(..., {kw}={_src(arg)}) (callee not in the files: '{kw}' assumed to be an output)",
                         "low", view=view)
         if name in _STATE_CALLS:
-            return _Use("read", line, f"kept as module state by {desc}(...): its zeros are its initial value")
+            return _Use("read", line, f"kept as module state by {desc}(...): its contents are its initial value")
         if _is_library(dotted) or dotted == "torch":
             return _Use("read", line, f"{desc}(...)")
         compiled = self.p.compiled(self.fn.file).get(name)

@@ -169,10 +169,15 @@ def _compiled_names(text: str) -> dict[str, str]:
     return out
 
 
+# jit decorators of other compilers (numba, numba.cuda, jax): their kernels are launched with the same
+# kernel[grid](...) syntax but are not Triton code (a numba kernel reads its arrays by subscript, not tl.load)
+_OTHER_JIT = re.compile(r"(^|\.)(cuda|numba|nb|jax|njit)(\.|$)")
+
+
 def _is_jit(node) -> bool:
-    """A Triton kernel: a def decorated with ``triton.jit`` (or ``jit``, ``autotune``, ``heuristics``)."""
-    for d in getattr(node, "decorator_list", []):
-        name = _dotted(d.func if isinstance(d, ast.Call) else d) or ""
-        if re.search(r"(^|\.)(jit|autotune|heuristics)$", name):
-            return True
-    return False
+    """A Triton kernel: a def decorated with ``triton.jit`` (or ``jit``, ``autotune``, ``heuristics``), not with
+    another compiler's jit (``numba.cuda.jit``, ``cuda.jit``, ``numba.jit``, ``jax.jit``)."""
+    names = [_dotted(d.func if isinstance(d, ast.Call) else d) or "" for d in getattr(node, "decorator_list", [])]
+    if any(_OTHER_JIT.search(n) for n in names):
+        return False
+    return any(re.search(r"(^|\.)(jit|autotune|heuristics)$", n) for n in names)

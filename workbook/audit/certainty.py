@@ -20,9 +20,11 @@ certain is **low**, and the finding says why:
   of that dimension, and tiles ``x[i * k:(i + 1) * k]`` cover ``[a * k, b * k)`` (:func:`_loop_cover`):
   combined with the straight-line writes they may cover the buffer (no finding);
 * a write runs under an ``if`` (or a bound of it is a conditional expression): the test may be the
-  very one that makes the rest empty, so which part stays unwritten where it matters is not shown. A
-  write under an ``if`` whose test pins a name of the shape (``if q == 2:``) is judged on that branch
-  with the size it pins, as before (a proof there);
+  very one that makes the rest empty, so which part stays unwritten where it matters is not shown;
+  unless the writes under tests, taken as if every test held, together with the straight-line ones still
+  leave a part unwritten: that part is unwritten on every path, so the gap stands (medium; from the 15th
+  check's accelerate ``operations.py:565``). A write under an ``if`` whose test pins a name of the shape
+  (``if q == 2:``) is judged on that branch with the size it pins, as before (a proof there);
 * a write goes through an index that is neither a slice nor a constant (``kperm[tau] = s``,
   ``x[idx, :] = v``, ``x[mask] = 0``) or through a method that writes where an index tensor or a mask
   points (``x.index_copy_(0, idx, v)``, ``x.scatter_(...)``, ``x.index_put_(...)``): the index may be a
@@ -60,7 +62,7 @@ import re
 
 from .callees import _is_constructor
 from .indexing import _indexed_writer, _unbounded_why
-from .regions import _gap, _lin, _norm, _region
+from .regions import _gap, _lin, _norm, _region, _size_on
 from .source import _call_name, _control, _dotted, _exclusive, _params, _src, _stmt_of
 
 _KEEPERS = {"append", "extend", "insert", "add", "update", "setdefault", "put", "put_nowait", "__setitem__"}
@@ -293,16 +295,17 @@ def _certainty(fn, alloc, var: str, shape, env: dict, regions: list, until: int 
     by a test, so the gap is not proven; ``(None, None)``: every write is straight-line (medium stands)."""
     writes = _writes(fn, var, alloc, regions, until)
     parents = fn.parents
-    plain, why = [], None
+    plain, why, conditional, other = [], None, [], False   # other: a doubt besides bounded writes under an if
     for st, sl, guards in writes:
         loops = [g for g in guards if isinstance(g, _LOOPS)]
         conds = [g for g in guards if not isinstance(g, _LOOPS)
                  and not (isinstance(g, ast.If) and _pins(g.test, shape) and _in_body(st, g, parents))]
         if sl is None:
-            why = why or f"{_src(st)[:80]} (line {st.lineno}) is a write the audit does not place"
+            why, other = why or f"{_src(st)[:80]} (line {st.lineno}) is a write the audit does not place", True
         elif isinstance(sl, ast.Call):            # var.scatter_(...): no part placed, any part may be written
-            why = why or _unbounded_why(st, sl, env)
+            why, other = why or _unbounded_why(st, sl, env), True
         elif loops:
+            other = True
             cover = _loop_cover(sl, loops[-1], env) if len(loops) == 1 and not conds else None
             if cover is not None:
                 plain.append(cover)
@@ -313,18 +316,35 @@ def _certainty(fn, alloc, var: str, shape, env: dict, regions: list, until: int 
         elif conds:
             why = why or (f"written under a condition ({_cond_text(conds[-1])}, line {conds[-1].lineno}): "
                           "the audit cannot show which part stays unwritten where it holds or fails")
+            bounded = not any(isinstance(n, ast.IfExp) for n in ast.walk(sl)) and _unbounded_why(st, sl, env) is None
+            conditional.append(sl) if bounded else None
+            other = other or not bounded
         else:
             if any(isinstance(n, ast.IfExp) for n in ast.walk(sl)):
-                why = why or (f"a bound of {_src(st)[:80]} (line {st.lineno}) is a conditional expression: which "
-                              "part stays unwritten depends on it")
-            why = why or _unbounded_why(st, sl, env)     # var[idx] = ...: it may write the rest
+                why, other = why or (f"a bound of {_src(st)[:80]} (line {st.lineno}) is a conditional expression: "
+                                     "which part stays unwritten depends on it"), True
+            unbounded = _unbounded_why(st, sl, env)      # var[idx] = ...: it may write the rest
+            why, other = why or unbounded, other or unbounded is not None
             plain.append(sl)
     placed = [w for w in writes if not isinstance(w[1], ast.Call)]
     verdict, size_why = _by_size_test(placed, plain, shape, env, parents)
     if verdict == "covered" or plain and _gap(plain, shape, None, env)[0] is None:
         return "covered", size_why or "the writes, loops included, cover every element"
+    if why and not other and not size_why and conditional and _gap_on_every_path(plain + conditional, shape, env):
+        return None, None    # a part no write reaches even where every test holds: unwritten on every path
     why = why or size_why
     return ("low", why) if why else (None, None)
+
+
+def _gap_on_every_path(slices: list, shape, env: dict) -> bool:
+    """Whether the writes ``slices`` (the straight-line ones and those under tests, as if every test held)
+    leave a part of a dimension of constant size unwritten (``empty(1 << 20)`` written on ``[:len(s) + 1]``):
+    a size that is an expression of names or calls (``_out_elems(dtype)``) may be exactly what is written."""
+    if not all(_gap(slices, shape, None, env)):
+        return False
+    regions = [_region(s, env) for s in slices]
+    size = _size_on(shape, regions[0][0], None, env) if regions and regions[0] else None
+    return bool(size) and re.fullmatch(r"[\d\s()+*\-/<%]+", size) is not None
 
 
 def _cond_text(g) -> str:
