@@ -12,8 +12,9 @@ element, a padded grid's wording, a launch of one program that stores a prefix o
 a buffer returned whole whose every caller in the files reads only a slice or an index of it (low; a
 caller using it whole, or none in the files, keeps the gap medium), and a buffer stored into a new
 object's field by a constructor keyword or a field replacement (low: the trail is lost there), a kernel
-of another compiler (numba.cuda) launched with Triton's syntax, and writes under tests that leave a part
-unwritten on every path (medium)."""
+of another compiler (numba.cuda) launched with Triton's syntax, writes under tests that leave a part
+unwritten on every path (medium), module-level integer constants in sizes and bounds, a helper's write
+under its own test (conditional), and a call on an object that holds the buffer (the trail is lost)."""
 import json
 import shutil
 from pathlib import Path
@@ -726,3 +727,63 @@ def test_writes_under_conditions_that_leave_a_gap_on_every_path_are_a_proven_gap
         x = f.get(fn)
         assert x is None or x.confidence == "low" and any("written under a condition" in r for r in x.reasons), \
             (fn, x and x.reasons)
+
+
+def test_a_module_level_constant_is_a_size_and_a_bound():
+    # out of sample (16th check, ExecuTorch extension/llm/export/gguf.py:231): q = torch.empty(n, QK_K)
+    # with QK_K = 256 a module-level constant, its columns written in eight slices up to 256, was a
+    # medium reverse risk: names were resolved only where the function assigns them, so [256, QK_K)
+    # looked unwritten (and the ends, sorted as text, named it [96, QK_K)). Now a name the module assigns
+    # once, to an integer constant expression, is that integer. Guards: a constant past what is written
+    # keeps the gap medium; a name assigned twice, assigned again in a function, or hidden by a parameter
+    # stays a name, and the gap names the last end reached, numerically
+    f = _by(_run("module_level_constants.py"))
+    assert "blocks_of_a_module_width" not in f, f["blocks_of_a_module_width"].reasons
+    x = f["blocks_short_of_a_wider_constant"]
+    assert x.kind == "empty-partial-write" and x.confidence == "medium", x.reasons
+    assert any("[256, 320)" in r for r in x.reasons), x.reasons
+    for fn, name in (("blocks_of_a_width_assigned_twice", "TUNED"), ("blocks_of_a_width_a_function_reassigns", "LATE"),
+                     ("blocks_of_a_width_given_as_a_parameter", "COLUMNS")):
+        x = f[fn]
+        assert x.kind == "empty-partial-write" and x.confidence == "medium", (fn, x.reasons)
+        assert any(f"[256, {name})" in r for r in x.reasons), (fn, x.reasons)
+
+
+def test_a_conditional_write_inside_a_helper_stays_conditional():
+    # out of sample (16th check, ExecuTorch test_dynamic_shape_export.py:1006/1007): zeros handed to a
+    # helper that zero-fills them again only under `if not initialized` were high: the helper's write was
+    # followed, but the caller's use lost its "under a condition" mark. Where the flag is set the zeros
+    # are the contents. Now the write through the helper is conditional, low as the same `if` inline is.
+    # Guards: a helper that writes unconditionally, or on every branch of an if/elif/else (rtp-llm
+    # trtllm_gen_test.py's _run_kernel, 10th check: true highs), stays a high overwrite
+    f = _by(_run("conditional_write_in_a_helper.py"))
+    for fn in ("cache_zeroed_by_a_helper_under_a_flag", "cache_loaded_by_a_helper_under_a_flag"):
+        x = f[fn]
+        assert x.kind == "zero-fill-then-overwrite" and x.confidence == "low", (fn, x.reasons)
+        assert any("under a condition" in r for r in x.reasons), (fn, x.reasons)
+    for fn in ("cache_loaded_by_a_helper_always", "cache_loaded_by_a_helper_on_every_branch"):
+        x = f[fn]
+        assert x.kind == "zero-fill-then-overwrite" and x.confidence == "high", (fn, x.reasons)
+
+
+def test_a_call_on_an_object_holding_the_buffer_may_read_it():
+    # out of sample (16th check, SpecForge test_domino_model.py:272): model.prefix_gru.weight_ih_l0.zero_(),
+    # then model._sample_draft_tokens(...), which reads that weight, then copy_ restores it, was high: only
+    # the exact dotted name was a use. Now a call on an object that holds the buffer (model, model.head), the
+    # holder called, or passed to a call, before the overwrite is a use the audit does not follow: the trail
+    # is lost there (low, naming the call), as at any call it cannot see, when an overwrite follows. Guards:
+    # another object's method, a sibling attribute's write and isinstance(model, ...) keep the overwrite
+    # high; a read after the call still makes the fill needed
+    f = _by(_run("read_through_the_holder.py"))
+    for fn, call in (("probe_with_a_zeroed_weight", "model.sample(x)"), ("probe_by_calling_the_submodule", "model.head(x)"),
+                     ("probe_by_passing_the_model", "evaluate(model, x)")):
+        x = f[fn]
+        assert x.confidence == "low" and call in x.overwrite and "model.head.weight" in x.overwrite, (fn, x.overwrite)
+    for fn in ("reset_beside_another_object", "reset_beside_a_sibling_attribute", "reset_after_a_type_check"):
+        x = f[fn]
+        assert x.kind == "zero-fill-then-overwrite" and x.confidence == "high", (fn, x.reasons)
+    # a read after such a call decides as before: the fill is needed (no finding); so does a fill again
+    # (rtp-llm test_mega_moe_stale_buffer.py:152, 10th check: a reset, judged necessary)
+    nec = _nec(_run("read_through_the_holder.py"))
+    for fn in ("zeroed_read_after_a_call", "zeroed_again_after_a_call"):
+        assert fn not in f and fn in nec, (fn, f.get(fn) and f[fn].overwrite)

@@ -105,13 +105,14 @@ from dataclasses import dataclass, field, replace
 
 from .arguments import _position
 from .certainty import _kept_in
-from .callees import (_collective, _compiled_names, _DIST, _doc_hint, _DLPACK, _import_aliases, _is_constructor,
+from .callees import (_by_name, _compiled_names, _doc_hint, _DLPACK, _import_aliases, _is_constructor,
                       _is_jit, _is_library, _metadata_call, _NEW_CTORS, _out_keyword)
+from .holders import _holder_nodes, _holder_use
 from .kernel_use import _Kernels
 from .regions import _alloc_shape, _env, _gap, _pad_reason
 from .results import _RANK
-from .source import (_call_name, _control, _dotted, _exclusive, _Func, _Index, _is_whole_slice, _is_zero,
-                     _mutated_args, _params, _Source, _src, _stmt_of)
+from .source import (_call_name, _control, _dotted, _every_path_uses, _exclusive, _Func, _Index, _is_whole_slice,
+                     _is_zero, _mutated_args, _params, _Source, _src, _stmt_of)
 
 # ---- vocabularies ---------------------------------------------------------------------------------
 _META = {"shape", "size", "stride", "dtype", "device", "numel", "dim", "ndim", "data_ptr", "is_contiguous",
@@ -357,11 +358,15 @@ class _Analyzer:
         self.p, self.fn, self.depth = project, fn, depth
         self.parents = fn.parents
         self._dead: dict[int, bool] = {}
+        self._holders: set[int] = set()     # occurrences of an object that holds the buffer (model of model.w)
 
     def _occurrences(self, keys: set[str]):
         out = []
         for k in keys:
             out.extend(self.fn.names.get(k, ()))
+            held = _holder_nodes(self.fn.names, self.parents, k)   # model.run(x) may read model.w
+            self._holders.update(map(id, held))
+            out.extend(held)
         return out
 
     def unreachable(self, st) -> bool:
@@ -385,6 +390,7 @@ class _Analyzer:
         shape = _alloc_shape(alloc if alloc is not None else getattr(origin_node, "value", None))
         closure = self._closure_use(key, start)
         partials: list[_Use] = []
+        held = None   # a call on an object that holds the buffer (model.run(x) for model.w): it may read it
         sliced: set[str] = set()   # aliases that are views of a part of the buffer
         view_seen = False
         by_stmt, order = self._statements_after(keys, start)
@@ -408,17 +414,20 @@ class _Analyzer:
                 if r.how not in keys:
                     keys.add(r.how)
                     self._queue_alias(r.how, st, order, i, by_stmt)
-            roles = [r for r in roles if r.kind != "alias"]
+            held = held or next((r for r in roles if r.kind == "holder"), None)
+            roles = [r for r in roles if r.kind not in ("alias", "holder")]
             if not roles:
                 continue
             r = min(roles, key=lambda r: _USE_RANK.get(r.kind, 9))
             ctrl = _control(st, self.parents)
-            r.conditional = len(ctrl) > len(origin_ctrl) or any(a is not b for a, b in zip(ctrl, origin_ctrl))
+            r.conditional = r.conditional or len(ctrl) > len(origin_ctrl) or \
+                any(a is not b for a, b in zip(ctrl, origin_ctrl))   # or under a callee's own if
             r.in_loop = any(isinstance(c, _LOOPS) and (c not in origin_ctrl or id(c) in once_per_loop) for c in ctrl)
             r.view = r.view or view_seen
             done = self._decide(r, st, partials, shape)
-            if done is not None:
-                return done
+            if done is not None:   # an overwrite after such a call: the zeros may have been read (low)
+                return replace(held, kind="escape") if held is not None and done.kind == "write" and \
+                    not done.how.endswith("zero-fills it again") else done   # a fill again: a reset (necessary)
         return self._end(start, keys, partials, closure)
 
     def _decide(self, r: _Use, st, partials: list, shape) -> _Use | None:
@@ -429,7 +438,7 @@ class _Analyzer:
         if r.kind == "partial":
             partials.append(r)
             if all(p.region is not None for p in partials) and \
-                    _gap([p.region for p in partials], shape, None, _env(self.fn.stmts, self.fn.names))[0] is None:
+                    _gap([p.region for p in partials], shape, None, _env(self.fn.stmts, self.fn.names, self.fn.consts))[0] is None:
                 whole = all(p.how.endswith("= ...") for p in partials)
                 conf = "high" if whole else "medium"
                 return _Use("write", st.lineno, "slices " + " and ".join(p.how for p in partials) + " cover it", conf,
@@ -560,7 +569,8 @@ class _Analyzer:
         through (``x[sl]``), so that complementary writes and reads of a written slice can be told."""
         roles = []
         for n in nodes:
-            r0 = self._role(n, key)
+            r0 = _Use("holder", *_holder_use(n, key, self.parents), "low") if id(n) in self._holders \
+                else self._role(n, key)                # model.run(x) for model.w: not followed
             par = self.parents.get(n)
             if isinstance(par, ast.Subscript) and par.value is n:
                 gp = self.parents.get(par)
@@ -860,24 +870,12 @@ class _Analyzer:
         if u.kind == "write":
             return _Use("partial" if partial else "write", line,
                         f"{desc}(...) -> {u.how} [{where}]", _min_conf(u.confidence, "medium" if partial else "high"),
-                        view=view or u.view)
+                        view=view or u.view, conditional=u.conditional and not _every_path_uses(fn, param, u.line))
         if u.kind in ("accumulate", "read"):
             return _Use(u.kind, line, f"{desc}(...) -> {u.how} [{where}]")
         if u.kind == "partial":
             return _Use("partial", line, f"{desc}(...) -> {u.how} [{where}]", "medium", view=True)
         return _Use("escape", line, f"{desc}(...) [{where}]: {u.how}", "low")
-
-
-def _by_name(call: ast.Call, arg, name: str, dotted: str, kw: str | None, partial: bool, known: bool) -> tuple | None:
-    """What the callee's name alone says: DLPack loses the trail; a collective writes, reads or loses it.
-    ``known=False``: only what needs no look-up (DLPack, ``dist.*``); ``known=True``: a name the files
-    do not define (another object's collective)."""
-    if name in _DLPACK:
-        return None if known else \
-            ("escape", f"{_src(call.func)}(...): the memory goes on under another name (DLPack): not followed", "low")
-    if known or dotted.startswith(_DIST):
-        return _collective(call, arg, name, dotted, kw, partial)
-    return None
 
 
 def _first_pass(test_node, key: str, loop) -> bool:

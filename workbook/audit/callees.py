@@ -181,3 +181,15 @@ def _is_jit(node) -> bool:
     if any(_OTHER_JIT.search(n) for n in names):
         return False
     return any(re.search(r"(^|\.)(jit|autotune|heuristics)$", n) for n in names)
+
+
+def _by_name(call: ast.Call, arg, name: str, dotted: str, kw: str | None, partial: bool, known: bool) -> tuple | None:
+    """What the callee's name alone says: DLPack loses the trail; a collective writes, reads or loses it.
+    ``known=False``: only what needs no look-up (DLPack, ``dist.*``); ``known=True``: a name the files
+    do not define (another object's collective)."""
+    if name in _DLPACK:
+        return None if known else \
+            ("escape", f"{_src(call.func)}(...): the memory goes on under another name (DLPack): not followed", "low")
+    if known or dotted.startswith(_DIST):
+        return _collective(call, arg, name, dotted, kw, partial)
+    return None

@@ -96,8 +96,10 @@ def _norm(e, env: dict | None = None, plus: int = 0) -> str:
     return " + ".join(parts).replace("+ -", "- ")
 
 
-def _env(stmts: list, names: dict) -> dict:
-    """{name: its value} for the names a function assigns exactly once (``a = ...``, ``a, b = x, y``)."""
+def _env(stmts: list, names: dict, consts: dict | None = None) -> dict:
+    """{name: its value} for the names a function assigns exactly once (``a = ...``, ``a, b = x, y``),
+    and the module-level integer constants ``consts`` (:func:`workbook.audit.source._module_constants`)
+    of the names it does not assign."""
     cand = {}
     for st in stmts:
         if isinstance(st, ast.Assign) and len(st.targets) == 1:
@@ -106,8 +108,11 @@ def _env(stmts: list, names: dict) -> dict:
                 cand[t.id] = st.value
             elif isinstance(t, ast.Tuple) and isinstance(st.value, ast.Tuple) and len(t.elts) == len(st.value.elts):
                 cand.update({k.id: v for k, v in zip(t.elts, st.value.elts) if isinstance(k, ast.Name)})
-    return {k: v for k, v in cand.items()
-            if sum(isinstance(getattr(n, "ctx", None), ast.Store) for n in names.get(k, ())) == 1}
+    env = {k: ast.Constant(v) for k, v in (consts or {}).items()
+           if not any(isinstance(getattr(n, "ctx", None), ast.Store) for n in names.get(k, ()))}
+    env.update({k: v for k, v in cand.items()
+                if sum(isinstance(getattr(n, "ctx", None), ast.Store) for n in names.get(k, ())) == 1})
+    return env
 
 
 def _region(sl, env: dict | None = None) -> tuple | None:
@@ -285,7 +290,7 @@ def _gap(slices: list, shape: list | None, bindings: dict | None = None,
                 changed = True
     if "" in reached or (size is not None and size in reached):
         return None, False
-    ends = sorted(reached - {"0"}, key=lambda s: (not s.isdigit(), s))
+    ends = sorted(reached - {"0"}, key=lambda s: (not s.isdigit(), int(s) if s.isdigit() else 0, s))
     last = ends[-1] if ends else "0"
     if size is not None and size.isdigit() and all(x.isdigit() for x in reached):
         hit = set()

@@ -358,7 +358,7 @@ def _judge_empty(project, fn, node, var, pattern, call, use: _Use, padded, findi
     if not regions:
         return                          # written through index_copy_/narrow/...: the part is not read
     shape = _alloc_shape(call)
-    env = _env(fn.stmts, fn.names)
+    env = _env(fn.stmts, fn.names, fn.consts)
     gaps = []
     for pinned, group in _branch_groups(regions, fn.parents, node):
         g = _gap(group, shape, pinned, env)

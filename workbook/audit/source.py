@@ -114,6 +114,20 @@ def _exclusive(a, b, parents) -> bool:
     return any(k in pb and pb[k] != v and "test" not in (v, pb[k]) for k, v in pa.items())
 
 
+def _every_path_uses(fn, name: str, line: int) -> bool:
+    """Is the use of ``name`` at ``line`` of ``fn`` (a :class:`_Func`) under ifs only, each of whose
+    branches, an ``else`` included, uses ``name`` in a plain statement on every path (``if mode == 0:
+    launch(.., buf) elif ..: launch(.., buf) else: launch(.., buf)``)? Then no test skips the use."""
+    nodes = [n for n in fn.names.get(name, ()) if n.lineno == line]
+    ctrl = _control(nodes[0], fn.parents) if nodes else [None]
+
+    def covers(stmts) -> bool:
+        return any(isinstance(st, ast.If) and covers(st.body) and covers(st.orelse) or
+                   isinstance(st, (ast.Expr, ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Return)) and
+                   any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(st)) for st in stmts)
+    return all(isinstance(c, ast.If) and covers([c]) for c in ctrl)
+
+
 def _stmt_of(node, parents):
     while node is not None and not isinstance(node, ast.stmt):
         node = parents.get(node)
@@ -138,6 +152,48 @@ def _params(fn) -> list[str]:
 
 
 # ---- the project index ----------------------------------------------------------------------------
+
+_CONST_RE = re.compile(r"^([A-Za-z_]\w*)[ \t]*(?::[^=\n]*)?=(?!=)[ \t]*([-+(\w][^\n#]*)(?:#.*)?$", re.M)   # NAME = expr at column 0
+
+
+def _int_value(e, known: dict) -> int | None:
+    """An integer constant expression (literals, ``+ - * // % << >> **``, names in ``known``), else None."""
+    if isinstance(e, ast.Constant) and type(e.value) is int:
+        return e.value
+    if isinstance(e, ast.Name):
+        return known.get(e.id)
+    if isinstance(e, ast.UnaryOp) and isinstance(e.op, (ast.USub, ast.UAdd)):
+        v = _int_value(e.operand, known)
+        return None if v is None else (-v if isinstance(e.op, ast.USub) else v)
+    if isinstance(e, ast.BinOp):
+        a, b = _int_value(e.left, known), _int_value(e.right, known)
+        ops = {ast.Add: lambda: a + b, ast.Sub: lambda: a - b, ast.Mult: lambda: a * b,
+               ast.FloorDiv: lambda: a // b if b else None, ast.Mod: lambda: a % b if b else None,
+               ast.LShift: lambda: a << b if 0 <= b < 64 else None, ast.RShift: lambda: a >> b if b >= 0 else None,
+               ast.Pow: lambda: a ** b if 0 <= b < 64 else None}
+        if a is not None and b is not None and type(e.op) in ops:
+            return ops[type(e.op)]()
+    return None
+
+
+def _module_constants(text: str) -> dict[str, int]:
+    """{name: value} for the names a file assigns at module level exactly once, to an integer constant
+    expression (``QK_K = 256``, ``BLOCK = 2 * QK_K``), and nowhere else in the file (no other
+    assignment at any indentation, no ``global``): what a size or bound written with them means."""
+    known: dict[str, int] = {}
+    for m in _CONST_RE.finditer(text):
+        name = m.group(1)
+        try:
+            e = ast.parse(m.group(2).strip(), mode="eval").body
+        except SyntaxError:
+            continue
+        v = _int_value(e, known)
+        if v is None or len(re.findall(rf"^[ \t]*{name}[ \t]*(?::[^=\n]*)?(?:[-+*/%&|^@]|//|<<|>>|\*\*)?=(?!=)",
+                                       text, re.M)) != 1 or re.search(rf"\bglobal\b[^\n]*\b{name}\b", text):
+            continue
+        known[name] = v
+    return known
+
 
 _DEF_RE = re.compile(r"def[ \t]+(\w+)")                # a def: a line's first word, or after "async"
 _LEAD_RE = re.compile(r"([ \t]*)(?:async[ \t]+)?")
@@ -178,6 +234,7 @@ class _Source:
         self._parent: list[int] = []                    # parent def of defs[0..], filled in order on demand
         self.tree: ast.Module | None = None     # the whole file, parsed only when a segment fails
         self.broken: str | None = None
+        self.constants: dict[str, int] | None = None   # module-level integer constants, read on first load
         self.segments: dict[int, ast.AST | None] = {}        # outermost def line -> its node, parsed alone
         self.seg_defs: dict[int, dict[int, ast.AST]] = {}     # (-1: the tree) -> the defs it holds by lineno
         self.qual_memo: dict[tuple[int, int], tuple] = {}    # (line, indentation) -> where a walk back ends
@@ -323,6 +380,7 @@ class _Func:
     names: dict = field(default_factory=dict)    # dotted name -> its Name/Attribute nodes in this body
     stmts: list = field(default_factory=list)    # Assign/AnnAssign/Expr statements of this body
     blocks: dict | None = None                   # statement id -> (its index, its block's first exit)
+    consts: dict = field(default_factory=dict)   # module-level integer constants it does not shadow
 
 
 _DEF_TYPES = {ast.FunctionDef, ast.AsyncFunctionDef}
@@ -445,13 +503,18 @@ class _Index:
             parents, owned = _index_def(node)
             prefix, is_method = self._qual_prefix(src, line0, ind)
             funcs = []
-            todo = [(node, prefix + node.name, is_method)]
+            todo = [(node, prefix + node.name, is_method, set())]
+            if src.constants is None:
+                src.constants = _module_constants(src.text)
             while todo:   # the def, then its nested defs, depth first (a loop: no closure cycle keeps ASTs alive)
-                fnode, qual, method = todo.pop()
+                fnode, qual, method, shadow = todo.pop()
                 stmts, names = owned.get(id(fnode), ([], {}))
-                funcs.append(_Func(file, fnode, qual, parents, method, names, sorted(stmts, key=lambda n: n.lineno)))
+                shadow = shadow | set(_params(fnode))          # a parameter (of it or a def around it) hides a constant
+                consts = {k: v for k, v in src.constants.items() if k not in shadow}
+                funcs.append(_Func(file, fnode, qual, parents, method, names, sorted(stmts, key=lambda n: n.lineno),
+                                   consts=consts))
                 nested = [d for d, o in owned.get("defs", []) if o is fnode]
-                todo += [(st, qual + "." + st.name, False) for st in reversed(nested)]
+                todo += [(st, qual + "." + st.name, False, shadow) for st in reversed(nested)]
         self.loaded[key] = funcs
         return funcs
 
