@@ -101,22 +101,31 @@ def _bounded_by(call, kern, params: set | None, bound_names: set, bound_texts: s
     return None
 
 
+def _rmw_param(project, host, call, var: str) -> tuple:
+    """``(kernel, param)`` when the launch ``call`` in ``host`` gives ``var`` (by name, positionally or as a
+    keyword) to the one Triton kernel of the files it names, and that kernel both loads and stores it;
+    else ``(None, None)``."""
+    arg = next((a for a in call.args if isinstance(a, ast.Name) and a.id == var), None)
+    kw = next((k.arg for k in call.keywords if isinstance(k.value, ast.Name) and k.value.id == var), None)
+    if arg is None and kw is None:
+        return None, None
+    idx = _position(call, arg, host)[0] if arg is not None else None
+    kernels = [k for k in project.resolve_all(_call_name(call), host.file)[0] if _is_jit(k.node)]
+    if len(kernels) != 1:
+        return None, None
+    params = _params(kernels[0].node)
+    param = kw or (params[idx] if idx is not None and idx < len(params) else None)
+    if param is None or project.kernel_use(kernels[0], param) != "rmw":
+        return None, None
+    return kernels[0], param
+
+
 def _writes_all(project, host, call, var: str, bound: tuple, env: dict, alias: dict) -> tuple | None:
     """``(kernel, param)`` when the launch ``call`` in ``host`` gives ``var`` to a kernel that loads and
     stores it and whose stores reach every element, not bounded by the partial writes' ``bound``."""
     from .analyzer import _Use
-    arg = next((a for a in call.args if isinstance(a, ast.Name) and a.id == var), None)
-    kw = next((k.arg for k in call.keywords if isinstance(k.value, ast.Name) and k.value.id == var), None)
-    if arg is None and kw is None:
-        return None
-    idx = _position(call, arg, host)[0] if arg is not None else None
-    kernels = [k for k in project.resolve_all(_call_name(call), host.file)[0] if _is_jit(k.node)]
-    if len(kernels) != 1:
-        return None
-    kern = kernels[0]
-    params = _params(kern.node)
-    param = kw or (params[idx] if idx is not None and idx < len(params) else None)
-    if param is None or project.kernel_use(kern, param) != "rmw" or not project.stores_whole(kern, param):
+    kern, param = _rmw_param(project, host, call, var)
+    if kern is None or not project.stores_whole(kern, param):
         return None
     probe = project.autotuned_grid(host, call, kern, param, _Use("write", call.lineno, "x)", "high"))
     if probe.confidence != "high":
@@ -184,18 +193,8 @@ def _overwrites_some(project, host, call, var: str, bound: tuple, env: dict, ali
     """``(kernel, param, the tl.where)`` when the launch ``call`` gives ``var`` to a kernel whose every
     store of it is a select between the value it loaded there and another (:func:`_selects`), and whose
     stores are not bounded by the partial writes' ``bound``."""
-    arg = next((a for a in call.args if isinstance(a, ast.Name) and a.id == var), None)
-    kw = next((k.arg for k in call.keywords if isinstance(k.value, ast.Name) and k.value.id == var), None)
-    if arg is None and kw is None:
-        return None
-    idx = _position(call, arg, host)[0] if arg is not None else None
-    kernels = [k for k in project.resolve_all(_call_name(call), host.file)[0] if _is_jit(k.node)]
-    if len(kernels) != 1:
-        return None
-    kern = kernels[0]
-    params = _params(kern.node)
-    param = kw or (params[idx] if idx is not None and idx < len(params) else None)
-    if param is None or project.kernel_use(kern, param) != "rmw":
+    kern, param = _rmw_param(project, host, call, var)
+    if kern is None:
         return None
     where = _selects(project, kern, param)
     if where is None or _bounded_by(call, kern, _store_params(project, kern, param), *bound, env, alias) is not None:
