@@ -15,7 +15,8 @@ q, k ``[B, T, H, K]``; v ``[B, T, HV, V]``; g, beta ``[B, T, HV]``; states ``[N,
 
 Kernels (``kernels/gdn.py``): the recurrent form is one kernel, one program per (value block, sequence,
 value head) walking the tokens; the chunked form (chunks of ``CHUNK`` = 64 tokens) is solve with w/u (two
-kernels with ``FUSE_WU`` off) -> state pass (the one sequential part, :func:`state_launch`'s rule) -> output. With
+kernels with ``FUSE_WU`` off) -> state pass (the one sequential part, :func:`state_launch`'s rule) -> output (in the
+state pass where :func:`fuse_o_rule` says). With
 ``segments=`` the chunked form runs parallel over the sequence too (:func:`_segmented`: a [B | M] pass over
 segments, a scan, a last pass; :func:`segment_rule` for "auto"). Every buffer a launcher allocates is
 ``torch.empty``, next to a comment that says which program writes each row.
@@ -40,7 +41,7 @@ __all__ = [
     "compute_dtype", "l2norm", "naive_recurrent_gated_delta_rule", "chunk_gated_delta_rule_ref",
     "fused_recurrent_gated_delta_rule", "chunk_gated_delta_rule", "gated_rmsnorm", "gated_rmsnorm_ref",
     "GDNBlockParams", "make_block_params", "qwen3_next_linear_attention", "z_handoff_zero_then_copy",
-    "make_inputs", "chunk_count_bound", "state_launch", "CHUNK", "CONFIG", "EMULATE_WHY", "STATE_FILL",
+    "make_inputs", "chunk_count_bound", "state_launch", "fuse_o_rule", "CHUNK", "CONFIG", "EMULATE_WHY", "STATE_FILL",
     "STATE_RULE", "STATE_PREVIOUS", "segment_rule", "SEGMENT_RULE",
 ]
 
@@ -58,10 +59,10 @@ CONFIG = {
     # FUSE_WU: kernel 2 (w, u) folded into kernel 1; default from the record's fusion table (measure_fusion)
     "chunk": {"solve": {"BC": 16, "GV": 1, "PREC": "tf32", "num_warps": 4, "num_stages": 2, "FUSE_WU": True},
               "wu": {"num_warps": 4, "num_stages": 2},
-              # state: FUSE_O folds kernel 4 (outputs) into the state pass (h and v' never stored);
-              # BV / num_warps / num_stages None: state_launch()'s pick from the grid (RULE True; the
-              # benchmark records it beside the previous default, STATE_PREVIOUS, which RULE False keeps)
-              "state": {"BV": None, "num_warps": None, "num_stages": None, "FUSE_O": False, "RULE": True},
+              # state: FUSE_O folds kernel 4 (outputs) into the state pass (h and v' never stored; None:
+              # fuse_o_rule); BV / num_warps / num_stages None: state_launch()'s pick from the grid (RULE True;
+              # the benchmark records it beside the previous default, STATE_PREVIOUS, which RULE False keeps)
+              "state": {"BV": None, "num_warps": None, "num_stages": None, "FUSE_O": None, "RULE": True},
               "output": {"BV": 64, "num_warps": 4, "num_stages": 2},
               # scan over segments (segments=...): BV value columns per program (K x K times K x BV, fp32);
               # 8 warps for the [K, K] fp32 tile's registers: a first guess, not measured (the sweep will tell)
@@ -439,6 +440,13 @@ def state_launch(N: int, HV: int, K: int, V: int, itemsize: int = 2, n_sm: int |
     return {"BV": bv, "num_warps": 4, "num_stages": ns}
 
 
+def fuse_o_rule(N: int, HV: int, K: int, V: int, n_sm: int | None = None) -> bool:
+    """FUSE_O left None: outputs (kernel 4) in the state pass when its grid at BV 64 fills the SMs (state_launch
+    picks 64) and K <= 128: h and v' never go through memory, but the output products join the sequential chain;
+    on the H200 (benchmarks.gdn.measure_fusion) a gain on such grids, up to 2x slower with few programs."""
+    return _pow2(K) <= 128 and state_launch(N, HV, K, V, n_sm=n_sm)["BV"] == 64
+
+
 def _previous_state_cfg(N: int, HV: int, V: int) -> dict:
     """The state pass's previous default launch configuration (``STATE_PREVIOUS``, kept with
     ``{"state": {"RULE": False}}``; the benchmark records it beside :func:`state_launch`'s pick):
@@ -447,10 +455,14 @@ def _previous_state_cfg(N: int, HV: int, V: int) -> dict:
     return {"BV": min(bv, _pow2(V)), "num_warps": 4, "num_stages": 2}
 
 
-def _state_cfg(cs: dict, N: int, HV: int, K: int, V: int, itemsize: int, varlen: bool = False) -> dict:
+def _state_cfg(cs: dict, N: int, HV: int, K: int, V: int, itemsize: int, varlen: bool = False,
+               fused: bool = False) -> dict:
     """config['state'] with each name left None filled in: by state_launch with RULE (the default),
-    else by the previous default (:func:`_previous_state_cfg`). A given BV is capped at V."""
+    else by the previous default (:func:`_previous_state_cfg`); ``fused`` (FUSE_O in force): three stages
+    while K <= 128 (the q tiles load ahead too; faster than two at every BV measured). A given BV is capped at V."""
     rule = state_launch(N, HV, K, V, itemsize, varlen=varlen) if cs.get("RULE") else _previous_state_cfg(N, HV, V)
+    if fused and _pow2(K) <= 128:
+        rule = {**rule, "num_stages": 3}
     out = {k: (rule[k] if cs[k] is None else cs[k]) for k in ("BV", "num_warps", "num_stages")}
     out["BV"] = min(out["BV"], _pow2(V))
     return out
@@ -558,8 +570,9 @@ def _state_and_output(cfg, q, v, inter, scale, h0, ht, cu_seqlens, N, *, l2, emu
     dev, TA, dt = q.device, B * T, q.dtype
     chunk_indices, chunk_offsets, NT = inter["tables"]
     G, w, u, kc = inter["G"], inter["w"], inter["u"], inter["kc"]   # kc: keys normalised once, by kernel 1
-    # FUSE_O (kernel 4 folded into kernel 3): v' and h stay in registers; return_intermediates wants them
-    fuse = bool(cfg["state"]["FUSE_O"]) and not keep
+    # FUSE_O (kernel 4 in kernel 3; None: fuse_o_rule): v' and h stay in registers; return_intermediates wants them
+    fo = cfg["state"]["FUSE_O"]
+    fuse = (fuse_o_rule(N, HV, K, V) if fo is None else bool(fo)) and not keep
     # kernel 3, program (v-block, n, hv): its sequence's rows x its V block
     v_new = None if fuse else torch.empty(TA, HV, V, dtype=dt, device=dev)
     # h[c, hv] = state at the start of chunk c: kernel 3 stores it for every chunk of every sequence
@@ -570,7 +583,7 @@ def _state_and_output(cfg, q, v, inter, scale, h0, ht, cu_seqlens, N, *, l2, emu
     # kernel 3 program (v-block, n, hv) writes its sequence's rows (all its chunks) x its V block.
     o = torch.empty_like(v)
     # absent optional inputs go in as None (the kernels' heuristics turn them into constexpr flags)
-    _launch_state(_state_cfg(cfg["state"], N, HV, K, V, q.element_size(), cu_seqlens is not None), kc, w, u, G, h,
+    _launch_state(_state_cfg(cfg["state"], N, HV, K, V, q.element_size(), cu_seqlens is not None, fuse), kc, w, u, G, h,
                   v_new, q if fuse else None, o if fuse else None, h0, ht, cu_seqlens, chunk_offsets,
                   scale, T, NT, N=N, l2=l2, emulate=emulate)
     if NT and not fuse:
@@ -748,8 +761,7 @@ def gated_rmsnorm_ref(x, z, weight, eps=1e-6):
     """weight * x * rsqrt(mean(x^2) + eps) * silu(z) over the last dim, fp32 inside, x's dtype out."""
     _check_norm(x, z, weight, eps)
     xf = x.float()
-    y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * weight.float() * F.silu(z.float())
-    return y.to(x.dtype)
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * weight.float() * F.silu(z.float())).to(x.dtype)
 
 
 def gated_rmsnorm(x, z, weight, eps=1e-6, config=None):
@@ -858,42 +870,30 @@ def qwen3_next_linear_attention(hidden: torch.Tensor, p: GDNBlockParams, *, kern
         fn = chunk_gated_delta_rule if kernel == "chunk" else fused_recurrent_gated_delta_rule
         core, _ = fn(q, k, v, g=g, beta=beta, use_qk_l2norm_in_kernel=True)
     z = z.reshape(B, T, Hv, Dv)
-    if legacy_z_zero_fill:
-        z = z_handoff_zero_then_copy(z)
-    else:
-        z = z.contiguous()
-    if kernel == "reference":
-        y = gated_rmsnorm_ref(core, z, p.norm_weight)
-    else:
-        y = gated_rmsnorm(core, z, p.norm_weight)
+    z = z_handoff_zero_then_copy(z) if legacy_z_zero_fill else z.contiguous()
+    y = (gated_rmsnorm_ref if kernel == "reference" else gated_rmsnorm)(core, z, p.norm_weight)
     return y.reshape(B, T, nv) @ p.out_proj.T
 
 
-# --------------------------------------------------------------------------------------------------
-# Inputs (for the notebook, the tests, the graders and the benchmark)
-# --------------------------------------------------------------------------------------------------
+# Inputs (for the notebook, the tests, the graders and the benchmark) ------------------------------------------
 
 def make_inputs(B, T, H, K, V=None, HV=None, dtype=torch.float32, gate="medium", device=None, seed=0,
                 initial_state=False, normalize_qk=True):
     """Random inputs in the shapes of the public functions. ``gate``: 'near0' (g ~ -1e-3, almost no
     decay), 'medium', 'strong' (g ~ -5: the state forgets within a few tokens) or 'mixed'."""
     gen = torch.Generator().manual_seed(seed)
-    V = V or K
-    HV = HV or H
-    dev = device or DEVICE
+    V, HV, dev = V or K, HV or H, device or DEVICE
     r = lambda *s: torch.randn(*s, generator=gen)  # noqa: E731
     q, k = r(B, T, H, K), r(B, T, H, K)
     if normalize_qk:
         q, k = l2norm(q), l2norm(k)
     v = r(B, T, HV, V)
-    scale_g = {"near0": 1e-3, "medium": 0.1, "strong": 5.0}
-    if gate == "mixed":
-        g = -torch.rand(B, T, HV, generator=gen) * torch.tensor([1e-3, 0.1, 1.0, 5.0]).repeat(HV)[:HV]
-    else:
-        g = -torch.rand(B, T, HV, generator=gen) * scale_g[gate]
+    rate = (torch.tensor([1e-3, 0.1, 1.0, 5.0]).repeat(HV)[:HV] if gate == "mixed"
+            else {"near0": 1e-3, "medium": 0.1, "strong": 5.0}[gate])
+    g = -torch.rand(B, T, HV, generator=gen) * rate
     beta = torch.rand(B, T, HV, generator=gen) * 0.9 + 0.05
-    out = dict(q=q.to(dtype), k=k.to(dtype), v=v.to(dtype), g=g.float(), beta=beta.to(dtype))
-    out = {n: t.to(dev) for n, t in out.items()}
+    out = {n: t.to(dev) for n, t in dict(q=q.to(dtype), k=k.to(dtype), v=v.to(dtype), g=g.float(),
+                                         beta=beta.to(dtype)).items()}
     if initial_state:
         out["initial_state"] = (r(B, HV, K, V) * 0.5).to(dev)
     return out
