@@ -820,7 +820,7 @@ def _fusion_row(shape, fla_chunk, ceilings: dict) -> dict:
     args = _bench_args((B, T, H, HV, SEGMENT_D, False, None))
     row = {"B": B, "T": T, "H": H, "HV": HV, "K": SEGMENT_D, "V": SEGMENT_D, "dtype": "bfloat16",
            **segment_cost(B, T, H, HV, SEGMENT_D, SEGMENT_D)}
-    row["floor_us"] = _floor_us(row, ceilings)
+    row["floor_microseconds"] = _floor_us(row, ceilings)
     split = chunk_gated_delta_rule(**args, config=FUSION_FORMS["split"])[0].float()
     for who, cfg in FUSION_FORMS.items():
         try:
@@ -835,8 +835,8 @@ def _fusion_row(shape, fla_chunk, ceilings: dict) -> dict:
         _time_into(row, "fla", lambda: fla_chunk(**args))
     best = min(FUSION_FORMS, key=lambda w: row.get(f"{w}_graph_us", float("inf")))
     row["fastest_form"] = best
-    if row["floor_us"] and isinstance(row.get(f"{best}_graph_us"), float):
-        row["fastest_share_of_floor"] = row["floor_us"] / row[f"{best}_graph_us"]
+    if row["floor_microseconds"] and isinstance(row.get(f"{best}_graph_us"), float):
+        row["fastest_share_of_floor"] = row["floor_microseconds"] / row[f"{best}_graph_us"]
     for who in list(FUSION_FORMS) + ["fla"]:
         if isinstance(row.get(f"{who}_graph_us"), float) and who != "split":
             row[f"ratio_{who}_over_split_graph"] = row[f"{who}_graph_us"] / row["split_graph_us"]
@@ -874,7 +874,7 @@ def measure_fusion(*, shapes=None, save: bool = False, verbose: bool = True) -> 
 def _fusion_line(row: dict) -> str:
     forms = " | ".join(f"{w} {_fmt_us(row.get(f'{w}_graph_us'))}" for w in list(FUSION_FORMS) + ["fla"])
     share = row.get("fastest_share_of_floor")
-    floor = f" ({100 * share:.0f}% of the floor, {row['floor_us']:.1f} us)" if share else ""
+    floor = f" ({100 * share:.0f}% of the floor, {row['floor_microseconds']:.1f} us)" if share else ""
     return f"B={row['B']} T={row['T']} H={row['H']}/{row['HV']}: graph us: {forms} | fastest {row['fastest_form']}{floor}"
 
 
