@@ -1265,7 +1265,7 @@ def test_fused_defaults_follow_the_recorded_fusion_table():
     assert all(wu <= 1.01 * split for wu, split in pairs) and sum(wu < split for wu, split in pairs) > len(pairs) / 2
     for r in rows:
         wu, wu_o = r["fuse_wu_graph_us"], r["fuse_wu_o_graph_us"]
-        picked = wu_o if gdn.fuse_o_rule(r["B"], r["HV"], r["K"], r["V"], n_sm=132) else wu
+        picked = wu_o if gdn.fuse_o_rule(r["B"], r["HV"], r["K"], r["V"], 2, n_sm=132) else wu
         assert picked <= 1.02 * min(wu, wu_o), r
     assert any(r["fuse_wu_o_graph_us"] > 1.05 * r["fuse_wu_graph_us"] for r in rows)
     assert any(r["fuse_wu_graph_us"] > 1.03 * r["fuse_wu_o_graph_us"] for r in rows)
@@ -1282,7 +1282,7 @@ def test_outputs_folded_in_by_the_rule(monkeypatch):
         monkeypatch.setattr(gdn, "fuse_o_rule", lambda *a, **kw: seen.append(a) or answer)
         o, _ = gdn.chunk_gated_delta_rule(**x, cu_seqlens=cu)
         forced, _ = gdn.chunk_gated_delta_rule(**x, cu_seqlens=cu, config={"state": {"FUSE_O": answer}})
-        assert seen == [(2, 4, 32, 32)] and torch.equal(o, forced)
+        assert seen == [(2, 4, 32, 32, 4)] and torch.equal(o, forced)
         *_, inter = gdn.chunk_gated_delta_rule(**x, cu_seqlens=cu, return_intermediates=True)
         assert inter["h"] is not None and inter["v_new"] is not None
     monkeypatch.undo()
@@ -1290,10 +1290,12 @@ def test_outputs_folded_in_by_the_rule(monkeypatch):
                         (8, 32, 256, 256), (8, 32, 128, 32)):
         bv = gdn.state_launch(N, HV, K, V, n_sm=132)["BV"]
         assert gdn.fuse_o_rule(N, HV, K, V, n_sm=132) == (bv == 64 and K <= 128), (N, HV, K, V)
+        assert not gdn.fuse_o_rule(N, HV, K, V, 4, n_sm=132)     # fp32 storage: not measured, tiles too large
     cs = {**gdn.CONFIG["chunk"]["state"]}
     assert gdn._state_cfg(cs, 2, 64, 128, 128, 2)["num_stages"] == 2
     assert gdn._state_cfg(cs, 2, 64, 128, 128, 2, fused=True)["num_stages"] == 3
     assert gdn._state_cfg(cs, 8, 32, 256, 256, 2, fused=True) == gdn._state_cfg(cs, 8, 32, 256, 256, 2)
+    assert gdn._state_cfg(cs, 2, 64, 128, 128, 4, fused=True) == gdn._state_cfg(cs, 2, 64, 128, 128, 4)
 
 
 def test_segment_rule_counts_sequences_not_the_batch_dim(monkeypatch):

@@ -440,11 +440,12 @@ def state_launch(N: int, HV: int, K: int, V: int, itemsize: int = 2, n_sm: int |
     return {"BV": bv, "num_warps": 4, "num_stages": ns}
 
 
-def fuse_o_rule(N: int, HV: int, K: int, V: int, n_sm: int | None = None) -> bool:
+def fuse_o_rule(N: int, HV: int, K: int, V: int, itemsize: int = 2, n_sm: int | None = None) -> bool:
     """FUSE_O left None: outputs (kernel 4) in the state pass when its grid at BV 64 fills the SMs (state_launch
-    picks 64) and K <= 128: h and v' never go through memory, but the output products join the sequential chain;
-    on the H200 (benchmarks.gdn.measure_fusion) a gain on such grids, up to 2x slower with few programs."""
-    return _pow2(K) <= 128 and state_launch(N, HV, K, V, n_sm=n_sm)["BV"] == 64
+    picks 64), K <= 128 and 16-bit storage: h and v' never go through memory, but the output products join the
+    sequential chain; on the H200 (benchmarks.gdn.measure_fusion, bf16) a gain on such grids, up to 2x slower with
+    few programs. fp32 storage was not measured, and its three-stage tiles do not fit an SM's shared memory."""
+    return itemsize == 2 and _pow2(K) <= 128 and state_launch(N, HV, K, V, itemsize, n_sm=n_sm)["BV"] == 64
 
 
 def _previous_state_cfg(N: int, HV: int, V: int) -> dict:
@@ -459,9 +460,10 @@ def _state_cfg(cs: dict, N: int, HV: int, K: int, V: int, itemsize: int, varlen:
                fused: bool = False) -> dict:
     """config['state'] with each name left None filled in: by state_launch with RULE (the default),
     else by the previous default (:func:`_previous_state_cfg`); ``fused`` (FUSE_O in force): three stages
-    while K <= 128 (the q tiles load ahead too; faster than two at every BV measured). A given BV is capped at V."""
+    with 16-bit storage and K <= 128 (q tiles load ahead too; faster than two at every BV measured, bf16). A given BV
+    is capped at V."""
     rule = state_launch(N, HV, K, V, itemsize, varlen=varlen) if cs.get("RULE") else _previous_state_cfg(N, HV, V)
-    if fused and _pow2(K) <= 128:
+    if fused and itemsize == 2 and _pow2(K) <= 128:
         rule = {**rule, "num_stages": 3}
     out = {k: (rule[k] if cs[k] is None else cs[k]) for k in ("BV", "num_warps", "num_stages")}
     out["BV"] = min(out["BV"], _pow2(V))
@@ -572,7 +574,7 @@ def _state_and_output(cfg, q, v, inter, scale, h0, ht, cu_seqlens, N, *, l2, emu
     G, w, u, kc = inter["G"], inter["w"], inter["u"], inter["kc"]   # kc: keys normalised once, by kernel 1
     # FUSE_O (kernel 4 in kernel 3; None: fuse_o_rule): v' and h stay in registers; return_intermediates wants them
     fo = cfg["state"]["FUSE_O"]
-    fuse = (fuse_o_rule(N, HV, K, V) if fo is None else bool(fo)) and not keep
+    fuse = (fuse_o_rule(N, HV, K, V, q.element_size()) if fo is None else bool(fo)) and not keep
     # kernel 3, program (v-block, n, hv): its sequence's rows x its V block
     v_new = None if fuse else torch.empty(TA, HV, V, dtype=dt, device=dev)
     # h[c, hv] = state at the start of chunk c: kernel 3 stores it for every chunk of every sequence
