@@ -1271,6 +1271,16 @@ def test_fused_defaults_follow_the_recorded_fusion_table():
     assert any(r["fuse_wu_graph_us"] > 1.03 * r["fuse_wu_o_graph_us"] for r in rows)
 
 
+def test_w_u_fold_avoids_the_faulting_variant():
+    """On the H200 (Triton 3.6) the solve kernel with w/u folded in faults on normalised keys with K = 32 (found by
+    test_segments_dtypes_l2norm_and_inplace there); K = 64 and 128, or K = 32 without the normalisation, ran right.
+    The launcher keeps kernel 2 apart exactly there on a GPU; the interpreter runs the folded form everywhere."""
+    on = {"FUSE_WU": True}
+    assert not gdn._fuse_wu(on, 32, True, False) and not gdn._fuse_wu(on, 16, True, False)
+    assert gdn._fuse_wu(on, 64, True, False) and gdn._fuse_wu(on, 128, True, False) and gdn._fuse_wu(on, 32, False, False)
+    assert gdn._fuse_wu(on, 32, True, True) and not gdn._fuse_wu({"FUSE_WU": False}, 128, False, False)
+
+
 def test_outputs_folded_in_by_the_rule(monkeypatch):
     """FUSE_O None asks fuse_o_rule about (N sequences, HV, K, V); its answer gives the same bits as the forced form,
     and a caller who keeps the intermediates gets h and v' whatever it says. The rule itself: outputs folded in

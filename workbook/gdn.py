@@ -503,6 +503,12 @@ def _chunks(cu_seqlens, N: int, B: int, T: int):
     return None, None, B * triton.cdiv(T, CHUNK)
 
 
+def _fuse_wu(c1: dict, K: int, l2: bool, emulate: bool) -> bool:
+    """FUSE_WU in force: as configured, except with keys normalised in the kernel and K <= 32 on a GPU, where the
+    folded kernel faults (illegal address; H200, Triton 3.6): kernel 2 then runs on its own, the same numbers."""
+    return bool(c1["FUSE_WU"]) and (emulate or not l2 or _pow2(K) >= 64)
+
+
 def _launch_solve_wu(c1, c2, k, v, g, beta, G, A, kn, w, u, cu_seqlens, chunk_indices, T, NT, *, emulate):
     """Kernel 1 (solve: G, A and, with ``kn``, the normalised keys; with FUSE_WU also w and u) on a (chunk,
     value-head group) grid, then without FUSE_WU kernel 2 (w, u) on a (chunk, value head) grid (``c1``, ``c2``)."""
@@ -554,14 +560,15 @@ def _intermediates(cfg, k, v, g, beta, cu_seqlens, N, *, l2, emulate, keep=False
     G = torch.empty(TA, HV, dtype=torch.float32, device=dev)   # kernel 1, program (chunk, hv)
     # kernel 1, program (chunk, value heads hv .. hv + GV - 1): its rows x all 64 columns (zeros above the
     # diagonal); with FUSE_WU A stays in registers and is stored only for a caller who keeps it
-    A = torch.empty(TA, HV, CHUNK, dtype=dt, device=dev) if keep or not cfg["solve"]["FUSE_WU"] else None
+    fuse_wu = _fuse_wu(cfg["solve"], K, l2, emulate)
+    A = torch.empty(TA, HV, CHUNK, dtype=dt, device=dev) if keep or not fuse_wu else None
     # kernel 1, the program (chunk, hv ..) whose first value head is its key head's first: all K columns
     kn = torch.empty(TA, H, K, dtype=dt, device=dev) if l2 else None
     w = torch.empty(TA, HV, K, dtype=dt, device=dev)           # kernel 2 (FUSE_WU: 1), program (chunk, hv), all K
     u = torch.empty(TA, HV, V, dtype=dt, device=dev)           # kernel 2 (FUSE_WU: 1), all V columns
     if NT:
-        _launch_solve_wu(cfg["solve"], cfg["wu"], k, v, g, beta, G, A, kn, w, u, cu_seqlens, chunk_indices, T, NT,
-                         emulate=emulate)
+        _launch_solve_wu({**cfg["solve"], "FUSE_WU": fuse_wu}, cfg["wu"], k, v, g, beta, G, A, kn, w, u, cu_seqlens,
+                         chunk_indices, T, NT, emulate=emulate)
     return {"G": G, "A": A, "w": w, "u": u, **({"kn": kn} if l2 else {}), "kc": kn if l2 else k,
             "tables": (chunk_indices, chunk_offsets, NT)}
 
