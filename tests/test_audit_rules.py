@@ -14,7 +14,8 @@ caller using it whole, or none in the files, keeps the gap medium), and a buffer
 object's field by a constructor keyword or a field replacement (low: the trail is lost there), a kernel
 of another compiler (numba.cuda) launched with Triton's syntax, writes under tests that leave a part
 unwritten on every path (medium), module-level integer constants in sizes and bounds, a helper's write
-under its own test (conditional), and a call on an object that holds the buffer (the trail is lost)."""
+under its own test (conditional), a call on an object that holds the buffer (the trail is lost), stores
+in a loop that the program's position bounds (a band), and a copy into an ``as_strided`` view (partial)."""
 import json
 import shutil
 from pathlib import Path
@@ -787,3 +788,26 @@ def test_a_call_on_an_object_holding_the_buffer_may_read_it():
     nec = _nec(_run("read_through_the_holder.py"))
     for fn in ("zeroed_read_after_a_call", "zeroed_again_after_a_call"):
         assert fn not in f and fn in nec, (fn, f.get(fn) and f[fn].overwrite)
+
+
+def test_stores_bounded_by_the_programs_position_are_a_band():
+    # out of sample (17th check, flame's stick-breaking attention, sb_fwd.py:148 / sb_varlen_fwd.py:417): a jit
+    # helper stores the attention matrix one column block at a time for as many blocks as its row block allows,
+    # and the launch was high ('stores only'). Now a store in a loop whose trip count and whose address both
+    # follow the program's position (also through a helper's parameter given it) is a partial store: low.
+    # Guards: each program's own rows in a loop, and a persistent loop over every tile, stay high
+    f = _by(_run("stores_in_a_band.py"))
+    band = f["causal_weights"]
+    assert band.confidence == "low" and "as far as its position allows" in band.overwrite, band.overwrite
+    for fn in ("rows_by_program", "persistent_copy"):
+        assert f[fn].kind == "zero-fill-then-overwrite" and f[fn].confidence == "high", (fn, f[fn].overwrite)
+
+
+def test_a_copy_into_an_as_strided_view_is_a_partial_write():
+    # out of sample (17th check, fairseq dynamic_convolution.py:277 and two more): new_zeros, then copy_ into
+    # as_strided(...) of it (a band), then bmm reads the whole buffer: was high. An as_strided view may be any
+    # part of the storage: the write is partial, the zeros off the band are read, the fill is needed
+    f, nec = _by(_run("strided_band_view.py")), _nec(_run("strided_band_view.py"))
+    assert "band_matrices" not in f and "band_matrices" in nec, f.get("band_matrices")
+    assert f["reshaped_copy"].kind == "zero-fill-then-overwrite" and f["reshaped_copy"].confidence == "high"
+

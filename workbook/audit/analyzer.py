@@ -78,7 +78,7 @@ Confidence (the rule, so that a maintainer can weigh a finding):
   accumulate keyword, a name such as ``*_add``); a kernel that may return before its stores (an ignored
   row keeps its zero), or whose stores a loaded value decides (an index, a mask, an ``if`` on a loaded
   value) or that stores only for the programs one side of a comparison of program ids picks (a triangle
-  of blocks), under a mask that picks among in-bounds elements (``k >= 0``: a band scatter), at addresses
+  of blocks) or in a loop whose trip count and address both follow the program's position (a band), under a mask that picks among in-bounds elements (``k >= 0``: a band scatter), at addresses
   that all miss a part (a start past index 0, a diagonal, a program id added to an arange:
   :mod:`workbook.audit.offsets`), or one element per program on a grid axis that an autotuned
   ``meta[...]`` sizes (how many: the config's) (:mod:`workbook.audit.kernel_use`); a reverse risk whose
@@ -121,7 +121,8 @@ _META = {"shape", "size", "stride", "dtype", "device", "numel", "dim", "ndim", "
 _VIEWS = {"view", "reshape", "T", "mT", "t", "transpose", "permute", "as_strided", "narrow", "flatten", "unflatten",
           "unsqueeze", "squeeze", "view_as", "reshape_as", "expand", "select", "unbind", "split", "chunk",
           "movedim", "swapaxes", "diagonal", "real", "imag", "data", "detach"}
-_PART_VIEWS = {"narrow", "select", "split", "chunk", "unbind", "diagonal"}   # views of a part of the tensor
+_PART_VIEWS = {"narrow", "select", "split", "chunk", "unbind", "diagonal",   # views of a part of the tensor
+               "as_strided"}   # sizes and strides of the caller's choosing: a band, a window (not all, in general)
 _ACCUM = {"add_", "sub_", "mul_", "div_", "index_add_", "scatter_add_", "scatter_reduce_", "index_reduce_",
           "addmm_", "addmv_", "addcmul_", "addcdiv_", "baddbmm_", "addbmm_", "lerp_", "clamp_", "clamp_min_",
           "clamp_max_", "neg_", "abs_", "exp_", "pow_", "sqrt_", "relu_", "masked_scatter_", "logical_or_",
@@ -820,8 +821,9 @@ class _Analyzer:
             conf = {"store": "high", "store-early": "low", "store-dd": "low", "store-part": "low", "store-sel": "low"}[u]
             note = {"store": "", "store-early": "; it may return early",
                     "store-dd": "; WHICH elements depends on loaded values: those it skips keep what was there",
-                    "store-part": "; only the programs on one side of a comparison of program ids store (a "
-                                  "triangle of blocks?): the others keep what was there",
+                    "store-part": "; only the programs one side of a comparison of program ids picks store, or "
+                                  "each stores as far as its position allows (a triangle of blocks?): the rest "
+                                  "keeps what was there",
                     "store-sel": f"; {self.p.selecting_note(kern, param)}"}[u]
             return _Use("partial" if partial else "write", line,
                         f"Triton launch {desc}(...) writes param '{param}' ({where}: stores only{note})",

@@ -187,6 +187,12 @@ def _between_programs(test, pid: set) -> bool:
     return False
 
 
+def _from_pid(expr, pid: set) -> bool:
+    """Is ``expr`` computed from a program id (``tl.program_id(..)`` in it, or a name in ``pid``)?"""
+    return bool(_names_in(expr) & pid) or any(isinstance(x, ast.Call) and _call_name(x) == "program_id"
+                                              for x in ast.walk(expr))
+
+
 def _exhaustive(node: ast.If) -> bool:
     """Does the if/elif chain starting at ``node`` end in a plain ``else``?"""
     while len(node.orelse) == 1 and isinstance(node.orelse[0], ast.If):
@@ -216,6 +222,7 @@ class _Kernels:
         taint = _tainted(body, param)
         # values read from memory: stores that depend on them cover a data-dependent set
         loaded, pid, _ = self._loaded[id(fn.node)]
+        pid = pid | self._pid_params().get(id(fn.node), set())
         early_return = any(isinstance(n, ast.Return) for n in body)
         acc = {"stores": False, "loads": False, "atomics": False, "dd": False, "part": False, "sel": None,
                "pid": pid, "sites": 0, "gaps": [], "side_bad": False}
@@ -236,6 +243,25 @@ class _Kernels:
                                                     or gap or early_return or acc["side_bad"])
         self._kernel_summary[key] = res
         return res
+
+    def _pid_params(self) -> dict:
+        return self.__dict__.setdefault("_helper_pid_params", {})
+
+    def _program_bounded(self, fn: _Func, loop: ast.For, ptr, pid: set) -> bool:
+        """A store in ``for .. in range(.., stop)`` where ``stop`` and the store's address (the loop variable
+        aside) both follow the program's position (``pid``: names from program ids, or a helper's parameters
+        given them): each row block writes as many columns as its position allows, a triangle or band (a
+        causal attention matrix), and the rest keeps what was there. A persistent loop (``range(pid, n, step)``)
+        or a loop over each program's own rows (the address follows the loop variable alone) is not one."""
+        it = loop.iter
+        if not (isinstance(it, ast.Call) and _call_name(it) == "range" and it.args and pid):
+            return False
+        defs = self._loaded[id(fn.node)][2]
+        stop = it.args[0] if len(it.args) == 1 else it.args[1]
+        own = _names_in(loop.target)
+        stop_on = _depends(stop, defs)[0]
+        addr_on = _depends(ptr, {k: v for k, v in defs.items() if k not in own})[0] - own
+        return bool(stop_on & addr_on & pid)
 
     def _sides(self) -> dict:
         return self.__dict__.setdefault("_store_sides", {})
@@ -330,6 +356,7 @@ class _Kernels:
                         if isinstance(loop, ast.If) and _between_programs(loop.test, acc["pid"]) \
                                 and not _exhaustive(loop):
                             acc["part"] = True    # if i_i > i_j: ... (no else): some programs store nothing
+                        acc["part"] |= isinstance(loop, ast.For) and self._program_bounded(fn, loop, ptr, acc["pid"])
                         loop = fn.parents.get(loop)
                     acc["dd"] |= bool(used & loaded)
                     term = _selecting_term(mask, self._loaded[id(fn.node)][2]) if mask is not None else None
@@ -346,6 +373,10 @@ class _Kernels:
             return
         for callee in self.resolve_all(name, fn.file)[0]:   # a @triton.jit helper called with our pointer
             params = _params(callee.node)
+            # the helper's parameters that receive a program's position (its block index): see _program_bounded
+            self._pid_params().setdefault(id(callee.node), set()).update(
+                [params[j] for j, a in enumerate(n.args) if j < len(params) and _from_pid(a, acc["pid"])]
+                + [k.arg for k in n.keywords if k.arg and _from_pid(k.value, acc["pid"])])
             for i in hits:
                 if i < len(params):
                     u = self.kernel_use(callee, params[i], depth + 1)
