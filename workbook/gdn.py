@@ -88,9 +88,7 @@ def l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + eps)
 
 
-# --------------------------------------------------------------------------------------------------
-# Input checks (shared by references and kernels)
-# --------------------------------------------------------------------------------------------------
+# Input checks (shared by references and kernels) ---------------------------------------------------------------------
 
 def _check_bounds(bounds, T, name="cu_seqlens"):
     """The values of a host list of offsets: 0 .. T, non-decreasing."""
@@ -197,9 +195,7 @@ def _host_bounds(cu_seqlens, B, T):
     return bounds
 
 
-# --------------------------------------------------------------------------------------------------
-# References (pure torch, fp32)
-# --------------------------------------------------------------------------------------------------
+# References (pure torch, fp32) ---------------------------------------------------------------------------------------
 
 def _ref_inputs(q, k, v, g, beta, scale, initial_state, cu_seqlens, use_qk_l2norm_in_kernel, dtype):
     """What both references start from: the checked sizes and the inputs token-major in ``dtype``,
@@ -275,9 +271,7 @@ def chunk_gated_delta_rule_ref(q, k, v, g, beta, scale=None, initial_state=None,
             torch.stack(finals) if output_final_state else None)
 
 
-# --------------------------------------------------------------------------------------------------
-# Launchers
-# --------------------------------------------------------------------------------------------------
+# Launchers -----------------------------------------------------------------------------------------------------------
 
 def _final_state_buffer(initial_state, inplace, N, HV, K, V, dev):
     if inplace:
@@ -674,9 +668,7 @@ def _run_v_padded(run, cfg, q, k, v, g, beta, scale, initial_state, ht, cu_seqle
     return o[..., :V].contiguous(), inter
 
 
-# --------------------------------------------------------------------------------------------------
-# Segments: the chunked form parallel over the sequence (issue #33)
-# --------------------------------------------------------------------------------------------------
+# Segments: the chunked form parallel over the sequence (issue #33) ---------------------------------------------------
 # Per token the state map is affine: h <- exp(g) (I - beta k k^T) h + beta k v^T, a K x K matrix on the
 # left plus a [K, V] term. Composed over a segment of chunks: S_end = M S_start + B, one M per (segment,
 # value head) shared by all V columns. So (0) A, w, u of every chunk, once (a segment is whole chunks);
@@ -746,9 +738,7 @@ def _segmented(cfg, q, k, v, g, beta, scale, h0, ht, cu_seqlens, N, *, l2, emula
     return o.view(B, T, HV, V), inter
 
 
-# --------------------------------------------------------------------------------------------------
-# Gated RMSNorm
-# --------------------------------------------------------------------------------------------------
+# Gated RMSNorm -------------------------------------------------------------------------------------------------------
 
 def _check_norm(x, z, weight, eps, device=None):
     check_tensor("x", x, dtypes=_FLOATS, device=device)
@@ -791,9 +781,7 @@ def gated_rmsnorm(x, z, weight, eps=1e-6, config=None):
     return y
 
 
-# --------------------------------------------------------------------------------------------------
-# A Qwen3-Next-style linear-attention block
-# --------------------------------------------------------------------------------------------------
+# A Qwen3-Next-style linear-attention block ---------------------------------------------------------------------------
 
 @dataclass
 class GDNBlockParams:
@@ -884,7 +872,7 @@ def qwen3_next_linear_attention(hidden: torch.Tensor, p: GDNBlockParams, *, kern
     return y.reshape(B, T, nv) @ p.out_proj.T
 
 
-# Inputs (for the notebook, the tests, the graders and the benchmark) ------------------------------------------
+# Inputs (for the notebook, the tests, the graders and the benchmark) -------------------------------------------------
 
 def make_inputs(B, T, H, K, V=None, HV=None, dtype=torch.float32, gate="medium", device=None, seed=0,
                 initial_state=False, normalize_qk=True):
