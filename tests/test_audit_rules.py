@@ -15,7 +15,7 @@ object's field by a constructor keyword or a field replacement (low: the trail i
 of another compiler (numba.cuda) launched with Triton's syntax, writes under tests that leave a part
 unwritten on every path (medium), module-level integer constants in sizes and bounds, a helper's write
 under its own test (conditional), a call on an object that holds the buffer (the trail is lost), stores
-in a loop that the program's position bounds (a band), and a copy into an ``as_strided`` view (partial)."""
+in a loop that the program's position bounds (a band), a copy into an ``as_strided`` view (partial), and a launch through ``torch.library.wrap_triton``."""
 import json
 import shutil
 from pathlib import Path
@@ -810,4 +810,17 @@ def test_a_copy_into_an_as_strided_view_is_a_partial_write():
     f, nec = _by(_run("strided_band_view.py")), _nec(_run("strided_band_view.py"))
     assert "band_matrices" not in f and "band_matrices" in nec, f.get("band_matrices")
     assert f["reshaped_copy"].kind == "zero-fill-then-overwrite" and f["reshaped_copy"].confidence == "high"
+
+
+def test_a_launch_through_wrap_triton_is_the_kernels_launch():
+    # wrap_triton(kernel)[grid](...) (torch.compile's traceable launch) was read as "not a Triton launch": every
+    # fill it overwrites was a trail-lost low. Now the wrapped kernel is followed like kernel[grid](...): a whole
+    # store is high, a kernel that adds into the buffer keeps the fill; another call indexed by a grid stays low
+    res = _run("wrapped_triton_launch.py")
+    f, nec = _by(res), _nec(res)
+    for fn in ("wrapped_copy", "captured_copy"):
+        assert f[fn].kind == "zero-fill-then-overwrite" and f[fn].confidence == "high", (fn, f[fn].overwrite)
+        assert "Triton launch copy_kernel[grid]" in f[fn].overwrite
+    assert "wrapped_add" not in f and "wrapped_add" in nec
+    assert f["picked_kernel"].confidence == "low" and "not a Triton launch" in f["picked_kernel"].overwrite
 

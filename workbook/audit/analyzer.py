@@ -111,7 +111,7 @@ from .holders import _holder_nodes, _holder_use
 from .kernel_use import _Kernels
 from .regions import _alloc_shape, _env, _gap, _pad_reason
 from .results import _RANK
-from .source import (_call_name, _control, _dotted, _every_path_uses, _exclusive, _Func, _Index, _is_whole_slice,
+from .source import (_call_name, _control, _dotted, _every_path_uses, _exclusive, _Func, _Index, _is_whole_slice, _launched,
                      _is_zero, _mutated_args, _params, _Source, _src, _stmt_of)
 
 # ---- vocabularies ---------------------------------------------------------------------------------
@@ -771,7 +771,7 @@ class _Analyzer:
     def _is_launch(self, sub: ast.Subscript) -> bool:
         """``name[grid]``: a Triton launch when ``name`` is a ``@triton.jit`` def of the files (or unknown),
         not when it is an element of a list/tuple/dict variable or indexed by a constant."""
-        d = _dotted(sub.value)
+        d = _dotted(_launched(sub.value))
         if d is None or isinstance(sub.slice, ast.Constant):
             return False
         funcs = self.p.resolve_all(d.rsplit(".", 1)[-1], self.fn.file)[0]
@@ -787,7 +787,7 @@ class _Analyzer:
 
     def _role_in_launch(self, call: ast.Call, arg, key, line, view, partial, kw, name) -> _Use:
         """``kernel[grid](..., arg, ...)``: what the kernel (if it is in the files) does with that pointer."""
-        desc = f"{_dotted(call.func.value) or name}[grid]"
+        desc = f"{_dotted(_launched(call.func.value)) or name}[grid]"
         idx, lost = _position(call, arg, self.fn) if kw is None else (None, None)
         if lost is not None:          # after a *starred argument of unknown length: no parameter is known
             return _Use("escape", line, f"passed to {desc}(...): {lost}", "low", view=view)

@@ -55,9 +55,18 @@ def _call_name(call: ast.Call) -> str:
     if isinstance(f, ast.Name):
         return f.id
     if isinstance(f, ast.Subscript):
-        d = _dotted(f.value)
+        d = _dotted(_launched(f.value))
         return d.rsplit(".", 1)[-1] if d else ""
     return ""
+
+
+def _launched(node):
+    """What ``X[grid](...)`` launches: ``X``, or ``kernel`` of ``torch.library.wrap_triton(kernel)`` (the
+    launch torch.compile can trace; ``capture_triton`` is its former name)."""
+    if isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute)) and len(node.args) == 1 \
+            and (node.func.id if isinstance(node.func, ast.Name) else node.func.attr) in ("wrap_triton", "capture_triton"):
+        return node.args[0]
+    return node
 
 
 def _is_zero(node) -> bool:
