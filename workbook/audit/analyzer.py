@@ -78,7 +78,8 @@ Confidence (the rule, so that a maintainer can weigh a finding):
   accumulate keyword, a name such as ``*_add``); a kernel that may return before its stores (an ignored
   row keeps its zero), or whose stores a loaded value decides (an index, a mask, an ``if`` on a loaded
   value) or that stores only for the programs one side of a comparison of program ids picks (a triangle
-  of blocks) or in a loop whose trip count and address both follow the program's position (a band), under a mask that picks among in-bounds elements (``k >= 0``: a band scatter), at addresses
+  of blocks) or in a loop whose trip count and address both follow the program's position (a band),
+  under a mask that picks among in-bounds elements (``k >= 0``: a band scatter), at addresses
   that all miss a part (a start past index 0, a diagonal, a program id added to an arange:
   :mod:`workbook.audit.offsets`), or one element per program on a grid axis that an autotuned
   ``meta[...]`` sizes (how many: the config's) (:mod:`workbook.audit.kernel_use`); a reverse risk whose
@@ -111,8 +112,8 @@ from .holders import _holder_nodes, _holder_use
 from .kernel_use import _Kernels
 from .regions import _alloc_shape, _env, _gap, _pad_reason
 from .results import _RANK
-from .source import (_call_name, _control, _dotted, _every_path_uses, _exclusive, _Func, _Index, _is_whole_slice, _launched,
-                     _is_zero, _mutated_args, _params, _Source, _src, _stmt_of)
+from .source import (_Blocks, _call_name, _control, _dotted, _every_path_uses, _exclusive, _exit_after, _Func, _Index,
+                     _is_whole_slice, _is_zero, _launched, _mutated_args, _params, _Source, _src, _stmt_of, _unreachable)
 
 # ---- vocabularies ---------------------------------------------------------------------------------
 _META = {"shape", "size", "stride", "dtype", "device", "numel", "dim", "ndim", "data_ptr", "is_contiguous",
@@ -137,7 +138,6 @@ _STATE_CALLS = {"register_buffer", "register_parameter", "Parameter", "Buffer"} 
 _OUTPUT_NAME = re.compile(r"(^|_)(out|outs|output|outputs|dst|dest|result|results|res|o|y|c)(_|\d|$)|out$|^out",
                           re.IGNORECASE)
 _CONTAINERS = (ast.List, ast.Tuple, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp)
-_EXITS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 _MAX_DEPTH = 4
 _MAX_DEFS = 3          # a name defined more often than this is not followed (which one runs is unknown)
@@ -167,50 +167,6 @@ class _Use:
 
 def _min_conf(a: str, b: str) -> str:
     return a if _RANK[a] <= _RANK[b] else b
-
-
-def _block_positions(root) -> dict[int, tuple]:
-    """For every statement under ``root``: (its index in its block, the index of that block's first
-    return/raise/continue/break or a large number, the next return/raise after it in its block or
-    None). Built once per function: :func:`_unreachable` and :func:`_exit_after` are then walks up the
-    parents, linear in the size of the function."""
-    where: dict[int, tuple] = {}
-    for node in ast.walk(root):
-        for fname in ("body", "orelse", "finalbody", "handlers"):
-            block = getattr(node, fname, None)
-            if isinstance(block, list):
-                first_exit = next((i for i, s in enumerate(block) if isinstance(s, _EXITS)), 1 << 30)
-                following = None
-                for i in range(len(block) - 1, -1, -1):
-                    where[id(block[i])] = (i, first_exit, following)
-                    if isinstance(block[i], (ast.Return, ast.Raise)):
-                        following = block[i]
-    return where
-
-
-def _unreachable(st, parents, root, where: dict[int, tuple]) -> bool:
-    """Does ``st`` (or a statement holding it) follow a return/raise/continue/break in ITS block (not
-    in a sibling branch: an ``else: return`` leaves the ``if`` branch reachable)?"""
-    child = st
-    while child is not None and child is not root:
-        index, first_exit, _ = where.get(id(child), (0, 1 << 30, None))
-        if first_exit < index:
-            return True
-        child = parents.get(child)
-    return False
-
-
-def _exit_after(start, parents, root, where: dict[int, tuple]):
-    """The ``return``/``raise`` that ends every path from ``start``: the first one after ``start`` in
-    its block or in an enclosing block (not nested in a branch). Code after it in the source, a later
-    kernel launch after the enclosing ``if`` included, never runs after ``start``. None if none."""
-    child = start
-    while child is not None and child is not root:
-        following = where.get(id(child), (0, 0, None))[2]
-        if following is not None:
-            return following
-        child = parents.get(child)
-    return None
 
 
 def _combine(uses: list[tuple[str, "_Use"]], desc: str) -> "_Use":
@@ -374,7 +330,7 @@ class _Analyzer:
         """Does statement ``st`` follow a return/raise/continue/break of its block (it never runs)?"""
         if id(st) not in self._dead:
             if self.fn.blocks is None:          # once per function, whatever the number of buffers
-                self.fn.blocks = _block_positions(self.fn.node)
+                self.fn.blocks = _Blocks()
             self._dead[id(st)] = _unreachable(st, self.parents, self.fn.node, self.fn.blocks)
         return self._dead[id(st)]
 
@@ -532,7 +488,7 @@ class _Analyzer:
         occurrences in each (``{id(statement): [nodes]}``); the other branch of an if/else is left out."""
         start_pos = (start.end_lineno, start.end_col_offset) if start is not None else (0, 0)
         if self.fn.blocks is None:
-            self.fn.blocks = _block_positions(self.fn.node)
+            self.fn.blocks = _Blocks()
         end = _exit_after(start, self.parents, self.fn.node, self.fn.blocks) if start is not None else None
         end_pos = (end.end_lineno, end.end_col_offset) if end is not None else (1 << 30, 0)
         occ = sorted(self._occurrences(keys), key=lambda n: (n.lineno, n.col_offset))

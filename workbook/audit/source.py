@@ -190,24 +190,53 @@ def _module_constants(text: str) -> dict[str, int]:
     expression (``QK_K = 256``, ``BLOCK = 2 * QK_K``), and nowhere else in the file (no other
     assignment at any indentation, no ``global``): what a size or bound written with them means."""
     known: dict[str, int] = {}
+    assigned: dict[str, int] = {}   # each name's assignments at any indentation, counted in one pass over the file
+    for m in _ASSIGN_RE.finditer(text):
+        assigned[m.group(1)] = assigned.get(m.group(1), 0) + 1
+    declared = {w for m in _GLOBAL_RE.finditer(text) for w in re.findall(r"\w+", m.group(1))}
     for m in _CONST_RE.finditer(text):
         name = m.group(1)
+        if assigned.get(name) != 1 or name in declared:
+            continue
         try:
             e = ast.parse(m.group(2).strip(), mode="eval").body
         except SyntaxError:
             continue
         v = _int_value(e, known)
-        if v is None or len(re.findall(rf"^[ \t]*{name}[ \t]*(?::[^=\n]*)?(?:[-+*/%&|^@]|//|<<|>>|\*\*)?=(?!=)",
-                                       text, re.M)) != 1 or re.search(rf"\bglobal\b[^\n]*\b{name}\b", text):
-            continue
-        known[name] = v
+        if v is not None:
+            known[name] = v
     return known
+
+
+class _ModuleConstants:
+    """A def's view of its file's module-level integer constants (:func:`_module_constants`), less the names
+    its parameters (or those of a def around it) shadow; read from the file the first time a def of it needs
+    one (a size or a bound written with a name): most defs never do, and a large file costs a few passes."""
+
+    def __init__(self, src, shadow: set):
+        self.src, self.shadow = src, shadow
+
+    def items(self):
+        if self.src.constants is None:
+            self.src.constants = _module_constants(self.src.text)
+        return [(k, v) for k, v in self.src.constants.items() if k not in self.shadow]
+
+    def __bool__(self):
+        return bool(self.items())
+
+
+_ASSIGN_RE = re.compile(r"^[ \t]*(\w+)[ \t]*(?::[^=\n]*)?(?:[-+*/%&|^@]|//|<<|>>|\*\*)?=(?!=)", re.M)
+_GLOBAL_RE = re.compile(r"\bglobal\b([^\n]*)")
 
 
 _DEF_RE = re.compile(r"def[ \t]+(\w+)")                # a def: a line's first word, or after "async"
 _LEAD_RE = re.compile(r"([ \t]*)(?:async[ \t]+)?")
 _CALL_REV_RE = re.compile(r"\(\s*(\w+)")                # a call "name(" in reversed text: a literal first
-_CAND_RE = re.compile(r"zeros|zero_\(|fill_\(|full(?:_like)?\(|\]\s*=\s*0\b|empty(?:_like|_strided)?\(")
+# a line that may hold a fill or an empty allocation as sites.py reads them: zeros / full / empty (and _like,
+# _strided) called on torch or with no receiver, new_zeros / new_full / new_empty, zero_, fill_, an element set to 0
+# (not cute.filter_zeros(, cutlass.full_like(, is_empty(, nor a default "x: T[int] = 0," in a signature)
+# (each alternative starts with a literal, so the scan skips fast; _hit_lines checks what stands before a ctor)
+_CAND_RE = re.compile(r"(?P<ctor>zeros|full|empty)(?:_like|_strided)?\(|zero_\(|fill_\(|\]\s*=\s*0\b(?!\s*[,)\]])")
 
 
 def _indent(line: str) -> int:
@@ -388,8 +417,62 @@ class _Func:
     is_method: bool
     names: dict = field(default_factory=dict)    # dotted name -> its Name/Attribute nodes in this body
     stmts: list = field(default_factory=list)    # Assign/AnnAssign/Expr statements of this body
-    blocks: dict | None = None                   # statement id -> (its index, its block's first exit)
-    consts: dict = field(default_factory=dict)   # module-level integer constants it does not shadow
+    blocks: object | None = None                 # _Blocks: each statement's place in its block, lazily
+    consts: object = None                        # _ModuleConstants: module-level integer constants it does not shadow
+
+
+_EXITS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
+
+
+class _Blocks:
+    """Each statement's (index in its block, the index of that block's first return/raise/continue/break
+    or a large number, the next return/raise after it in its block or None), computed for a whole block
+    the first time one of its statements is asked about (:meth:`get`, given its parent): what
+    :func:`_unreachable` and :func:`_exit_after` walk up from costs the blocks on that path, never the
+    whole function (a generated kernel of 40,000 nodes holding one fill)."""
+
+    def __init__(self):
+        self.where: dict[int, tuple] = {}
+        self.done: set[int] = set()
+
+    def get(self, child, parent, default):
+        if id(child) not in self.where and parent is not None and id(parent) not in self.done:
+            self.done.add(id(parent))
+            for fname in ("body", "orelse", "finalbody", "handlers"):
+                block = getattr(parent, fname, None)
+                if isinstance(block, list):
+                    first_exit = next((i for i, s in enumerate(block) if isinstance(s, _EXITS)), 1 << 30)
+                    following = None
+                    for i in range(len(block) - 1, -1, -1):
+                        self.where[id(block[i])] = (i, first_exit, following)
+                        if isinstance(block[i], (ast.Return, ast.Raise)):
+                            following = block[i]
+        return self.where.get(id(child), default)
+
+
+def _unreachable(st, parents, root, where: _Blocks) -> bool:
+    """Does ``st`` (or a statement holding it) follow a return/raise/continue/break in ITS block (not
+    in a sibling branch: an ``else: return`` leaves the ``if`` branch reachable)?"""
+    child = st
+    while child is not None and child is not root:
+        index, first_exit, _ = where.get(child, parents.get(child), (0, 1 << 30, None))
+        if first_exit < index:
+            return True
+        child = parents.get(child)
+    return False
+
+
+def _exit_after(start, parents, root, where: _Blocks):
+    """The ``return``/``raise`` that ends every path from ``start``: the first one after ``start`` in
+    its block or in an enclosing block (not nested in a branch). Code after it in the source, a later
+    kernel launch after the enclosing ``if`` included, never runs after ``start``. None if none."""
+    child = start
+    while child is not None and child is not root:
+        following = where.get(child, parents.get(child), (0, 0, None))[2]
+        if following is not None:
+            return following
+        child = parents.get(child)
+    return None
 
 
 _DEF_TYPES = {ast.FunctionDef, ast.AsyncFunctionDef}
@@ -513,13 +596,11 @@ class _Index:
             prefix, is_method = self._qual_prefix(src, line0, ind)
             funcs = []
             todo = [(node, prefix + node.name, is_method, set())]
-            if src.constants is None:
-                src.constants = _module_constants(src.text)
             while todo:   # the def, then its nested defs, depth first (a loop: no closure cycle keeps ASTs alive)
                 fnode, qual, method, shadow = todo.pop()
                 stmts, names = owned.get(id(fnode), ([], {}))
                 shadow = shadow | set(_params(fnode))          # a parameter (of it or a def around it) hides a constant
-                consts = {k: v for k, v in src.constants.items() if k not in shadow}
+                consts = _ModuleConstants(src, shadow)
                 funcs.append(_Func(file, fnode, qual, parents, method, names, sorted(stmts, key=lambda n: n.lineno),
                                    consts=consts))
                 nested = [d for d, o in owned.get("defs", []) if o is fnode]
@@ -721,11 +802,17 @@ def _call_lines(src: _Source, names) -> list[int]:
 
 
 def _hit_lines(src: _Source, pattern: re.Pattern) -> list[int]:
-    """0-based numbers of the lines where ``pattern`` matches (a cheap pre-filter; the analysis is ast)."""
-    out, line, pos = [], 0, 0
-    for m in pattern.finditer(src.text):
-        line += src.text.count("\n", pos, m.start())
+    """0-based numbers of the lines where ``pattern`` matches, comment lines aside (a cheap pre-filter;
+    the analysis is ast)."""
+    out, line, pos, text = [], 0, 0, src.text
+    for m in pattern.finditer(text):
+        if "ctor" in m.groupdict() and m.group("ctor"):   # torch.zeros(, zeros(, x.new_zeros(: not cute.filter_zeros(
+            before = text[max(0, m.start() - 6): m.start()]
+            prev = before[-1:]
+            if prev and (prev.isalnum() or prev in "_.") and not before.endswith(("torch.", ".new_")):
+                continue
+        line += text.count("\n", pos, m.start())
         pos = m.start()
-        if not out or out[-1] != line:
+        if (not out or out[-1] != line) and not text[text.rfind("\n", 0, pos) + 1: pos].lstrip().startswith("#"):
             out.append(line)
     return out
