@@ -204,6 +204,36 @@ def _engine(n_lines: int, shape: str) -> tuple[str, int]:
     return "\n".join(out) + "\n", i
 
 
+def test_the_prefilter_loads_defs_for_fills_only():
+    """Which lines make the audit parse their def (a 2.9 M-line tree spent most of its time on defs the pre-filter
+    picked for names such as cute.filter_zeros): the allocations sites.py reads (zeros / full / empty and kin on
+    torch or with no receiver, new_*, zero_, fill_, an element set to 0), not a longer name ending in one of them,
+    another library's full_like, a signature's default after a subscript, nor a comment line."""
+    from workbook.audit import source
+    text = "\n".join([
+        "zeros(1)", "a = torch.zeros(3)", "b = cute.filter_zeros(x)", "c = x.new_zeros(2)", "d = torch.empty_like(y)",
+        "e = is_empty(5)", "f = cutlass.full_like(a, 1)", "# the stage became full (packed)", "def k(h: C[int] = 0,",
+        "w[0] = 0", "k.zero_()", "m.fill_(0)", "n = torch.full((2,), 0)", "o = x.new_empty(3)", "p = torch.empty_strided(s, t)"])
+    hits = source._hit_lines(source._Source("t.py", text), source._CAND_RE)
+    assert hits == [0, 1, 3, 4, 9, 10, 11, 12, 13, 14], hits
+
+
+def test_module_constants_are_read_only_when_a_def_needs_one(monkeypatch):
+    """A file's module-level integer constants are read (a few passes over the file) the first time a def of it
+    resolves a size or a bound, once per file, and never for files whose defs need none."""
+    from workbook.audit import source
+    calls = []
+    real = source._module_constants
+    monkeypatch.setattr(source, "_module_constants", lambda text: calls.append(1) or real(text))
+    plain = "import torch\nN = 4\n\ndef f(x):\n    out = torch.zeros(8)\n    out.copy_(x)\n    return out\n"
+    A.audit_sources({"plain.py": plain})
+    assert calls == []
+    sized = ("import torch\nQK = 256\n\ndef g(n, x):\n    q = torch.empty(n, QK)\n    q[:, :128] = x\n"
+             "    q[:, 128:QK] = x\n    return q\n\ndef h(n, x):\n    r = torch.empty(n, QK)\n    r[:, :QK] = x\n    return r\n")
+    res = A.audit_sources({"sized.py": sized})
+    assert calls == [1] and not [f for f in res.findings if f.kind == "empty-partial-write"], res.findings
+
+
 @pytest.mark.parametrize("shape,lines", [("functions", 7_500), ("methods", 7_500), ("body", 1_500)])
 def test_time_grows_linearly_with_the_size_of_a_file(shape, lines):
     """Not a benchmark: four times the lines must not cost eight times the time (quadratic: sixteen).
