@@ -235,8 +235,9 @@ _CALL_REV_RE = re.compile(r"\(\s*(\w+)")                # a call "name(" in reve
 # a line that may hold a fill or an empty allocation as sites.py reads them: zeros / full / empty (and _like,
 # _strided) called on torch or with no receiver, new_zeros / new_full / new_empty, zero_, fill_, an element set to 0
 # (not cute.filter_zeros(, cutlass.full_like(, is_empty(, nor a default "x: T[int] = 0," in a signature)
-# (each alternative starts with a literal, so the scan skips fast; _hit_lines checks what stands before a ctor)
-_CAND_RE = re.compile(r"(?P<ctor>zeros|full|empty)(?:_like|_strided)?\(|zero_\(|fill_\(|\]\s*=\s*0\b(?!\s*[,)\]])")
+# (the receiver of a ctor is checked by _hit_lines: a lookbehind in the pattern makes the scan several times slower)
+_CAND_RE = re.compile(r"zero(?:s(?:_like)?\(|_\()|fill_\(|full(?:_like)?\(|\]\s*=\s*0\b(?!\s*[,)\]])|empty(?:_like|_strided)?\(")
+_CTORS = ("zeros", "full", "empty")
 
 
 def _indent(line: str) -> int:
@@ -806,7 +807,7 @@ def _hit_lines(src: _Source, pattern: re.Pattern) -> list[int]:
     the analysis is ast)."""
     out, line, pos, text = [], 0, 0, src.text
     for m in pattern.finditer(text):
-        if "ctor" in m.groupdict() and m.group("ctor"):   # torch.zeros(, zeros(, x.new_zeros(: not cute.filter_zeros(
+        if pattern is _CAND_RE and m.group().startswith(_CTORS):   # torch.zeros(, x.new_zeros(: not cute.filter_zeros(
             before = text[max(0, m.start() - 6): m.start()]
             prev = before[-1:]
             if prev and (prev.isalnum() or prev in "_.") and not before.endswith(("torch.", ".new_")):
