@@ -1,6 +1,5 @@
 """``python -m workbook.audit PATH...``: the same as ``python -m workbook audit PATH...``."""
-import sys
-
 from .cli import main
+from ..__main__ import _hard_exit
 
-sys.exit(main())
+_hard_exit(main())
