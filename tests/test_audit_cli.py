@@ -204,6 +204,23 @@ def _engine(n_lines: int, shape: str) -> tuple[str, int]:
     return "\n".join(out) + "\n", i
 
 
+def test_a_reader_that_stops_early_gets_no_error(tmp_path):
+    """``python -m workbook audit ... | head -1``: the reader leaves after one line; the command says nothing
+    more (no error line, no traceback) and exits as a shell reports a writer whose reader left (141). The
+    report is made longer than a pipe's buffer, so that the writer does meet the closed pipe."""
+    fill = (SAMPLES / "cli_redundant_fill.py").read_text()
+    for i in range(300):
+        (tmp_path / f"m{i:03d}.py").write_text(fill)
+    proc = subprocess.Popen([sys.executable, "-m", "workbook", "audit", str(tmp_path), "--min-confidence", "low"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+    first = proc.stdout.readline()
+    proc.stdout.close()              # the reader leaves
+    err = proc.stderr.read().decode()
+    code = proc.wait(timeout=120)
+    assert first.strip() and "error" not in err.lower() and "Traceback" not in err, err
+    assert code in (0, 1, 141), (code, err)
+
+
 def test_the_prefilter_loads_defs_for_fills_only():
     """Which lines make the audit parse their def (a 2.9 M-line tree spent most of its time on defs the pre-filter
     picked for names such as cute.filter_zeros): the allocations sites.py reads (zeros / full / empty and kin on

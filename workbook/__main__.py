@@ -522,6 +522,10 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:   # the reader stopped early (| head): nothing is wrong, nothing more to print
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141            # 128 + SIGPIPE, what a shell reports for a writer whose reader left
     except Exception as e:  # noqa: BLE001 - a command line answers in one line, not a traceback
         if debug:
             raise
