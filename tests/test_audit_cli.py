@@ -231,7 +231,7 @@ def test_the_prefilter_loads_defs_for_fills_only():
         "zeros(1)", "a = torch.zeros(3)", "b = cute.filter_zeros(x)", "c = x.new_zeros(2)", "d = torch.empty_like(y)",
         "e = is_empty(5)", "f = cutlass.full_like(a, 1)", "# the stage became full (packed)", "def k(h: C[int] = 0,",
         "w[0] = 0", "k.zero_()", "m.fill_(0)", "n = torch.full((2,), 0)", "o = x.new_empty(3)", "p = torch.empty_strided(s, t)"])
-    hits = source._hit_lines(source._Source("t.py", text), source._CAND_RE)
+    hits = source._candidate_lines(source._Source("t.py", text))
     assert hits == [0, 1, 3, 4, 9, 10, 11, 12, 13, 14], hits
 
 

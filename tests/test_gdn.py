@@ -1269,6 +1269,13 @@ def test_fused_defaults_follow_the_recorded_fusion_table():
         assert picked <= 1.02 * min(wu, wu_o), r
     assert any(r["fuse_wu_o_graph_us"] > 1.05 * r["fuse_wu_graph_us"] for r in rows)
     assert any(r["fuse_wu_graph_us"] > 1.03 * r["fuse_wu_o_graph_us"] for r in rows)
+    # the three stages of the folded state pass: at the BV the rule picks, faster than two at every swept shape
+    sweep = load_record("gdn_segments")["results"]["fuse_o_launch_sweep"]["rows"]
+    for r in sweep:
+        c = gdn._state_cfg({**chunk["state"]}, r["B"], r["HV"], r["K"], r["V"], 2, fused=True)
+        assert c["num_stages"] == 3 and c["num_warps"] == 4, c
+        bv = gdn.state_launch(r["B"], r["HV"], r["K"], r["V"], n_sm=132)["BV"]     # the H200's pick
+        assert r[f"bv{bv}_w4_s3_graph_us"] < r[f"bv{bv}_w4_s2_graph_us"], (r["B"], r["T"], r["H"], r["HV"], bv)
 
 
 def test_w_u_fold_avoids_the_faulting_variant():
@@ -1422,10 +1429,12 @@ def test_measure_segments_makes_a_valid_record(monkeypatch):
     monkeypatch.setattr(timing, "require_gpu", lambda what: None)
     monkeypatch.setattr(timing, "time_both", lambda fn: (fn(), {"graph_us": 2.0, "eager_us": 3.0})[1])
     monkeypatch.setattr(bench, "SEGMENT_D", 16)
+    saved = load_record("gdn_segments")["results"]
     rec = bench.measure_segments(shapes=[(1, 130, 1, 2)], sweep=(1, 4), verbose=False)
     row = rec["results"]["segments"][0]
     assert rec["name"] == "gdn_segments" and set(rec["timers"]) == {"graph", "eager", "profiler"}
-    assert {"previous_design", "fusion"} & set(rec["results"]) <= {"previous_design", "fusion"}   # carried over
+    kept = {"previous_design", "fusion", "fuse_o_launch_sweep"} & set(saved)   # the record's other tables, unchanged
+    assert kept and all(rec["results"][k] == saved[k] for k in kept), kept
     assert row["seg1_segments_per_sequence"] == 3 and row["seg4_segments_per_sequence"] == 1
     assert row["seg1_rel_err_vs_plain_o"] < 3e-2 and row["seg4_rel_err_vs_plain_ht"] < 3e-2   # bf16 (the bound above)
     assert row["ratio_seg1_over_plain_graph"] == 1.0 and row["flops"] > 0 and row["seg1_flops"] > row["flops"]

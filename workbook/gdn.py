@@ -437,7 +437,7 @@ def state_launch(N: int, HV: int, K: int, V: int, itemsize: int = 2, n_sm: int |
 def fuse_o_rule(N: int, HV: int, K: int, V: int, itemsize: int = 2, n_sm: int | None = None) -> bool:
     """FUSE_O left None: outputs (kernel 4) in the state pass when its grid at BV 64 fills the SMs (state_launch
     picks 64), K <= 128 and 16-bit storage: h and v' never go through memory, but the output products join the
-    sequential chain; on the H200 (benchmarks.gdn.measure_fusion, bf16) a gain on such grids, up to 2x slower with
+    sequential chain; on the H200 (the gdn_segments record's fusion table, bf16) a gain on such grids, a loss with
     few programs. fp32 storage was not measured, and its three-stage tiles do not fit an SM's shared memory."""
     return itemsize == 2 and _pow2(K) <= 128 and state_launch(N, HV, K, V, itemsize, n_sm=n_sm)["BV"] == 64
 
@@ -454,8 +454,8 @@ def _state_cfg(cs: dict, N: int, HV: int, K: int, V: int, itemsize: int, varlen:
                fused: bool = False) -> dict:
     """config['state'] with each name left None filled in: by state_launch with RULE (the default),
     else by the previous default (:func:`_previous_state_cfg`); ``fused`` (FUSE_O in force): three stages
-    with 16-bit storage and K <= 128 (q tiles load ahead too; faster than two at every BV measured, bf16). A given BV
-    is capped at V."""
+    with 16-bit storage and K <= 128 (q tiles load ahead too; at the BV the rule picks, faster than two at each
+    shape of the record's fuse_o_launch_sweep, bf16). A given BV is capped at V."""
     rule = state_launch(N, HV, K, V, itemsize, varlen=varlen) if cs.get("RULE") else _previous_state_cfg(N, HV, V)
     if fused and itemsize == 2 and _pow2(K) <= 128:
         rule = {**rule, "num_stages": 3}

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from .analyzer import _Project
 from .results import _RANK, AuditResult, Finding, Skipped
 from .sites import _analyze_function, _follow_helpers
-from .source import _CAND_RE, _Func, _hit_lines, _Source
+from .source import _candidate_lines, _Func, _Source
 
 _POOL_MIN_BYTES = 4_000_000     # candidate text below this is audited in-process: a pool costs more
 _PARTS_PER_JOB = 4              # parts per worker, each in a fresh process: balance, and a lower peak memory
@@ -92,7 +92,7 @@ def _candidate(src: _Source) -> bool:
 def _analyze_file(project: _Project, src: _Source, done: set[int]) -> _FileResult:
     out = _FileResult()
     n_skip, n_supp = len(project.skipped), len(getattr(project, "suppressed", ()))
-    for line0 in _hit_lines(src, _CAND_RE):
+    for line0 in _candidate_lines(src):
         d = src.enclosing_def(line0)
         if d is None:
             continue

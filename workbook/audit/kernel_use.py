@@ -205,13 +205,16 @@ class _Kernels:
     ``_kernel_summary``, ``_bodies``, ``_loaded`` and provides ``resolve_all``)."""
 
     # -- Triton kernels: how does a kernel use the pointer it gets in parameter p?
-    def kernel_use(self, fn: _Func, param: str, depth: int = 0) -> str:
+    def kernel_use(self, fn: _Func, param: str, depth: int = 0, given: frozenset = frozenset()) -> str:
         """'store' (only stored through), 'store-dd' (only stored, but where depends on loaded values),
         'store-part' (only stored, by the programs one side of a comparison of program ids picks),
         'store-sel' (only stored, under a mask that selects among in-bounds elements: see
         :meth:`selecting_note`), 'store-early' (only stored, the kernel may return early), 'load',
-        'rmw' (loaded and stored, or atomics), 'zeroed' (the kernel's autotune resets it to zero), 'none'."""
-        key = (id(fn.node), param)
+        'rmw' (loaded and stored, or atomics), 'zeroed' (the kernel's autotune resets it to zero), 'none'.
+        ``given``: a jit helper's parameters that its call fills with the program's position (a block index
+        computed from program ids): part of the key, so that the answer depends on the call, never on which
+        call was summarised first."""
+        key = (id(fn.node), param, given)
         if key in self._kernel_summary:
             return self._kernel_summary[key]
         self._kernel_summary[key] = "none"
@@ -222,7 +225,7 @@ class _Kernels:
         taint = _tainted(body, param)
         # values read from memory: stores that depend on them cover a data-dependent set
         loaded, pid, _ = self._loaded[id(fn.node)]
-        pid = pid | self._pid_params().get(id(fn.node), set())
+        pid = pid | given
         early_return = any(isinstance(n, ast.Return) for n in body)
         acc = {"stores": False, "loads": False, "atomics": False, "dd": False, "part": False, "sel": None,
                "pid": pid, "sites": 0, "gaps": [], "side_bad": False}
@@ -244,9 +247,6 @@ class _Kernels:
         self._kernel_summary[key] = res
         return res
 
-    def _pid_params(self) -> dict:
-        return self.__dict__.setdefault("_helper_pid_params", {})
-
     def _program_bounded(self, fn: _Func, loop: ast.For, ptr, pid: set) -> bool:
         """A store in ``for .. in range(.., stop)`` where ``stop`` and the store's address (the loop variable
         aside) both follow the program's position (``pid``: names from program ids, or a helper's parameters
@@ -266,12 +266,12 @@ class _Kernels:
     def _sides(self) -> dict:
         return self.__dict__.setdefault("_store_sides", {})
 
-    def stores_whole(self, fn: _Func, param: str) -> bool:
+    def stores_whole(self, fn: _Func, param: str, given: frozenset = frozenset()) -> bool:
         """Do ``param``'s plain stores (its loads aside; no atomics) pass the test a 'store' kernel passes
         (no data-dependent address or mask, no selecting mask, no missed part, no early return)? A
         read-modify-write kernel for which they do writes every element it is launched over."""
-        self.kernel_use(fn, param)
-        return self._sides().get((id(fn.node), param), False)
+        self.kernel_use(fn, param, given=given)
+        return self._sides().get((id(fn.node), param, given), False)
 
     def _body(self, fn: _Func) -> list:
         """The kernel's nodes, and (once per kernel) its loaded names, program-id names and assignments."""
@@ -282,14 +282,14 @@ class _Kernels:
             self._loaded[id(fn.node)] = (_loaded_names(body), _loaded_names(body, "program_id"), _assignments(body))
         return body
 
-    def selecting_note(self, fn: _Func, param: str) -> str:
+    def selecting_note(self, fn: _Func, param: str, given: frozenset = frozenset()) -> str:
         """Why ``param``'s stores are 'store-sel': the mask term that selects (``k >= 0``), or the part
         every store's address misses (:func:`workbook.audit.offsets.store_gap`); '' when they are not."""
-        return self._selecting.get((id(fn.node), param), ("", False))[0]
+        return self._selecting.get((id(fn.node), param, given), ("", False))[0]
 
-    def _gap_only(self, fn: _Func, param: str) -> bool:
+    def _gap_only(self, fn: _Func, param: str, given: frozenset = frozenset()) -> bool:
         """Are ``param``'s stores 'store-sel' only because their addresses miss a part (not by a mask)?"""
-        return self._selecting.get((id(fn.node), param), ("", False))[1]
+        return self._selecting.get((id(fn.node), param, given), ("", False))[1]
 
     def store_sites(self, fn: _Func, param: str) -> list[tuple[set, set, bool]]:
         """Per direct ``tl.store`` through ``param``: the program-id axes its address follows, the names
@@ -374,19 +374,19 @@ class _Kernels:
         for callee in self.resolve_all(name, fn.file)[0]:   # a @triton.jit helper called with our pointer
             params = _params(callee.node)
             # the helper's parameters that receive a program's position (its block index): see _program_bounded
-            self._pid_params().setdefault(id(callee.node), set()).update(
-                [params[j] for j, a in enumerate(n.args) if j < len(params) and _from_pid(a, acc["pid"])]
-                + [k.arg for k in n.keywords if k.arg and _from_pid(k.value, acc["pid"])])
+            given = frozenset([params[j] for j, a in enumerate(n.args) if j < len(params) and _from_pid(a, acc["pid"])]
+                              + [k.arg for k in n.keywords if k.arg and _from_pid(k.value, acc["pid"])])
             for i in hits:
                 if i < len(params):
-                    u = self.kernel_use(callee, params[i], depth + 1)
+                    u = self.kernel_use(callee, params[i], depth + 1, given)
                     acc["stores"] |= u in ("store", "store-dd", "store-part", "store-sel", "store-early", "rmw", "zeroed")
                     acc["part"] |= u == "store-part"
                     if u in ("store", "store-dd", "store-part", "store-sel", "store-early"):
                         acc["sites"] += 1     # the helper's stores, as one site of ours
-                        note, by_gap = self.selecting_note(callee, params[i]), self._gap_only(callee, params[i])
+                        note = self.selecting_note(callee, params[i], given)
+                        by_gap = self._gap_only(callee, params[i], given)
                         acc["gaps"] += [note] if u == "store-sel" and by_gap else []
                         acc["sel"] = acc["sel"] or (note if u == "store-sel" and not by_gap else None)
                     acc["loads"] |= u in ("load", "rmw")
-                    acc["side_bad"] |= u in ("rmw", "zeroed") and not self.stores_whole(callee, params[i])
+                    acc["side_bad"] |= u in ("rmw", "zeroed") and not self.stores_whole(callee, params[i], given)
                     acc["dd"] |= u == "store-dd"

@@ -235,7 +235,7 @@ _CALL_REV_RE = re.compile(r"\(\s*(\w+)")                # a call "name(" in reve
 # a line that may hold a fill or an empty allocation as sites.py reads them: zeros / full / empty (and _like,
 # _strided) called on torch or with no receiver, new_zeros / new_full / new_empty, zero_, fill_, an element set to 0
 # (not cute.filter_zeros(, cutlass.full_like(, is_empty(, nor a default "x: T[int] = 0," in a signature)
-# (the receiver of a ctor is checked by _hit_lines: a lookbehind in the pattern makes the scan several times slower)
+# (the receiver of a ctor is checked by _candidate_lines: a lookbehind here makes the scan several times slower)
 _CAND_RE = re.compile(r"zero(?:s(?:_like)?\(|_\()|fill_\(|full(?:_like)?\(|\]\s*=\s*0\b(?!\s*[,)\]])|empty(?:_like|_strided)?\(")
 _CTORS = ("zeros", "full", "empty")
 
@@ -802,12 +802,12 @@ def _call_lines(src: _Source, names) -> list[int]:
     return out
 
 
-def _hit_lines(src: _Source, pattern: re.Pattern) -> list[int]:
-    """0-based numbers of the lines where ``pattern`` matches, comment lines aside (a cheap pre-filter;
-    the analysis is ast)."""
+def _candidate_lines(src: _Source) -> list[int]:
+    """0-based numbers of the lines that may hold a fill or an empty allocation (:data:`_CAND_RE`, a ctor's
+    receiver checked), comment lines aside: a cheap pre-filter; the analysis is ast."""
     out, line, pos, text = [], 0, 0, src.text
-    for m in pattern.finditer(text):
-        if pattern is _CAND_RE and m.group().startswith(_CTORS):   # torch.zeros(, x.new_zeros(: not cute.filter_zeros(
+    for m in _CAND_RE.finditer(text):
+        if m.group().startswith(_CTORS):   # torch.zeros(, zeros(, x.new_zeros(: not cute.filter_zeros(
             before = text[max(0, m.start() - 6): m.start()]
             prev = before[-1:]
             if prev and (prev.isalnum() or prev in "_.") and not before.endswith(("torch.", ".new_")):

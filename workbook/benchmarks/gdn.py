@@ -108,8 +108,8 @@ def _fla():
 
 def state_pass_alone(args: dict, config: dict | None = None):
     """A function that launches the state pass (kernel 3) alone, as :func:`workbook.gdn.chunk_gated_delta_rule`
-    launches it when the outputs are not folded in (FUSE_O off), on the intermediates of one call with ``args`` (made once, here;
-    ``.call_outputs`` holds that call's (o, final state)), with the launch configuration ``config``
+    launches it when the outputs are not folded in (FUSE_O off), on the intermediates of one call with ``args``
+    (made once, here; ``.call_outputs`` holds that call's (o, final state)), with the launch configuration ``config``
     {"BV", "num_warps", "num_stages"} (names left out or None: the rule's). Each call rewrites h, v' and
     ``.final_state``; the benchmark times it alone, by graph replay."""
     q, k, v = args["q"], args["k"], args["v"]
@@ -715,7 +715,8 @@ def measure_segments(*, shapes=None, sweep=SEGMENT_SWEEP, save: bool = False, ve
     res = {"fla_version": fla_ver, "sweep_chunks_per_segment": list(sweep), "config": repr(CONFIG["chunk"]),
            "segments": [], "skipped": [] if fla_chunk else [f"every comparison with flash-linear-attention: {fla_ver}"]}
     try:   # the record's other tables (the previous design, the fused forms) stay beside the new rows
-        res.update({k: v for k, v in load_record("gdn_segments")["results"].items() if k in ("previous_design", "fusion")})
+        res.update({k: v for k, v in load_record("gdn_segments")["results"].items()
+                    if k in ("previous_design", "fusion", "fuse_o_launch_sweep")})
     except FileNotFoundError:
         pass
     timers, path = {k: TIMERS[k] for k in ("graph", "eager", "profiler")}, None
@@ -793,8 +794,8 @@ def profile_segments(*, seg: int = 32, save: bool = False) -> dict:
 # Forms, each a launch configuration of chunk_gated_delta_rule: "split" the four kernels (A, w, u, h and v'
 # through memory), "fuse_wu" w and u from A in kernel 1's registers (A never stored), "fuse_o" the outputs in
 # the state pass (h and v' never stored), both, and fuse_wu with four value heads per solve program (GQA:
-# one K K^T shared). An exploratory run before this table also tried the solve with 8 warps and with BC 32:
-# both slower at every shape (not kept).
+# one K K^T shared). The solve on 8 warps and with BC 32 were tried in an exploratory run (2026-12-01, H200), both
+# slower at every shape, and are not timed here.
 FUSION_FORMS = {
     "split": {"solve": {"FUSE_WU": False}, "state": {"FUSE_O": False}},
     "fuse_wu": {"solve": {"FUSE_WU": True}, "state": {"FUSE_O": False}},
@@ -846,8 +847,8 @@ def _fusion_row(shape, fla_chunk, ceilings: dict) -> dict:
 def measure_fusion(*, shapes=None, save: bool = False, verbose: bool = True) -> dict:
     """The fused forms (FUSION_FORMS) at FUSION_SHAPES (or ``shapes``), K = V = 128, bf16, fla in the same run:
     GPU time from CUDA-graph replay with eager time beside it. Added to the ``gdn_segments`` record as its
-    ``fusion`` table (``save=True`` writes it after every shape); returns the table. ``CONFIG["chunk"]``'s
-    FUSE_WU and FUSE_O defaults are set from it."""
+    ``fusion`` table (``save=True`` writes it after every shape); returns the table. The FUSE_WU default and
+    :func:`workbook.gdn.fuse_o_rule` are set from it (tests/test_gdn.py ties both to the recorded table)."""
     from ..records import load_record, save_record
 
     timing.require_gpu("workbook.benchmarks.gdn.measure_fusion")
