@@ -37,9 +37,13 @@
 //     bytes, high bytes), one more prmt + lop3 places the sign bits (the Triton kernel's _KEY_ASM);
 //   values, centred (code - 8): one prmt puts the same bytes of two tokens side by side, then per
 //     coordinate one lop3 (mask | fp16 exponent of 1024 or 64) and one sub.f16x2 give the pair
-//     (token A, token B) that an A fragment register holds.
+//     (token A, token B) that an A fragment register holds. Centred before the MMA, not after: an offset
+//     of 1024 or 64 left in the operand would add offset x sum(P) to the fp32 accumulator with every
+//     tile and cancel only at the end, a large loss of the output's low bits when attention is flat.
 // The softmax is in base 2 (the queries carry sm_scale * log2(e)), with the running max per head and
-// the sums l = sum p and z = sum p (v_zero + 8 v_scale) kept per thread and reduced once at the end.
+// the sums l = sum p and z = sum p (v_zero + 8 v_scale) kept per thread and reduced once at the end. Each
+// lane compares its own scores with the running max; the shuffles for the step's max run only when some
+// lane passed it (then the whole warp rescales).
 //
 // Loads: each warp streams its steps through a ring of STAGES shared-memory slots of one 32-token step
 // each, filled with cp.async (the next STAGES - 1 steps are in flight while one is computed); the page
@@ -64,7 +68,8 @@ constexpr int D = 128;            // head dim: the kernel's one size
 constexpr int ROW_BYTES = D / 2;  // 64 bytes of codes per (token, head)
 constexpr int TILE = 16;          // tokens per MMA tile
 constexpr int STEP = 32;          // tokens per softmax step: two tiles
-constexpr int STAGES = 3;         // cp.async ring depth per warp (steps in flight while one is computed)
+constexpr int STAGES = 2;         // cp.async ring depth per warp (steps in flight while one is computed)
+constexpr int MAX_REGS = 112;     // registers per thread (ptxas spills a few values; the loop reloads 3 from L1)
 constexpr int WARPS = 2;          // warps per block; each warp is its own (b, h, split)
 constexpr float RESCALE_LOG2 = 4.f;  // the running max moves only when a score passes it by this much
 
@@ -235,7 +240,11 @@ __device__ __forceinline__ void load_rotated_queries(const Args& a, int b, int h
   }
 }
 
-__global__ void __launch_bounds__(WARPS * 32) tq_decode_cuda_kernel(const Args a) {
+// Residency: 16 warps per multiprocessor, as at 128 registers (each of its four register files holds four
+// warps of 112; a fifth needs 102 or fewer, and the variant at 96 spilled into its loop and ran slower).
+// STAGES 2 with MAX_REGS 112 is the pair the record's A/B (cuda_variants_measured) kept over STAGES 3 at
+// 128 registers.
+__global__ void __maxnreg__(MAX_REGS) tq_decode_cuda_kernel(const Args a) {
   // The merge kernel is launched as this grid's programmatic dependent: it may be scheduled as soon as
   // every block of this grid has started (no launch gap between the two), and waits (griddepcontrol.wait)
   // until this grid has finished and its writes are visible.
@@ -386,14 +395,14 @@ __global__ void __launch_bounds__(WARPS * 32) tq_decode_cuda_kernel(const Args a
     }
     // online softmax per head (2t, 2t+1); the max moves only when a score passes it by RESCALE_LOG2
     // (p <= 2^RESCALE_LOG2 otherwise: exact either way, fp16-safe), so most steps skip the rescale
+    // each lane tests its own four tokens; the shuffles for the step's max run only when some lane passed
     float mx[2];
 #pragma unroll
-    for (int j = 0; j < 2; ++j)
-      mx[j] = max_over_tokens(fmaxf(fmaxf(sc[0][j], sc[0][j + 2]), fmaxf(sc[1][j], sc[1][j + 2])));
+    for (int j = 0; j < 2; ++j) mx[j] = fmaxf(fmaxf(sc[0][j], sc[0][j + 2]), fmaxf(sc[1][j], sc[1][j + 2]));
     if (__any_sync(0xffffffffu, mx[0] > m[0] + RESCALE_LOG2 || mx[1] > m[1] + RESCALE_LOG2)) {
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
-        const float mn = fmaxf(m[j], mx[j]);
+        const float mn = fmaxf(m[j], max_over_tokens(mx[j]));
         const float alpha = exp2_approx(m[j] - mn);
         m[j] = mn;
         l[j] *= alpha;
