@@ -39,7 +39,8 @@
 //     coordinate one lop3 (mask | fp16 exponent of 1024 or 64) and one sub.f16x2 give the pair
 //     (token A, token B) that an A fragment register holds. Centred before the MMA, not after: an offset
 //     of 1024 or 64 left in the operand would add offset x sum(P) to the fp32 accumulator with every
-//     tile and cancel only at the end, a large loss of the output's low bits when attention is flat.
+//     tile and cancel only at the end, losing the low bits of a small output (flat attention) to the
+//     accumulator's rounding (a model of round-toward-zero accumulation on the CPU; not timed).
 // The softmax is in base 2 (the queries carry sm_scale * log2(e)), with the running max per head and
 // the sums l = sum p and z = sum p (v_zero + 8 v_scale) kept per thread and reduced once at the end. Each
 // lane compares its own scores with the running max; the shuffles for the step's max run only when some
