@@ -245,7 +245,13 @@ __device__ __forceinline__ void load_rotated_queries(const Args& a, int b, int h
 // warps of 112; a fifth needs 102 or fewer, and the variant at 96 spilled into its loop and ran slower).
 // STAGES 2 with MAX_REGS 112 is the pair the record's A/B (cuda_variants_measured) kept over STAGES 3 at
 // 128 registers.
-__global__ void __maxnreg__(MAX_REGS) tq_decode_cuda_kernel(const Args a) {
+// (__maxnreg__ needs nvcc 12.4 or later; an older nvcc builds the kernel with its default allocation.)
+#if defined(__CUDACC_VER_MAJOR__) && (__CUDACC_VER_MAJOR__ > 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 4))
+#define TQ_DECODE_REGS __maxnreg__(MAX_REGS)
+#else
+#define TQ_DECODE_REGS __launch_bounds__(WARPS * 32)
+#endif
+__global__ void TQ_DECODE_REGS tq_decode_cuda_kernel(const Args a) {
   // The merge kernel is launched as this grid's programmatic dependent: it may be scheduled as soon as
   // every block of this grid has started (no launch gap between the two), and waits (griddepcontrol.wait)
   // until this grid has finished and its writes are visible.
