@@ -242,7 +242,8 @@ __device__ __forceinline__ void load_rotated_queries(const Args& a, int b, int h
 }
 
 // Residency: 16 warps per multiprocessor, as at 128 registers (each of its four register files holds four
-// warps of 112; a fifth needs 102 or fewer, and the variant at 96 spilled into its loop and ran slower).
+// warps of 112; a fifth needs 96 or fewer, registers going 8 per thread at a time, and the variant at 96
+// spilled into its loop and ran slower).
 // STAGES 2 with MAX_REGS 112 is the pair the record's A/B (cuda_variants_measured) kept over STAGES 3 at
 // 128 registers.
 // (__maxnreg__ needs nvcc 12.4 or later; an older nvcc builds the kernel with its default allocation.)
