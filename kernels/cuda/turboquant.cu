@@ -70,7 +70,7 @@ constexpr int ROW_BYTES = D / 2;  // 64 bytes of codes per (token, head)
 constexpr int TILE = 16;          // tokens per MMA tile
 constexpr int STEP = 32;          // tokens per softmax step: two tiles
 constexpr int STAGES = 2;         // cp.async ring depth per warp (steps in flight while one is computed)
-constexpr int MAX_REGS = 112;     // registers per thread (ptxas spills a few values; the loop reloads 3 from L1)
+constexpr int MAX_REGS = 112;     // registers per thread (ptxas spills a few values, reloaded from L1 in the loop)
 constexpr int WARPS = 2;          // warps per block; each warp is its own (b, h, split)
 constexpr float RESCALE_LOG2 = 4.f;  // the running max moves only when a score passes it by this much
 
@@ -403,7 +403,7 @@ __global__ void TQ_DECODE_REGS tq_decode_cuda_kernel(const Args a) {
     }
     // online softmax per head (2t, 2t+1); the max moves only when a score passes it by RESCALE_LOG2
     // (p <= 2^RESCALE_LOG2 otherwise: exact either way, fp16-safe), so most steps skip the rescale
-    // each lane tests its own four tokens; the shuffles for the step's max run only when some lane passed
+    // each lane tests its own four tokens; the shuffles for the step's max run only when some lane passed it
     float mx[2];
 #pragma unroll
     for (int j = 0; j < 2; ++j) mx[j] = fmaxf(fmaxf(sc[0][j], sc[0][j + 2]), fmaxf(sc[1][j], sc[1][j + 2]));
