@@ -70,7 +70,7 @@ constexpr int ROW_BYTES = D / 2;  // 64 bytes of codes per (token, head)
 constexpr int TILE = 16;          // tokens per MMA tile
 constexpr int STEP = 32;          // tokens per softmax step: two tiles
 constexpr int STAGES = 2;         // cp.async ring depth per warp (steps in flight while one is computed)
-constexpr int MAX_REGS = 112;     // registers per thread (ptxas spills a few values, reloaded from L1 in the loop)
+constexpr int MAX_REGS = 128;     // registers per thread: the most that keeps 16 warps per multiprocessor
 constexpr int WARPS = 2;          // warps per block; each warp is its own (b, h, split)
 constexpr float RESCALE_LOG2 = 4.f;  // the running max moves only when a score passes it by this much
 
@@ -241,16 +241,18 @@ __device__ __forceinline__ void load_rotated_queries(const Args& a, int b, int h
   }
 }
 
-// Residency: 16 warps per multiprocessor, as at 128 registers (each of its four register files holds four
-// warps of 112; a fifth needs 96 or fewer, registers going 8 per thread at a time, and the variant at 96
+// Residency: 16 warps per multiprocessor (each of its four register files holds four warps of 128
+// registers; a fifth needs 96 or fewer, registers going 8 per thread at a time, and the variant at 96
 // spilled into its loop and ran slower).
-// STAGES 2 with MAX_REGS 112 is the pair the record's A/B (cuda_variants_measured) kept over STAGES 3 at
-// 128 registers.
-// (__maxnreg__ needs nvcc 12.4 or later; an older nvcc builds the kernel with its default allocation.)
+// STAGES 2 at MAX_REGS 128 is what the record's A/B (cuda_variants_measured) kept: over STAGES 3 at 128
+// registers, over STAGES 2 at 112 (spills) and over a loop that computes step i + 1's scores beside step
+// i's values (STAGES 3).
+// (__maxnreg__ needs nvcc 12.4 or later; an older nvcc gets the same cap as a minimum of blocks per
+// multiprocessor, 65536 registers / (MAX_REGS x the block's threads), which ptxas schedules differently.)
 #if defined(__CUDACC_VER_MAJOR__) && (__CUDACC_VER_MAJOR__ > 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 4))
 #define TQ_DECODE_REGS __maxnreg__(MAX_REGS)
 #else
-#define TQ_DECODE_REGS __launch_bounds__(WARPS * 32)
+#define TQ_DECODE_REGS __launch_bounds__(WARPS * 32, 65536 / (MAX_REGS * WARPS * 32))
 #endif
 __global__ void TQ_DECODE_REGS tq_decode_cuda_kernel(const Args a) {
   // The merge kernel is launched as this grid's programmatic dependent: it may be scheduled as soon as
