@@ -404,8 +404,8 @@ __global__ void TQ_DECODE_REGS tq_decode_cuda_kernel(const Args a) {
       }
     }
     // online softmax per head (2t, 2t+1); the max moves only when a score passes it by RESCALE_LOG2
-    // (p <= 2^RESCALE_LOG2 otherwise: exact either way, fp16-safe), so most steps skip the rescale
-    // each lane tests its own four tokens; the shuffles for the step's max run only when some lane passed it
+    // (p <= 2^RESCALE_LOG2 otherwise: exact either way, fp16-safe), so most steps skip the rescale.
+    // Each lane tests its own four tokens; the shuffles for the step's max run only when some lane passed it
     float mx[2];
 #pragma unroll
     for (int j = 0; j < 2; ++j) mx[j] = fmaxf(fmaxf(sc[0][j], sc[0][j + 2]), fmaxf(sc[1][j], sc[1][j + 2]));
