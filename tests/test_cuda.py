@@ -111,6 +111,10 @@ def test_tq_decode_loop_feeds_the_tensor_cores_without_moving_operands():
     assert ops.get("SHFL", 0) <= 8 and ops.get("PRMT") == 16 * 10 + 8 * 2, ops
     assert s["loop_instructions_per_element"] < 4 and abs(sum(s["per_element_by_kind"].values())
                                                           - s["loop_instructions_per_element"]) < 0.05, s
+    # the rescale block (after the step's vote, skipped on most steps) is found and split off the common path
+    assert 0 < s["rescale_branch_instructions"] < s["common_path_instructions_per_step"], s
+    assert s["common_path_instructions_per_step"] + s["rescale_branch_instructions"] == s["loop_instructions_per_step"], s
+    assert sass.tq_decode_sass(source=nvcc.SOURCES["turboquant"]) == s   # the same file named explicitly
 
 
 @pytest.mark.parametrize("topic", ["nvfp4", "fp8", "turboquant"])

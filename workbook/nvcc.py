@@ -95,12 +95,14 @@ def _run(cmd: list[str]) -> None:
         raise RuntimeError(f"nvcc failed ({' '.join(cmd)}):\n{res.stderr.strip()}")
 
 
-def compile_check(topic: str, out_dir, arch: str = "sm_90") -> Path:
-    """Compile ``kernels/cuda/<topic>.cu`` alone to a cubin for ``arch`` (device code only: no GPU
-    needed) and return its path. Raises RuntimeError with nvcc's messages if it does not compile."""
+def compile_check(topic: str, out_dir, arch: str = "sm_90", source=None) -> Path:
+    """Compile ``kernels/cuda/<topic>.cu`` (or ``source``, another version of that file: a variant
+    kept on a branch) alone to a cubin for ``arch`` (device code only: no GPU needed) and return its
+    path. Raises RuntimeError with nvcc's messages if it does not compile."""
     nvcc, extra = _nvcc_or_raise()
     out = Path(out_dir) / f"{topic}_{arch}.cubin"
-    _run([nvcc, f"-arch={arch}", "-cubin", "-std=c++17", *extra, "-o", str(out), str(SOURCES[topic])])
+    src = SOURCES[topic] if source is None else Path(source)
+    _run([nvcc, f"-arch={arch}", "-cubin", "-std=c++17", *extra, "-o", str(out), str(src)])
     return out
 
 

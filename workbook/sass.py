@@ -32,13 +32,13 @@ _ELEMENTS_PER_THREAD = {"nvfp4_quant_kernel": 16, "silu_mul_quant_fp8_kernel": 1
 _INSTR = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+(.*?)\s*;")
 
 
-def _disassemble(topic: str, out_dir) -> str:
-    """``cuobjdump -sass`` of ``kernels/cuda/<topic>.cu`` compiled alone for sm_90."""
+def _disassemble(topic: str, out_dir, source=None) -> str:
+    """``cuobjdump -sass`` of ``kernels/cuda/<topic>.cu`` (or ``source``) compiled alone for sm_90."""
     tool = nvcc.cuobjdump()
     if tool is None:
         raise RuntimeError("no cuobjdump found (CUDA toolkit or Triton's bundled copy)")
     with tempfile.TemporaryDirectory() as tmp:
-        cubin = nvcc.compile_check(topic, out_dir or tmp)
+        cubin = nvcc.compile_check(topic, out_dir or tmp, source=source)
         return subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
 
 
@@ -145,35 +145,48 @@ def _hmma(body: list[str]) -> int:
     return sum(1 for b in body if "HMMA" in b.split()[0] or (b.startswith("@") and "HMMA" in b.split()[1]))
 
 
-def _tq_loop(ins: list[str], addr: list[int]) -> list[str]:
+def _tq_loop(ins: list[str], addr: list[int]) -> tuple[list[str], list[int]]:
     """The shortest backward branch around one whole step's matrix multiplies (2 tiles x 16 HMMA): the
-    decode loop's own back edge. The out-of-line warp-divergence paths after the function's end also
-    jump back, over longer spans."""
+    decode loop's own back edge, as its instructions and their addresses. The out-of-line
+    warp-divergence paths after the function's end also jump back, over longer spans."""
     best = None
     for i, s in enumerate(ins):
         m = re.search(r"\bBRA\s+(?:`\()?0x([0-9a-f]+)", s)
         if m and "BRA.DIV" not in s and int(m.group(1), 16) < addr[i]:
             j = addr.index(int(m.group(1), 16))
             body = ins[j:i + 1]
-            if _hmma(body) >= 32 and (best is None or len(body) < len(best)):
-                best = body
+            if _hmma(body) >= 32 and (best is None or len(body) < len(best[0])):
+                best = body, addr[j:i + 1]
     if best is None:
         raise RuntimeError("no loop with matrix multiplies found in the decode kernel's SASS")
     return best
 
 
-def tq_decode_sass(out_dir=None) -> dict:
+def _tq_rescale_branch(body: list[str], addrs: list[int]) -> int:
+    """Instructions of the loop's rescale block: the ones a forward branch right after the step's vote
+    (VOTE.ANY: did some lane's score pass the running max?) jumps over. 0 if the loop has no such branch."""
+    for k, s in enumerate(body[:-1]):
+        m = re.search(r"\bBRA\s+(?:`\()?0x([0-9a-f]+)", body[k + 1])
+        if s.startswith("VOTE") and m and int(m.group(1), 16) > addrs[k + 1]:
+            return sum(1 for a in addrs if addrs[k + 1] < a < int(m.group(1), 16))
+    return 0
+
+
+def tq_decode_sass(out_dir=None, source=None) -> dict:
     """Static SASS of the CUDA decode kernel's main loop for sm_90 (compiled here with nvcc, no GPU
     needed): the loop is the backward branch whose body holds the matrix multiplies; one iteration is
     one 32-token step of one warp, i.e. 32 x 128 key codes + as many value codes = 256 cache elements
     per thread. Returns instructions per step, per element, the opcode histogram and per-element
     counts by kind (``_TQ_KINDS``). A static count: each instruction of the loop body once (the
-    rescale branch, taken on few steps, included)."""
-    sass = _disassemble("turboquant", out_dir)
+    rescale branch, taken on few steps, included; ``rescale_branch_instructions`` says how many it
+    holds and ``common_path_instructions_per_step`` counts the rest, what most steps issue).
+    ``source``: another version of ``kernels/cuda/turboquant.cu`` (a variant on a branch)."""
+    sass = _disassemble("turboquant", out_dir, source)
     lines = [ln for ln in sass.splitlines() if _INSTR.match(ln)]
     addr = [int(re.match(r"^\s+/\*([0-9a-f]+)\*/", ln).group(1), 16) for ln in lines]
     ins = [_INSTR.match(ln).group(1) for ln in lines]
-    best = _tq_loop(ins, addr)
+    best, best_addr = _tq_loop(ins, addr)
+    rescale = _tq_rescale_branch(best, best_addr)
     hist = _op_histogram(best)
     per_elem = _TQ_ELEMENTS_PER_STEP
     kinds = {k: 0 for k in _TQ_KINDS}
@@ -185,7 +198,8 @@ def tq_decode_sass(out_dir=None) -> dict:
         else:
             kinds[kind] += n
     kinds["addresses, masks, moves, loop control"] = other
-    return {"loop_instructions_per_step": len(best), "cache_elements_per_thread_per_step": per_elem,
+    return {"loop_instructions_per_step": len(best), "rescale_branch_instructions": rescale,
+            "common_path_instructions_per_step": len(best) - rescale, "cache_elements_per_thread_per_step": per_elem,
             "loop_instructions_per_element": round(len(best) / per_elem, 2), "ops": hist,
             "per_element_by_kind": {k: round(v / per_elem, 2) for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])}}
 
