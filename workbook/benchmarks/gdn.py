@@ -714,9 +714,9 @@ def measure_segments(*, shapes=None, sweep=SEGMENT_SWEEP, save: bool = False, ve
     fla_chunk, _, fla_ver = _fla()
     res = {"fla_version": fla_ver, "sweep_chunks_per_segment": list(sweep), "config": repr(CONFIG["chunk"]),
            "segments": [], "skipped": [] if fla_chunk else [f"every comparison with flash-linear-attention: {fla_ver}"]}
-    try:   # the record's other tables (the previous design, the fused forms) stay beside the new rows
+    try:   # the record's other tables (the previous design, the fused forms, the profile) stay beside the new rows
         res.update({k: v for k, v in load_record("gdn_segments")["results"].items()
-                    if k in ("previous_design", "fusion", "fuse_o_launch_sweep")})
+                    if k in ("previous_design", "fusion", "fuse_o_launch_sweep", "ncu_profile", "fused_prototype")})
     except FileNotFoundError:
         pass
     timers, path = {k: TIMERS[k] for k in ("graph", "eager", "profiler")}, None
