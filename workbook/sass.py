@@ -163,12 +163,14 @@ def _tq_loop(ins: list[str], addr: list[int]) -> tuple[list[str], list[int]]:
 
 
 def _tq_rescale_branch(body: list[str], addrs: list[int]) -> int:
-    """Instructions of the loop's rescale block: the ones a forward branch right after the step's vote
-    (VOTE.ANY: did some lane's score pass the running max?) jumps over. 0 if the loop has no such branch."""
-    for k, s in enumerate(body[:-1]):
-        m = re.search(r"\bBRA\s+(?:`\()?0x([0-9a-f]+)", body[k + 1])
-        if s.startswith("VOTE") and m and int(m.group(1), 16) > addrs[k + 1]:
-            return sum(1 for a in addrs if addrs[k + 1] < a < int(m.group(1), 16))
+    """Instructions of the loop's rescale block: the ones that the first forward branch after the step's
+    vote (VOTE.ANY: did some lane's score pass the running max?) jumps over; ptxas may schedule a few
+    independent instructions between the two. 0 if the loop has no such branch."""
+    votes = [k for k, s in enumerate(body) if s.startswith("VOTE")]
+    for k in range(votes[0] + 1 if votes else len(body), len(body)):
+        m = re.search(r"\bBRA\s+(?:`\()?0x([0-9a-f]+)", body[k])
+        if m and "BRA.DIV" not in body[k] and int(m.group(1), 16) > addrs[k]:
+            return sum(1 for a in addrs if addrs[k] < a < int(m.group(1), 16))
     return 0
 
 
