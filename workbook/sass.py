@@ -174,7 +174,19 @@ def _tq_rescale_branch(body: list[str], addrs: list[int]) -> int:
     return 0
 
 
-def tq_decode_sass(out_dir=None, source=None) -> dict:
+def _tq_decode_function(sass: str, key_table: bool) -> tuple[list[str], list[int]]:
+    """The decode kernel's instructions and addresses: the instantiation with the shared-memory key
+    table (``tq_decode_cuda_kernel<true>``) or with the register table (``<false>``); a source with one
+    untemplated decode kernel (an earlier version) gives that one."""
+    body, addrs = _functions(sass)
+    names = [n for n in body if "tq_decode_cuda_kernel" in n]
+    want = [n for n in names if ("ILb1E" if key_table else "ILb0E") in n] or [n for n in names if "ILb" not in n]
+    if not want:
+        raise RuntimeError(f"no decode kernel with key_table={key_table} in the SASS (functions: {names})")
+    return body[want[0]], addrs[want[0]]
+
+
+def tq_decode_sass(out_dir=None, source=None, key_table: bool = True) -> dict:
     """Static SASS of the CUDA decode kernel's main loop for sm_90 (compiled here with nvcc, no GPU
     needed): the loop is the backward branch whose body holds the matrix multiplies; one iteration is
     one 32-token step of one warp, i.e. 32 x 128 key codes + as many value codes = 256 cache elements
@@ -182,11 +194,9 @@ def tq_decode_sass(out_dir=None, source=None) -> dict:
     counts by kind (``_TQ_KINDS``). A static count: each instruction of the loop body once (the
     rescale branch, taken on few steps, included; ``rescale_branch_instructions`` says how many it
     holds and ``common_path_instructions_per_step`` counts the rest, what most steps issue).
-    ``source``: another version of ``kernels/cuda/turboquant.cu`` (a variant on a branch)."""
-    sass = _disassemble("turboquant", out_dir, source)
-    lines = [ln for ln in sass.splitlines() if _INSTR.match(ln)]
-    addr = [int(re.match(r"^\s+/\*([0-9a-f]+)\*/", ln).group(1), 16) for ln in lines]
-    ins = [_INSTR.match(ln).group(1) for ln in lines]
+    ``source``: another version of ``kernels/cuda/turboquant.cu`` (a variant on a branch). ``key_table``:
+    the kernel that unpacks keys through its shared-memory table (else the register-table one)."""
+    ins, addr = _tq_decode_function(_disassemble("turboquant", out_dir, source), key_table)
     best, best_addr = _tq_loop(ins, addr)
     rescale = _tq_rescale_branch(best, best_addr)
     hist = _op_histogram(best)
