@@ -32,41 +32,27 @@
 // the second MMA wants P as a B fragment (tokens 2t, 2t+1 x head g): the transpose of each 8 x 8
 // half, which one movmatrix.trans per half does inside the warp.
 //
-// Codes become fp16 operands without conversions; the kernel comes in two instantiations that differ
-// only in how a key byte (two 4-bit sign-magnitude codes) becomes its fp16 pair; the caller picks one
-// per call (key_table; the Python launcher by the split length, CONFIG["cuda_decode"]["KEY_TABLE_MIN_SPLIT"],
-// a launch rule measured on the GPU):
-//   the table kernel (LUT = true; long splits): a 256-entry table in shared
-//     memory maps each byte to the whole A-fragment register (both halves, signs included). One prmt
-//     builds the lookup address (byte 1 = the code byte, byte 0 = 4 x lane) and one ld.shared reads it:
-//     2 instructions per pair where the register form below takes about 4, and none of them a shift.
-//     The table holds 32 copies, entry e's copy for lane c at byte 256 e + 4 c, so the 32 lanes of a
-//     lookup always hit 32 different banks (no conflict, whatever the codes). 64 KB per block: blocks
-//     of LUT_WARPS warps, one per multiprocessor, the block's threads fill it before any warp reads it;
-//   the register-table kernel (LUT = false; shorter splits, where one 64 KB fill per block would cost
-//     more than the lookups save): prmt.b32 looks up 4 magnitudes at once in the 8-entry fp16 table
-//     held in 4 registers (low bytes, high bytes), one more prmt + lop3 places the sign bits (the
-//     Triton kernel's _KEY_ASM); blocks of REG_WARPS warps and no table.
-//   values, in both, centred (code - 8): one prmt puts the same bytes of two tokens side by side, then
-//     per coordinate one lop3 (mask | fp16 exponent of 1024 or 64) and one sub.f16x2 give the pair
-//     (token A, token B) that an A fragment register holds. Centred before the MMA, not after: an offset
-//     of 1024 or 64 left in the operand would add offset x sum(P) to the fp32 accumulator with every
-//     tile and cancel only at the end, losing the low bits of a small output (flat attention) to the
-//     accumulator's rounding (a model of round-toward-zero accumulation on the CPU; not timed).
-// The key table and the one rule: every byte a lookup reads (entry 0..255, copy 0..31) is written by the
-// block's own threads before the barrier that precedes the first lookup, so the table needs no
-// initialisation beyond that fill (tests/test_cuda.py checks the fill against the prmt form for all 256
-// bytes on the GPU, through the decode's outputs).
-// The softmax is in base 2 (the queries carry sm_scale * log2(e)), with the running max per head and
-// the sums l = sum p and z = sum p (v_zero + 8 v_scale) kept per thread and reduced once at the end. Each
-// lane compares its own scores with the running max; the shuffles for the step's max run only when some
-// lane passed it (then the whole warp rescales).
-//
-// Loads: each warp streams its steps through a ring of STAGES shared-memory slots of one 32-token step
-// each, filled with cp.async (the next STAGES - 1 steps are in flight while one is computed). The block
-// table is read 32 tiles at a time, one window ahead: when a window starts, lane i turns the page of
-// tile base + i (clamped to the split's last tile) into that tile's cache slot, so a tile's copies cost
-// one shuffle and a multiply-add per tensor. The split's last step alone is masked.
+// Codes become fp16 operands without conversions. Keys come in two instantiations (LUT), picked per call
+// (key_table; the Python launcher's rule: CONFIG["cuda_decode"]["KEY_TABLE_MIN_SPLIT"], measured):
+//   table (long splits): a 256-entry table in shared memory maps a byte of two codes to the whole
+//     A-fragment register, signs included: one prmt (the address) and one ld.shared per byte, against
+//     about 4 instructions per byte by registers. 32 copies, one per lane (no bank conflict whatever the
+//     codes), 64 KB: blocks of LUT_WARPS warps, one per multiprocessor, whose threads fill the table and
+//     meet at a barrier before the first lookup (the one rule: every entry and copy a lookup reads is
+//     written first; tests/test_turboquant.py: both forms give the same bits);
+//   registers (short splits, where a 64 KB fill per block costs more than it saves): prmt looks up 4
+//     magnitudes at once in the 8-entry fp16 table held in 4 registers, one more prmt + lop3 places the
+//     signs (the Triton kernel's _KEY_ASM); blocks of REG_WARPS warps, no table.
+// Values, centred (code - 8): one prmt puts the same bytes of two tokens side by side, then per coordinate
+// one lop3 (mask | fp16 exponent of 1024 or 64) and one sub.f16x2 give the (token A, token B) pair an A
+// fragment register holds (centred before the MMA: an offset left in the operand would add offset x sum(P)
+// to the fp32 accumulator every tile and lose a small output's low bits to its rounding).
+// Softmax in base 2 (the queries carry sm_scale * log2(e)); the sums l = sum p, z = sum p (v_zero + 8
+// v_scale) are reduced once at the end; the max's shuffles run only on steps where a lane's score passed it.
+// Loads: each warp streams its steps through a ring of STAGES shared-memory slots of one 32-token step,
+// filled with cp.async (STAGES - 1 steps in flight while one is computed). The block table is read 32
+// tiles at a time, one window ahead; at a window's start lane i turns the page of tile base + i into
+// that tile's cache slot, so a tile's copies cost one shuffle and a multiply-add per tensor.
 //
 // Coverage (why `empty` is right for part_out and part_lse): warp (b, h, s) writes row (b, h G + head, s)
 // of both for each of its G heads, all D coordinates (16 per thread), an empty split included (output 0,
