@@ -364,7 +364,7 @@ __global__ void TQ_DECODE_REGS(LUT ? LUT_WARPS : REG_WARPS) tq_decode_cuda_kerne
   const uint32_t sm_rows2 = offsetof(Stage, vz) + 32 * ((lane >> 3) & 1) + 16 * (lane & 1);
   auto issue = [&](int i) {
     if ((i & 15) == 0) {  // warp-uniform: a new window of 32 tiles; lane j's slot of tile 2i + j, next pages
-      u_reg = page_nxt * page_slots + (((tile0 + 2 * i + lane) & in_page) << 4);
+      u_reg = (int)((uint32_t)page_nxt * (uint32_t)page_slots + (uint32_t)(((tile0 + 2 * i + lane) & in_page) << 4));
       page_nxt = bt[min((tile0 + 2 * i + 32 + lane) >> shift, a.bt_cols - 1)];
     }
     const uint32_t dst = ring_s + wr * (uint32_t)sizeof(Stage);
