@@ -117,6 +117,24 @@ def test_tq_decode_loop_feeds_the_tensor_cores_without_moving_operands():
     assert sass.tq_decode_sass(source=nvcc.SOURCES["turboquant"]) == s   # the same file named explicitly
 
 
+def test_tq_decode_function_picks_the_instantiation():
+    """sass._tq_decode_function on a disassembly with the two instantiations of a templated decode kernel
+    (variant S in the history) and the merge kernel: each key_table value gets its own body; with one
+    untemplated decode kernel (main's) both get that one; with none it raises."""
+    def fn(name, ops):
+        return [f"\t\tFunction : {name}"] + [f"        /*{16 * i:04x}*/                   {op} ;" for i, op in enumerate(ops)]
+    two = "\n".join(fn("_ZN2tq21tq_decode_cuda_kernelILb0EEEvNS_4ArgsE", ["PRMT R1, R2, R3, R4", "EXIT"])
+                    + fn("_ZN2tq21tq_decode_cuda_kernelILb1EEEvNS_4ArgsE", ["LDS R1, [R2]", "EXIT"])
+                    + fn("_ZN2tq20tq_merge_cuda_kernelEPKfS1_Pvii", ["FADD R1, R2, R3", "EXIT"]))
+    assert sass._tq_decode_function(two, True)[0][0].startswith("LDS")
+    assert sass._tq_decode_function(two, False)[0][0].startswith("PRMT")
+    one = "\n".join(fn("_ZN2tq21tq_decode_cuda_kernelENS_4ArgsE", ["HMMA.16816.F32 R1, R2, R3, R4", "EXIT"]))
+    assert sass._tq_decode_function(one, True) == sass._tq_decode_function(one, False)
+    assert sass._tq_decode_function(one, True)[1] == [0, 16]
+    with pytest.raises(RuntimeError, match="no decode kernel"):
+        sass._tq_decode_function("\n".join(fn("_ZN2tq20tq_merge_cuda_kernelEPKfS1_Pvii", ["EXIT"])), True)
+
+
 @pytest.mark.parametrize("topic", ["nvfp4", "fp8", "turboquant"])
 def test_sources_are_torch_free_and_packaged(topic):
     text = nvcc.SOURCES[topic].read_text()

@@ -194,8 +194,10 @@ def tq_decode_sass(out_dir=None, source=None, key_table: bool = True) -> dict:
     counts by kind (``_TQ_KINDS``). A static count: each instruction of the loop body once (the
     rescale branch, taken on few steps, included; ``rescale_branch_instructions`` says how many it
     holds and ``common_path_instructions_per_step`` counts the rest, what most steps issue).
-    ``source``: another version of ``kernels/cuda/turboquant.cu`` (a variant on a branch). ``key_table``:
-    the kernel that unpacks keys through its shared-memory table (else the register-table one)."""
+    ``source``: another version of ``kernels/cuda/turboquant.cu`` (a variant on a branch or in the history).
+    ``key_table``: for a source with two instantiations of the decode kernel (variant S, commit 367ba2f:
+    ``tq_decode_cuda_kernel<bool LUT>``), the one that unpacks keys through its shared-memory table (else the
+    register one); a source with one decode kernel, as on main, gives that one either way."""
     ins, addr = _tq_decode_function(_disassemble("turboquant", out_dir, source), key_table)
     best, best_addr = _tq_loop(ins, addr)
     rescale = _tq_rescale_branch(best, best_addr)
