@@ -176,8 +176,8 @@ def _tq_rescale_branch(body: list[str], addrs: list[int]) -> int:
 
 def _tq_decode_function(sass: str, key_table: bool) -> tuple[list[str], list[int]]:
     """The decode kernel's instructions and addresses: the instantiation with the shared-memory key
-    table (``tq_decode_cuda_kernel<true>``) or with the register table (``<false>``); a source with one
-    untemplated decode kernel (an earlier version) gives that one."""
+    table (``tq_decode_cuda_kernel<true>``) or with the register table (``<false>``) of a templated
+    source (variant S in the history); a source with one untemplated decode kernel (main's) gives that one."""
     body, addrs = _functions(sass)
     names = [n for n in body if "tq_decode_cuda_kernel" in n]
     want = [n for n in names if ("ILb1E" if key_table else "ILb0E") in n] or [n for n in names if "ILb" not in n]
