@@ -97,24 +97,39 @@ def test_sm90_sass_uses_the_hardware_conversions():
 
 
 @needs_nvcc
-def test_tq_decode_loop_feeds_the_tensor_cores_without_moving_operands():
-    """The CUDA decode loop (one 32-token step): 2 tiles x (8 + 8) HMMA and 2 x 2 MOVM (the P transposes);
-    no block barrier and no shared-memory store (the operands never go through shared memory: only
-    cp.async writes it), shuffles only for the softmax max (3 per head) and the page index (2); the
-    key and value unpacking is 16 words x 10 PRMT + 8 value pairs x 2 PRMT."""
+@pytest.mark.parametrize("key_table", [True, False])
+def test_tq_decode_loop_feeds_the_tensor_cores_without_moving_operands(key_table):
+    """The CUDA decode loop (one 32-token step), in both instantiations: 2 tiles x (8 + 8) HMMA and 2 x 2
+    MOVM (the P transposes); no block barrier and no shared-memory store (only cp.async writes shared
+    memory in the loop: the key table is filled before it), shuffles only for the softmax max (3 per head)
+    and the copy slots (2). Key unpacking: with the table, 16 words x 4 bytes, each one PRMT (the address)
+    and one LDS (the fp16 pair); with the register table, 16 words x 10 PRMT. Values: 8 pairs x 2 PRMT."""
     if nvcc.cuobjdump() is None:
         pytest.skip("no cuobjdump (CUDA toolkit or Triton's bundled copy) to read the SASS")
-    s = sass.tq_decode_sass()
+    s = sass.tq_decode_sass(key_table=key_table)
     ops = s["ops"]
     assert ops.get("HMMA") == 32 and ops.get("MOVM") == 4, ops
     assert "BAR" not in ops and "STS" not in ops, ops
-    assert ops.get("SHFL", 0) <= 8 and ops.get("PRMT") == 16 * 10 + 8 * 2, ops
+    assert ops.get("SHFL", 0) <= 8, ops
+    if key_table:
+        assert ops.get("PRMT") == 16 * 4 + 8 * 2 and ops.get("LDS", 0) >= 16 * 4 + 12, ops   # + 4 LDS.128, 8 LDS.64
+    else:
+        assert ops.get("PRMT") == 16 * 10 + 8 * 2, ops
     assert s["loop_instructions_per_element"] < 4 and abs(sum(s["per_element_by_kind"].values())
                                                           - s["loop_instructions_per_element"]) < 0.05, s
     # the rescale block (after the step's vote, skipped on most steps) is found and split off the common path
     assert 0 < s["rescale_branch_instructions"] < s["common_path_instructions_per_step"], s
     assert s["common_path_instructions_per_step"] + s["rescale_branch_instructions"] == s["loop_instructions_per_step"], s
-    assert sass.tq_decode_sass(source=nvcc.SOURCES["turboquant"]) == s   # the same file named explicitly
+    assert sass.tq_decode_sass(source=nvcc.SOURCES["turboquant"], key_table=key_table) == s   # the file named
+
+
+@needs_nvcc
+def test_tq_decode_table_kernel_issues_fewer_instructions():
+    """What the table is for: the common path of a step is shorter than with the register table."""
+    if nvcc.cuobjdump() is None:
+        pytest.skip("no cuobjdump (CUDA toolkit or Triton's bundled copy) to read the SASS")
+    table, regs = sass.tq_decode_sass(key_table=True), sass.tq_decode_sass(key_table=False)
+    assert table["common_path_instructions_per_step"] < 0.9 * regs["common_path_instructions_per_step"], (table, regs)
 
 
 def test_tq_decode_function_picks_the_instantiation():

@@ -784,15 +784,18 @@ def test_cuda_decode_matches_reference_and_triton(hq, hkv, bs, dtype):
 
 
 @needs_cuda_backend
-def test_cuda_decode_writes_every_partial_and_never_reads_unused_slots():
+@pytest.mark.parametrize("key_table", [True, False])
+def test_cuda_decode_writes_every_partial_and_never_reads_unused_slots(key_table):
     """part_out / part_lse (and attn_out) poisoned two ways give the same bytes; the cache's unused
-    slots and spare pages hold NaN / 0xA5 and never leak in (masked tails of the last page included)."""
+    slots and spare pages hold NaN / 0xA5 and never leak in (masked tails of the last page included);
+    both key unpackings of the kernel (its shared-memory table and its register table)."""
     res = []
     for which in (0, 1):
         with poisoned_empty(which) as seen:
             q, k, v, cache, batch = tq.make_example([1, 1, 1], [21, 47, 5], 3, hq=8, hkv=2, d=128, spare_blocks=4,
                                                     seed=9)
-            out = tq.mixed_attention(q, k, v, cache, batch, backend="cuda", config={"decode": {"NUM_SPLITS": 2}})
+            out = tq.mixed_attention(q, k, v, cache, batch, backend="cuda",
+                                     config={"decode": {"NUM_SPLITS": 2, "KEY_TABLE": key_table}})
         assert (3, 8, 2, 128) in seen and (3, 8, 2) in seen, seen   # 47 tokens: two 32-token splits
         assert not out.isnan().any()
         assert rel_err(out, tq.reference_mixed_attention(q, k, v, cache, batch)) <= BOUND
@@ -827,6 +830,29 @@ def test_cuda_decode_long_context_and_graph_replay():
     want = torch.empty_like(q)
     tq.decode_attention(q2, cache, batch, want, backend="cuda")
     assert torch.equal(out, want)
+
+
+@needs_cuda_backend
+def test_cuda_decode_key_table_and_register_table_give_the_same_bits():
+    """The CUDA kernel's two key unpackings at the same splits give bit-identical outputs: every entry of
+    the shared-memory table (a byte of two codes; this cache's keys hold all 256, checked) is what the
+    register form computes. A KEY_TABLE that is not None, True or False is refused."""
+    q, k, v, cache, batch = tq.make_example([1, 1, 1], [4000, 1500, 37], 3, hq=32, hkv=8, d=128,
+                                            dtype=torch.bfloat16, seed=11)
+    tq.store_kv(k, v, cache, batch.slot_mapping)
+    full_pages = batch.block_table[0, : 3999 // cache.block_size].long()   # request 0's history, whole pages
+    assert torch.unique(cache.k_codes[full_pages]).numel() == 256
+    ref = tq.reference_mixed_attention(q, k, v, cache, batch)
+    for splits in (1, 7):
+        outs = []
+        for table in (True, False):
+            out = torch.empty_like(q)
+            tq.decode_attention(q, cache, batch, out, backend="cuda", config={"NUM_SPLITS": splits, "KEY_TABLE": table})
+            outs.append(out)
+        assert torch.equal(outs[0], outs[1]), splits
+        assert rel_err(outs[0], ref) <= 1e-2, splits
+    with pytest.raises(ValueError, match="KEY_TABLE must be None"):
+        tq.decode_attention(q, cache, batch, torch.empty_like(q), backend="cuda", config={"KEY_TABLE": "yes"})
 
 
 @pytest.mark.parametrize("resident", [2112, 1056, 64])

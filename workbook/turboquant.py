@@ -505,24 +505,24 @@ def _check_qkv(q, k, v, cache, batch):
 
 
 # Launch configurations, one part per kernel: each launcher resolves its own (``config=`` takes its keys).
-# decode: NUM_SPLITS None = enough splits for WAVES programs per multiprocessor, at most one split per
-# MIN_SPLIT tokens. 4 warps (one warpgroup: with BLOCK_G = 16 query columns Triton 3.6 emits Hopper's
-# wgmma; with 8 it falls back to mma.sync and repacks operands through extra moves), 64 tokens per tile,
-# registers capped at 128 per thread (maxnreg: 4 programs per SM instead of 3 at the 139 the compiler
-# picks); WAVES chosen on the H200 from the configurations the benchmark records side by side
-# (turboquant.json, its notes).
-# num_stages=1: with 2, Triton 3.6's software pipelining of the cached-prefix loop made an out-of-range
-# shared-memory access on the H200 (compute-sanitizer memcheck on tests/test_turboquant.py, 2026-11-30;
-# the interpreter cannot see it); no upstream issue filed from here
+# decode: NUM_SPLITS None = enough splits for WAVES programs per multiprocessor, at most one per MIN_SPLIT
+# tokens. 4 warps (one warpgroup: with BLOCK_G = 16 query columns Triton 3.6 emits Hopper's wgmma; with 8
+# it falls back to mma.sync and extra moves), 64 tokens a tile, maxnreg 128 (4 programs per SM, not 3 at
+# the compiler's 139); WAVES chosen on the H200 from the configurations the benchmark records side by side.
+# num_stages=1: with 2, Triton 3.6's pipelining of the cached-prefix loop made an out-of-range shared-memory
+# access on the H200 (compute-sanitizer memcheck on tests/test_turboquant.py, 2026-11-30; not upstream).
 # cuda_decode (backend="cuda": one warp per request, KV head and split): NUM_SPLITS None = splits filling
 # WAVES whole rounds of the resident warps (a partly filled last round costs a whole round), at most one
 # per MIN_SPLIT tokens, but a grid of up to SMALL_WARPS warps may cut splits to one 32-token step (short
-# contexts: a warp's fixed cost and the merge outweigh its steps; turboquant.json "launch_rule").
+# contexts: a warp's fixed cost and the merge outweigh its steps; turboquant.json "launch_rule"). KEY_TABLE:
+# True the kernel's shared-memory key table, False its register table, None the rule: the table for splits
+# of KEY_TABLE_MIN_SPLIT tokens or more, where its 64 KB fill per block pays (turboquant.json).
 CONFIG = {
     "store": {"BLOCK_R": 16, "num_warps": 4},
     "decode": {"BLOCK_N": 64, "BLOCK_G": 16, "NUM_SPLITS": None, "WAVES": 8, "MIN_SPLIT": 256,
                "num_warps": 4, "num_stages": 1, "maxnreg": 128},
-    "cuda_decode": {"NUM_SPLITS": None, "WAVES": 1, "MIN_SPLIT": 256, "SMALL_WARPS": 512},
+    "cuda_decode": {"NUM_SPLITS": None, "WAVES": 1, "MIN_SPLIT": 256, "SMALL_WARPS": 512, "KEY_TABLE": None,
+                    "KEY_TABLE_MIN_SPLIT": 128},
     "prefill": {"BLOCK_M": 64, "BLOCK_N": 64, "LOOKUP": 0, "num_warps": 4, "num_stages": 1},
 }
 if not ON_GPU:  # the interpreter pays per operation, not per element: few, large programs
@@ -667,41 +667,36 @@ def _check_cuda_decode(q, cache: TurboQuantCache, hq: int, d: int) -> None:
     if bs < 16 or bs & (bs - 1):
         raise ValueError(f"backend='cuda' needs a block_size that is a power of two >= 16 (a 16-token tile "
                          f"lies in one page), got {bs}; use backend='triton'")
-    check_tensor("q", q, dtypes=(torch.float32, torch.float16, torch.bfloat16), ndim=3, device=DEVICE,
-                 contiguous=False)
-    names = ("k_codes", "k_scale", "v_codes", "v_scale", "v_zero")
-    for name, t in zip(names, cache.tensors()):   # cp.async copies 16 bytes: aligned, dense pages
+    check_tensor("q", q, dtypes=(torch.float32, torch.float16, torch.bfloat16), ndim=3, device=DEVICE, contiguous=False)
+    for name, t in zip(("k_codes", "k_scale", "v_codes", "v_scale", "v_zero"), cache.tensors()):   # 16-byte cp.async
         if not t.is_contiguous() or t.data_ptr() % 16:
             raise ValueError(f"backend='cuda' copies cache.{name} 16 bytes at a time: it must be contiguous and "
                              f"start on a 16-byte boundary (a cache from allocate_cache is); use backend='triton'")
 
 
-# --------------------------------------------------------------------------------------------------
-# The CUDA C++ decode kernel (kernels/cuda/turboquant.cu)
-# --------------------------------------------------------------------------------------------------
-
+# ----------------------------- The CUDA C++ decode kernel (kernels/cuda/turboquant.cu) -----------------------------
 _Q_DTYPES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
 
 
 def _cuda_tq_decode(q: torch.Tensor, q_scale: float, cache, batch, num_splits: int, split_len: int,
-                    part_out: torch.Tensor, part_lse: torch.Tensor, out: torch.Tensor) -> None:
+                    part_out: torch.Tensor, part_lse: torch.Tensor, out: torch.Tensor, key_table: bool) -> None:
     """The CUDA half of ``workbook.turboquant.decode_attention(..., backend='cuda')`` (inputs checked
     and buffers allocated there): the decode kernel rotates the raw queries ``q`` [B, Hq, D]
     (fp32/fp16/bf16, [Hq, D] dense, 16-byte aligned rows) times ``q_scale`` and fills part_out
     [B, Hq, S, D] and part_lse [B, Hq, S] for every request, head and split; the merge kernel, launched
     as its programmatic dependent, writes rows [0, B) of ``out`` ([N, Hq, D] dense, q's dtype)
-    (kernels/cuda/turboquant.cu)."""
+    (kernels/cuda/turboquant.cu). ``key_table``: the kernel that unpacks keys through its shared-memory
+    table (else through the register table; the outputs are the same bits)."""
     nvcc.check_backend("cuda")
     lib = nvcc.build()
     B, hq = part_out.shape[0], part_out.shape[1]
     t0, t1, t2, t3 = cache.key_table_words
     err = lib.tq_decode_cuda(
         q.data_ptr(), _Q_DTYPES[q.dtype], q.stride(0), ctypes.c_float(q_scale), batch.block_table.data_ptr(),
-        batch.seq_lens.data_ptr(), cache.k_codes.data_ptr(),
-        cache.k_scale.data_ptr(), cache.v_codes.data_ptr(), cache.v_scale.data_ptr(), cache.v_zero.data_ptr(),
-        part_out.data_ptr(), part_lse.data_ptr(), out.data_ptr(), _Q_DTYPES[out.dtype],
-        t0, t1, t2, t3, B, hq, cache.num_kv_heads, cache.block_size,
-        batch.block_table.stride(0), batch.block_table.shape[1], num_splits, split_len, *nvcc.device_stream(q))
+        batch.seq_lens.data_ptr(), *(t.data_ptr() for t in cache.tensors()), part_out.data_ptr(),
+        part_lse.data_ptr(), out.data_ptr(), _Q_DTYPES[out.dtype], t0, t1, t2, t3, B, hq, cache.num_kv_heads,
+        cache.block_size, batch.block_table.stride(0), batch.block_table.shape[1], num_splits, split_len,
+        *nvcc.device_stream(q), int(key_table))
     nvcc.check_error(lib, err, "tq_decode_cuda")
 
 
@@ -761,7 +756,10 @@ def decode_attention(q: torch.Tensor, cache: TurboQuantCache, batch: MixedBatch,
         if qd.stride(2) != 1 or qd.stride(1) != d or qd.data_ptr() % 16 or qd.stride(0) * qd.element_size() % 16:
             qd = qd.clone(memory_format=torch.contiguous_format)
         scale = (sm_scale if sm_scale is not None else d ** -0.5) * math.log2(math.e) / math.sqrt(d)
-        _cuda_tq_decode(qd, scale, cache, batch, S, split_len, part_out, part_lse, out)   # + its merge kernel
+        table = split_len >= cfg["KEY_TABLE_MIN_SPLIT"] if cfg["KEY_TABLE"] is None else cfg["KEY_TABLE"]
+        if table not in (True, False):
+            raise ValueError(f"config KEY_TABLE must be None (the rule), True or False, got {table!r}")
+        _cuda_tq_decode(qd, scale, cache, batch, S, split_len, part_out, part_lse, out, table)   # + its merge
         return out
     if q_rot is None:
         q_rot = rotate_queries(q[:B], cache, sm_scale)

@@ -32,24 +32,27 @@
 // the second MMA wants P as a B fragment (tokens 2t, 2t+1 x head g): the transpose of each 8 x 8
 // half, which one movmatrix.trans per half does inside the warp.
 //
-// Codes become fp16 operands without conversions or table loads in memory:
-//   keys: prmt.b32 looks up 4 magnitudes at once in the 8-entry fp16 table held in 4 registers (low
-//     bytes, high bytes), one more prmt + lop3 places the sign bits (the Triton kernel's _KEY_ASM);
-//   values, centred (code - 8): one prmt puts the same bytes of two tokens side by side, then per
-//     coordinate one lop3 (mask | fp16 exponent of 1024 or 64) and one sub.f16x2 give the pair
-//     (token A, token B) that an A fragment register holds. Centred before the MMA, not after: an offset
-//     of 1024 or 64 left in the operand would add offset x sum(P) to the fp32 accumulator with every
-//     tile and cancel only at the end, losing the low bits of a small output (flat attention) to the
-//     accumulator's rounding (a model of round-toward-zero accumulation on the CPU; not timed).
-// The softmax is in base 2 (the queries carry sm_scale * log2(e)), with the running max per head and
-// the sums l = sum p and z = sum p (v_zero + 8 v_scale) kept per thread and reduced once at the end. Each
-// lane compares its own scores with the running max; the shuffles for the step's max run only when some
-// lane passed it (then the whole warp rescales).
-//
-// Loads: each warp streams its steps through a ring of STAGES shared-memory slots of one 32-token step
-// each, filled with cp.async (the next STAGES - 1 steps are in flight while one is computed); the page
-// of each 16-token tile comes from the block table, read 32 tiles at a time (lane i holds the page of
-// tile base + i), the next 32 read one window ahead. The split's last step alone is masked.
+// Codes become fp16 operands without conversions. Keys come in two instantiations (LUT), picked per call
+// (key_table; the Python launcher's rule: CONFIG["cuda_decode"]["KEY_TABLE_MIN_SPLIT"], measured):
+//   table (long splits): a 256-entry table in shared memory maps a byte of two codes to the whole
+//     A-fragment register, signs included: one prmt (the address) and one ld.shared per byte, against
+//     about 4 instructions per byte by registers. 32 copies, one per lane (no bank conflict whatever the
+//     codes), 64 KB: blocks of LUT_WARPS warps, one per multiprocessor, whose threads fill the table and
+//     meet at a barrier before the first lookup (the one rule: every entry and copy a lookup reads is
+//     written first; tests/test_turboquant.py: both forms give the same bits);
+//   registers (short splits, where a 64 KB fill per block costs more than it saves): prmt looks up 4
+//     magnitudes at once in the 8-entry fp16 table held in 4 registers, one more prmt + lop3 places the
+//     signs (the Triton kernel's _KEY_ASM); blocks of REG_WARPS warps, no table.
+// Values, centred (code - 8): one prmt puts the same bytes of two tokens side by side, then per coordinate
+// one lop3 (mask | fp16 exponent of 1024 or 64) and one sub.f16x2 give the (token A, token B) pair an A
+// fragment register holds (centred before the MMA: an offset left in the operand would add offset x sum(P)
+// to the fp32 accumulator every tile and lose a small output's low bits to its rounding).
+// Softmax in base 2 (the queries carry sm_scale * log2(e)); the sums l = sum p, z = sum p (v_zero + 8
+// v_scale) are reduced once at the end; the max's shuffles run only on steps where a lane's score passed it.
+// Loads: each warp streams its steps through a ring of STAGES shared-memory slots of one 32-token step,
+// filled with cp.async (STAGES - 1 steps in flight while one is computed). The block table is read 32
+// tiles at a time, one window ahead; at a window's start lane i turns the page of tile base + i into
+// that tile's cache slot, so a tile's copies cost one shuffle and a multiply-add per tensor.
 //
 // Coverage (why `empty` is right for part_out and part_lse): warp (b, h, s) writes row (b, h G + head, s)
 // of both for each of its G heads, all D coordinates (16 per thread), an empty split included (output 0,
@@ -71,7 +74,13 @@ constexpr int TILE = 16;          // tokens per MMA tile
 constexpr int STEP = 32;          // tokens per softmax step: two tiles
 constexpr int STAGES = 2;         // cp.async ring depth per warp (steps in flight while one is computed)
 constexpr int MAX_REGS = 128;     // registers per thread: the most that keeps 16 warps per multiprocessor
-constexpr int WARPS = 2;          // warps per block; each warp is its own (b, h, split)
+constexpr int LUT_WARPS = 16;     // warps per block of the table kernel (one block per multiprocessor)
+constexpr int REG_WARPS = 2;      // of the register-table kernel (eight blocks per multiprocessor)
+constexpr int LUT_COPIES = 32;    // copies of the key table, one per lane: every lookup conflict-free
+constexpr int LUT_STRIDE = 256;   // bytes per entry: its copies in the low 128 (an address's byte 1 = the entry)
+constexpr int LUT_BYTES = 256 * LUT_STRIDE;   // 256 entries: a byte of two key codes -> their fp16 pair
+static_assert(LUT_COPIES * 4 <= 128 && LUT_STRIDE == 256, "a lookup address: byte 0 = 4 x lane, byte 1 = the entry");
+constexpr int SMEM_BYTES = LUT_BYTES + LUT_WARPS * STAGES * 4288;   // 4288 = sizeof(Stage), asserted below
 constexpr float RESCALE_LOG2 = 4.f;  // the running max moves only when a score passes it by this much
 
 struct __align__(16) Stage {      // one step (32 tokens) in shared memory
@@ -79,6 +88,8 @@ struct __align__(16) Stage {      // one step (32 tokens) in shared memory
   uint4 v[STEP * ROW_BYTES / 16];
   __half ks[STEP], vs[STEP], vz[STEP];
 };
+
+static_assert(sizeof(Stage) == 4288, "SMEM_BYTES counts 4288 bytes a stage");
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -89,6 +100,11 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {   //
 }
 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+
+template <int OFF>   // the same byte offset on both sides, as an immediate of the instruction
+__device__ __forceinline__ void cp_async16_off(uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0+%2], [%1+%2], 16;" :: "r"(dst), "l"(src), "n"(OFF));
+}
 
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" :: "n"(N)); }
@@ -109,6 +125,20 @@ __device__ __forceinline__ void unpack_keys(uint32_t w, const uint32_t tab[4], u
       "}"
       : "=r"(out[0]), "=r"(out[1]), "=r"(out[2]), "=r"(out[3])
       : "r"(w), "r"(tab[0]), "r"(tab[1]), "r"(tab[2]), "r"(tab[3]));
+}
+
+// Four fp16 pairs from one word of 8 key codes, by table: byte k of w (codes 2k, 2k+1) is the entry, and
+// lane c reads its own copy at byte LUT_STRIDE x entry + 4c of the table (at the start of dynamic shared
+// memory); lut = 4 x lane. One prmt per address: byte 0 from lut, byte 1 = byte k of w, bytes 2-3 zero.
+__device__ __forceinline__ void lookup_keys(uint32_t w, uint32_t lut, const uint8_t* smem, uint32_t out[4]) {
+  uint32_t i0, i1, i2, i3;
+  asm("prmt.b32 %0, %4, %5, 0x6504;  prmt.b32 %1, %4, %5, 0x6514;\n"
+      "prmt.b32 %2, %4, %5, 0x6524;  prmt.b32 %3, %4, %5, 0x6534;"
+      : "=r"(i0), "=r"(i1), "=r"(i2), "=r"(i3) : "r"(w), "r"(lut));
+  out[0] = *reinterpret_cast<const uint32_t*>(smem + i0);
+  out[1] = *reinterpret_cast<const uint32_t*>(smem + i1);
+  out[2] = *reinterpret_cast<const uint32_t*>(smem + i2);
+  out[3] = *reinterpret_cast<const uint32_t*>(smem + i3);
 }
 
 // Eight fp16 pairs from the same word of two tokens A and B: pair n = (A's code n - 8, B's code n - 8).
@@ -250,19 +280,43 @@ __device__ __forceinline__ void load_rotated_queries(const Args& a, int b, int h
 // (__maxnreg__ needs nvcc 12.4 or later; an older nvcc gets the same cap as a minimum of blocks per
 // multiprocessor, 65536 registers / (MAX_REGS x the block's threads), which ptxas schedules differently.)
 #if defined(__CUDACC_VER_MAJOR__) && (__CUDACC_VER_MAJOR__ > 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 4))
-#define TQ_DECODE_REGS __maxnreg__(MAX_REGS)
+#define TQ_DECODE_REGS(W) __maxnreg__(MAX_REGS)
 #else
-#define TQ_DECODE_REGS __launch_bounds__(WARPS * 32, 65536 / (MAX_REGS * WARPS * 32))
+#define TQ_DECODE_REGS(W) __launch_bounds__(W * 32, 65536 / (MAX_REGS * W * 32))
 #endif
-__global__ void TQ_DECODE_REGS tq_decode_cuda_kernel(const Args a) {
+template <bool LUT>
+__global__ void TQ_DECODE_REGS(LUT ? LUT_WARPS : REG_WARPS) tq_decode_cuda_kernel(const Args a) {
+  constexpr int WARPS = LUT ? LUT_WARPS : REG_WARPS;
   // The merge kernel is launched as this grid's programmatic dependent: it may be scheduled as soon as
   // every block of this grid has started (no launch gap between the two), and waits (griddepcontrol.wait)
   // until this grid has finished and its writes are visible.
   asm volatile("griddepcontrol.launch_dependents;");
-  __shared__ Stage ring[WARPS][STAGES];
+  extern __shared__ __align__(1024) uint8_t tq_smem[];   // the table kernel's table, then its rings
+  Stage* st;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int job = blockIdx.x * WARPS + warp;  // (b, h, s), s fastest
+  if constexpr (LUT) {  // the key table: entry e (codes lo nibble, hi nibble) -> fp16 pair (lo, hi), 32 copies
+    auto value = [&](uint32_t n) {   // sign-magnitude code -> fp16 bits
+      const uint32_t m = n & 7u;
+      const uint32_t lo = __byte_perm(a.tab[0], a.tab[1], m) & 0xFFu, hi = __byte_perm(a.tab[2], a.tab[3], m) & 0xFFu;
+      return lo | (hi << 8) | ((n & 8u) << 12);
+    };
+    static_assert(LUT_WARPS * 32 == 2 * 256 && LUT_COPIES == 32, "the fill: two threads per entry");
+    {   // thread (h, e) writes 4 of entry e's 8 chunks of 16 bytes (4 copies each), chunk (e + 4h + q) % 8 at
+        // step q: the 32 lanes of a warp write 8 different chunk positions (banks) at each step
+      const int e = threadIdx.x & 255, h = threadIdx.x >> 8;
+      const uint32_t v = value(e & 15) | (value(e >> 4) << 16);
+      const uint4 v4 = make_uint4(v, v, v, v);
+#pragma unroll
+      for (int q = 0; q < 4; ++q) *reinterpret_cast<uint4*>(tq_smem + LUT_STRIDE * e + 16 * ((e + 4 * h + q) & 7)) = v4;
+    }
+    __syncthreads();   // every entry and copy written before any lookup (the one rule, in shared memory)
+    st = reinterpret_cast<Stage*>(tq_smem + LUT_BYTES) + warp * STAGES;
+  } else {
+    __shared__ Stage ring[REG_WARPS][STAGES];
+    st = ring[warp];
+  }
   if (job >= a.B * a.HKV * a.num_splits) return;
   const int s = job % a.num_splits;
   const int h = (job / a.num_splits) % a.HKV;
@@ -280,10 +334,10 @@ __global__ void TQ_DECODE_REGS tq_decode_cuda_kernel(const Args a) {
   const int n_full = end > start ? (end - start) / STEP : 0;   // steps with 32 real tokens: no masks
 
   // step i = tiles 2i, 2i+1 of the split; a tile's 16 tokens lie in one page (block_size = 16 << shift).
-  // Lane j holds the page of tile base + j: one coalesced block-table read per 32 tiles, the next 32
-  // read one batch ahead so the shuffle that needs them never waits on memory (page_nxt, read above).
+  // Lane j holds the cache slot of tile base + j (u_reg): one coalesced block-table read per 32 tiles,
+  // the next 32 read one window ahead so the shuffle that needs them never waits on memory (page_nxt).
   const int last = (end - 1) / TILE - tile0;   // the split's last tile, relative to tile0
-  int page_base = -32, page_reg = 0, wr = 0;    // wr: the ring slot the next issue fills
+  int u_reg = 0, wr = 0;    // wr: the ring slot the next issue fills
   // Per-lane constants of the copies, hoisted out of the loop. Global side: a tile's first token is slot
   // u = page * HKV * block_size + (tile & in_page) * 16 (+ h * block_size in the lane's base pointers);
   // token slot u holds 64 code bytes at 64 u and one fp16 of each scalar at 2 u.
@@ -296,11 +350,11 @@ __global__ void TQ_DECODE_REGS tq_decode_cuda_kernel(const Args a) {
   // value loads below (lane (g, t): 8 bytes of tokens 2t + {0, 1, 8, 9}) then hit 32 different banks per
   // half-warp instead of 16. Keys are read as 16 contiguous bytes per lane: no swizzle needed.
   auto vchunk = [](int n, int j) { return 8 * (n >> 1) + ((4 * (n & 1) + j) ^ (2 * ((n >> 1) & 3))); };
-  Stage* st = ring[warp];
+  const uint32_t lut = 4 * lane;
   const uint32_t ring_s = smem_addr(st);
-  const uint32_t dk0 = 16 * lane, dk1 = 16 * (lane + 32);
-  const uint32_t dv0 = offsetof(Stage, v) + 16 * vchunk(lane >> 2, lane & 3);
-  const uint32_t dv1 = offsetof(Stage, v) + 16 * vchunk((lane + 32) >> 2, lane & 3);
+  // a lane copies 16 bytes of token lane / 4 and 16 of token lane / 4 + 8 per tensor and tile: the second
+  // lands 512 bytes after the first on both sides (the value swizzle repeats every 4 token pairs)
+  const uint32_t dk0 = 16 * lane, dv0 = offsetof(Stage, v) + 16 * vchunk(lane >> 2, lane & 3);
   const uint32_t ds = (lane < 2 ? offsetof(Stage, ks) : lane < 4 ? offsetof(Stage, vs) : offsetof(Stage, vz)) + 16 * (lane & 1);
   // ldmatrix.trans row addresses for the scalars: matrix j's row r (given by lane 8j + r) is the 16-byte
   // chunk of tokens 16c..16c+7 (r even) or 16c+8..16c+15 (r odd), so lane (g, t) receives rows 2t, 2t+1 at
@@ -309,27 +363,24 @@ __global__ void TQ_DECODE_REGS tq_decode_cuda_kernel(const Args a) {
   const uint32_t sm_rows4 = offsetof(Stage, ks) + 64 * ((lane >> 3) >> 1) + 32 * ((lane >> 3) & 1) + 16 * (lane & 1);
   const uint32_t sm_rows2 = offsetof(Stage, vz) + 32 * ((lane >> 3) & 1) + 16 * (lane & 1);
   auto issue = [&](int i) {
-    if (2 * i + 1 - page_base >= 32) {  // warp-uniform: move to the next 32 tiles' pages, fetch the ones after
-      page_base = 2 * i;
-      page_reg = page_nxt;
-      page_nxt = bt[min((tile0 + page_base + 32 + lane) >> shift, a.bt_cols - 1)];
+    if ((i & 15) == 0) {  // warp-uniform: a new window of 32 tiles; lane j's slot of tile 2i + j, next pages
+      u_reg = (int)((uint32_t)page_nxt * (uint32_t)page_slots + (uint32_t)(((tile0 + 2 * i + lane) & in_page) << 4));
+      page_nxt = bt[min((tile0 + 2 * i + 32 + lane) >> shift, a.bt_cols - 1)];
     }
     const uint32_t dst = ring_s + wr * (uint32_t)sizeof(Stage);
     wr = wr + 1 == STAGES ? 0 : wr + 1;
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
-      // the second tile of the last step may lie past the split: its page is clamped to the last
-      // one (a valid page), its tokens are masked in the math
-      const int tile = tile0 + 2 * i + c;
-      const int page = __shfl_sync(0xffffffffu, page_reg, min(2 * i + c, last) - page_base);
-      const uint32_t u = (uint32_t)page * page_slots + ((tile & in_page) << 4);
+      // the second tile of the last step may lie past the split: its slot is the last tile's (same window,
+      // a valid page), its tokens are masked in the math
+      const uint32_t u = (uint32_t)__shfl_sync(0xffffffffu, u_reg, min(2 * i + c, last) & 31);
       const uint8_t* kp = kg + (uint64_t)u * ROW_BYTES;
       const uint8_t* vp = vg + (uint64_t)u * ROW_BYTES;
       const uint32_t d = dst + c * (TILE * ROW_BYTES);
       cp_async16(d + dk0, kp);
-      cp_async16(d + dk1, kp + 512);
+      cp_async16_off<512>(d + dk0, kp);
       cp_async16(d + dv0, vp);
-      cp_async16(d + dv1, vp + 512);
+      cp_async16_off<512>(d + dv0, vp);
       if (lane < 6) cp_async16(dst + ds + 32 * c, sg + u);   // 3 x 32 bytes of fp16 scalars, 16 at a time
     }
   };
@@ -370,8 +421,13 @@ __global__ void TQ_DECODE_REGS tq_decode_cuda_kernel(const Args a) {
 #pragma unroll
       for (int w = 0; w < 4; ++w) {
         uint32_t ua[4], ub[4];
-        unpack_keys(wa[w], a.tab, ua);
-        unpack_keys(wb[w], a.tab, ub);
+        if constexpr (LUT) {
+          lookup_keys(wa[w], lut, tq_smem, ua);
+          lookup_keys(wb[w], lut, tq_smem, ub);
+        } else {
+          unpack_keys(wa[w], a.tab, ua);
+          unpack_keys(wb[w], a.tab, ub);
+        }
         mma16816(sc[c], ua[0], ub[0], ua[1], ub[1], qf[2 * w][0], qf[2 * w][1]);
         mma16816(odd, ua[2], ub[2], ua[3], ub[3], qf[2 * w + 1][0], qf[2 * w + 1][1]);
       }
@@ -542,6 +598,18 @@ __global__ void __launch_bounds__(MERGE_WARPS * 32) tq_merge_cuda_kernel(const f
   }
 }
 
+// Once per device: the table kernel's shared memory above the default 48 KB, and the largest carveout
+// for all three kernels (no shared-memory reconfiguration between the decode grid and its merge).
+static void set_attributes(int device) {
+  static int done = -1;
+  if (done == device) return;
+  cudaFuncSetAttribute(tq_decode_cuda_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES);
+  cudaFuncSetAttribute(tq_decode_cuda_kernel<true>, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+  cudaFuncSetAttribute(tq_decode_cuda_kernel<false>, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+  cudaFuncSetAttribute(tq_merge_cuda_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+  done = device;
+}
+
 static int use_device(int device) {
   int current = -1;   // this library's CUDA runtime keeps its own current device: use the tensors'
   if (cudaGetDevice(&current) != cudaSuccess || current != device) return (int)cudaSetDevice(device);
@@ -556,6 +624,7 @@ static int use_device(int device) {
 // 1 fp16, 2 bf16; rows stride_q elements apart, [HQ, D] dense, 16-byte aligned rows), rotated and scaled
 // by q_scale in the kernel. Requirements checked by the Python launcher: D = 128, G = HQ / HKV in 1..8,
 // block_size a power of two >= 16, split_len a multiple of 32, 16-byte aligned cache tensors.
+// key_table: 1 the table kernel, 0 the register-table kernel (the same outputs, bit for bit).
 extern "C" int tq_decode_cuda(const void* q, int q_dtype, long long stride_q, float q_scale,
                               const void* block_table, const void* seq_lens,
                               const void* k_codes, const void* k_scale, const void* v_codes,
@@ -563,7 +632,7 @@ extern "C" int tq_decode_cuda(const void* q, int q_dtype, long long stride_q, fl
                               void* out, int out_dtype,
                               int tab0, int tab1, int tab2, int tab3, int B, int HQ, int HKV,
                               int block_size, int stride_bt, int bt_cols, int num_splits, int split_len,
-                              int device, cudaStream_t stream) {
+                              int device, cudaStream_t stream, int key_table) {
   if (B <= 0) return (int)cudaSuccess;
   const int err = tq::use_device(device);
   if (err) return err;
@@ -589,8 +658,14 @@ extern "C" int tq_decode_cuda(const void* q, int q_dtype, long long stride_q, fl
   a.bt_cols = bt_cols;
   a.num_splits = num_splits; a.split_len = split_len;
   const long long warps = (long long)B * HKV * num_splits;
-  const unsigned blocks = (unsigned)((warps + tq::WARPS - 1) / tq::WARPS);
-  tq::tq_decode_cuda_kernel<<<blocks, tq::WARPS * 32, 0, stream>>>(a);
+  tq::set_attributes(device);
+  if (key_table) {
+    const unsigned blocks = (unsigned)((warps + tq::LUT_WARPS - 1) / tq::LUT_WARPS);
+    tq::tq_decode_cuda_kernel<true><<<blocks, tq::LUT_WARPS * 32, tq::SMEM_BYTES, stream>>>(a);
+  } else {
+    const unsigned blocks = (unsigned)((warps + tq::REG_WARPS - 1) / tq::REG_WARPS);
+    tq::tq_decode_cuda_kernel<false><<<blocks, tq::REG_WARPS * 32, 0, stream>>>(a);
+  }
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return (int)e;
   cudaLaunchConfig_t cfg = {};
@@ -612,9 +687,13 @@ extern "C" int tq_decode_cuda(const void* q, int q_dtype, long long stride_q, fl
 extern "C" int tq_decode_cuda_warps_per_sm(int device, int* warps) {
   const int err = tq::use_device(device);
   if (err) return err;
-  int blocks = 0;
-  const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, tq::tq_decode_cuda_kernel,
-                                                                      tq::WARPS * 32, 0);
-  *warps = blocks * tq::WARPS;
+  int lut_blocks = 0, reg_blocks = 0;
+  tq::set_attributes(device);
+  cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&lut_blocks, tq::tq_decode_cuda_kernel<true>,
+                                                                tq::LUT_WARPS * 32, tq::SMEM_BYTES);
+  if (e == cudaSuccess)
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&reg_blocks, tq::tq_decode_cuda_kernel<false>,
+                                                      tq::REG_WARPS * 32, 0);
+  *warps = min(lut_blocks * tq::LUT_WARPS, reg_blocks * tq::REG_WARPS);   // both hold 16
   return (int)e;
 }
