@@ -47,8 +47,8 @@
 // one lop3 (mask | fp16 exponent of 1024 or 64) and one sub.f16x2 give the (token A, token B) pair an A
 // fragment register holds (centred before the MMA: an offset left in the operand would add offset x sum(P)
 // to the fp32 accumulator every tile and lose a small output's low bits to its rounding).
-// Softmax in base 2 (the queries carry sm_scale * log2(e)); the sums l = sum p, z = sum p (v_zero + 8
-// v_scale) are reduced once at the end; the max's shuffles run only on steps where a lane's score passed it.
+// Softmax in base 2 (the queries carry sm_scale * log2(e)), each score taken relative to the running max by
+// one FFMA (s k_scale - m); l = sum p, z = sum p (v_zero + 8 v_scale) are reduced once at the end.
 // Loads: each warp streams its steps through a ring of STAGES shared-memory slots of one 32-token step,
 // filled with cp.async (STAGES - 1 steps in flight while one is computed). The block table is read 32
 // tiles at a time, one window ahead; at a window's start lane i turns the page of tile base + i into
@@ -397,7 +397,7 @@ __global__ void TQ_DECODE_REGS(LUT ? LUT_WARPS : REG_WARPS) tq_decode_cuda_kerne
   float acc[8][4];
 #pragma unroll
   for (int mt = 0; mt < 8; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.f;
-  float m[2] = {-1e30f, -1e30f}, l[2] = {0.f, 0.f}, z[2] = {0.f, 0.f};
+  float m[2] = {0.f, 0.f}, l[2] = {0.f, 0.f}, z[2] = {0.f, 0.f};
 
   // One 32-token step from ring slot rd. MASKED (the split's last step only, when it is partial): tokens
   // past `end` get score -inf and value weight 0 (their slots may hold anything, NaN included).
@@ -453,24 +453,30 @@ __global__ void TQ_DECODE_REGS(LUT ? LUT_WARPS : REG_WARPS) tq_decode_cuda_kerne
         const int r = 16 * c + g + 8 * u;
         const bool real = !MASKED || tok0 + r < end;
         const float ks = u ? ks2.y : ks2.x;
-        sc[c][2 * u] = real ? sc[c][2 * u] * ks : -INFINITY;
-        sc[c][2 * u + 1] = real ? sc[c][2 * u + 1] * ks : -INFINITY;
+        sc[c][2 * u] = real ? fmaf(sc[c][2 * u], ks, -m[0]) : -INFINITY;
+        sc[c][2 * u + 1] = real ? fmaf(sc[c][2 * u + 1], ks, -m[1]) : -INFINITY;
         vs[2 * c + u] = real ? (u ? vs2.y : vs2.x) : 0.f;
         wz[2 * c + u] = real ? (u ? vz2.y : vz2.x) + 8.f * vs[2 * c + u] : 0.f;
       }
     }
-    // online softmax per head (2t, 2t+1); the max moves only when a score passes it by RESCALE_LOG2
-    // (p <= 2^RESCALE_LOG2 otherwise: exact either way, fp16-safe), so most steps skip the rescale.
-    // Each lane tests its own four tokens; the shuffles for the step's max run only when some lane passed it
+    // online softmax per head (2t, 2t+1) on d = score - m (the FFMA above): the max moves on the first step
+    // and then only when some d passes RESCALE_LOG2 (p <= 2^RESCALE_LOG2 otherwise: exact either way,
+    // fp16-safe), so most steps skip the rescale and its shuffles; a move by dm shifts every d by -dm
     float mx[2];
 #pragma unroll
     for (int j = 0; j < 2; ++j) mx[j] = fmaxf(fmaxf(sc[0][j], sc[0][j + 2]), fmaxf(sc[1][j], sc[1][j + 2]));
-    if (__any_sync(0xffffffffu, mx[0] > m[0] + RESCALE_LOG2 || mx[1] > m[1] + RESCALE_LOG2)) {
+    if (__any_sync(0xffffffffu, i == 0 || mx[0] > RESCALE_LOG2 || mx[1] > RESCALE_LOG2)) {
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
-        const float mn = fmaxf(m[j], max_over_tokens(mx[j]));
-        const float alpha = exp2_approx(m[j] - mn);
-        m[j] = mn;
+        const float step_max = max_over_tokens(mx[j]);
+        const float dm = i == 0 ? step_max : fmaxf(0.f, step_max);
+        const float alpha = i == 0 ? 0.f : exp2_approx(-dm);
+        m[j] += dm;
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          sc[c][j] -= dm;
+          sc[c][j + 2] -= dm;
+        }
         l[j] *= alpha;
         z[j] *= alpha;
 #pragma unroll
@@ -485,7 +491,7 @@ __global__ void TQ_DECODE_REGS(LUT ? LUT_WARPS : REG_WARPS) tq_decode_cuda_kerne
     for (int c = 0; c < 2; ++c) {
       float p[4];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) p[e] = exp2_approx(sc[c][e] - m[e & 1]);
+      for (int e = 0; e < 4; ++e) p[e] = exp2_approx(sc[c][e]);
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
         l[j] += p[j] + p[j + 2];
