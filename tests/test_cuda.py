@@ -134,8 +134,8 @@ def test_tq_decode_table_kernel_issues_fewer_instructions():
 
 def test_tq_decode_function_picks_the_instantiation():
     """sass._tq_decode_function on a disassembly with the two instantiations of a templated decode kernel
-    (variant S in the history) and the merge kernel: each key_table value gets its own body; with one
-    untemplated decode kernel (main's) both get that one; with none it raises."""
+    (main's) and the merge kernel: each key_table value gets its own body; with one untemplated decode
+    kernel (kernel L, in the history) both get that one; with none it raises."""
     def fn(name, ops):
         return [f"\t\tFunction : {name}"] + [f"        /*{16 * i:04x}*/                   {op} ;" for i, op in enumerate(ops)]
     two = "\n".join(fn("_ZN2tq21tq_decode_cuda_kernelILb0EEEvNS_4ArgsE", ["PRMT R1, R2, R3, R4", "EXIT"])
@@ -148,6 +148,47 @@ def test_tq_decode_function_picks_the_instantiation():
     assert sass._tq_decode_function(one, True)[1] == [0, 16]
     with pytest.raises(RuntimeError, match="no decode kernel"):
         sass._tq_decode_function("\n".join(fn("_ZN2tq20tq_merge_cuda_kernelEPKfS1_Pvii", ["EXIT"])), True)
+
+
+def _kernel_attributes(cubin: Path) -> dict:
+    """Per kernel of a cubin (``cuobjdump -elf``): its thread cap (EIATTR_MAX_THREADS, x) and register cap
+    (EIATTR_MAXREG_COUNT)."""
+    import subprocess
+    out = subprocess.run([nvcc.cuobjdump(), "-elf", str(cubin)], capture_output=True, text=True, check=True).stdout
+    attrs, name, key = {}, None, None
+    for line in out.splitlines():
+        if line.startswith(".nv.info.") and "tq_" in line:
+            name, key = line[len(".nv.info."):].strip(), None
+            attrs[name] = {}
+        elif name and "Attribute:" in line:
+            key = line.split()[-1]
+        elif name and key in ("EIATTR_MAX_THREADS", "EIATTR_MAXREG_COUNT") and "Value:" in line:
+            attrs[name][key] = int(line.split()[1], 16)
+            key = None
+    return attrs
+
+
+@needs_nvcc
+@pytest.mark.parametrize("old_nvcc", [False, True])
+def test_tq_decode_launch_caps_fit_each_instantiation(old_nvcc, tmp_path):
+    """Each decode instantiation is capped at 128 registers, and under the __launch_bounds__ fallback an
+    nvcc older than 12.4 takes (forced here on a copy of the source) at its own block: the table kernel's
+    16 warps, the register kernel's 2 (an unparenthesised macro argument once capped the table kernel at
+    16 threads there, which would fail every launch)."""
+    if nvcc.cuobjdump() is None:
+        pytest.skip("no cuobjdump (CUDA toolkit or Triton's bundled copy) to read the cubin")
+    src = nvcc.SOURCES["turboquant"].read_text()
+    if old_nvcc:
+        gate = "#if defined(__CUDACC_VER_MAJOR__) && (__CUDACC_VER_MAJOR__ > 12"
+        assert src.count(gate) == 1
+        src = src.replace(gate, "#if 0 && " + gate[len("#if "):])
+    (tmp_path / "tq.cu").write_text(src)
+    attrs = _kernel_attributes(nvcc.compile_check("turboquant", tmp_path, source=tmp_path / "tq.cu"))
+    for tag, threads in (("ILb1E", 16 * 32), ("ILb0E", 2 * 32)):
+        (name,) = [n for n in attrs if "tq_decode_cuda_kernel" + tag in n]
+        assert attrs[name].get("EIATTR_MAXREG_COUNT") == 128, (name, attrs[name])
+        if old_nvcc:   # __maxnreg__ sets no thread cap; __launch_bounds__ does
+            assert attrs[name].get("EIATTR_MAX_THREADS") == threads, (name, attrs[name])
 
 
 @pytest.mark.parametrize("topic", ["nvfp4", "fp8", "turboquant"])

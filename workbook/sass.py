@@ -177,7 +177,7 @@ def _tq_rescale_branch(body: list[str], addrs: list[int]) -> int:
 def _tq_decode_function(sass: str, key_table: bool) -> tuple[list[str], list[int]]:
     """The decode kernel's instructions and addresses: the instantiation with the shared-memory key
     table (``tq_decode_cuda_kernel<true>``) or with the register table (``<false>``) of a templated
-    source (variant S in the history); a source with one untemplated decode kernel (main's) gives that one."""
+    source (main's); a source with one untemplated decode kernel (kernel L, in the history) gives that one."""
     body, addrs = _functions(sass)
     names = [n for n in body if "tq_decode_cuda_kernel" in n]
     want = [n for n in names if ("ILb1E" if key_table else "ILb0E") in n] or [n for n in names if "ILb" not in n]
@@ -195,9 +195,9 @@ def tq_decode_sass(out_dir=None, source=None, key_table: bool = True) -> dict:
     rescale branch, taken on few steps, included; ``rescale_branch_instructions`` says how many it
     holds and ``common_path_instructions_per_step`` counts the rest, what most steps issue).
     ``source``: another version of ``kernels/cuda/turboquant.cu`` (a variant on a branch or in the history).
-    ``key_table``: for a source with two instantiations of the decode kernel (variant S, commit 367ba2f:
-    ``tq_decode_cuda_kernel<bool LUT>``), the one that unpacks keys through its shared-memory table (else the
-    register one); a source with one decode kernel, as on main, gives that one either way."""
+    ``key_table``: of the two instantiations of the decode kernel (``tq_decode_cuda_kernel<bool LUT>``, as on
+    main), the one that unpacks keys through its shared-memory table (else the register one); a source with
+    one untemplated decode kernel (kernel L, commit d3dbd6e) gives that one either way."""
     ins, addr = _tq_decode_function(_disassemble("turboquant", out_dir, source), key_table)
     best, best_addr = _tq_loop(ins, addr)
     rescale = _tq_rescale_branch(best, best_addr)

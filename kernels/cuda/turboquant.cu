@@ -282,7 +282,7 @@ __device__ __forceinline__ void load_rotated_queries(const Args& a, int b, int h
 #if defined(__CUDACC_VER_MAJOR__) && (__CUDACC_VER_MAJOR__ > 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 4))
 #define TQ_DECODE_REGS(W) __maxnreg__(MAX_REGS)
 #else
-#define TQ_DECODE_REGS(W) __launch_bounds__(W * 32, 65536 / (MAX_REGS * W * 32))
+#define TQ_DECODE_REGS(W) __launch_bounds__((W) * 32, 65536 / (MAX_REGS * (W) * 32))
 #endif
 template <bool LUT>
 __global__ void TQ_DECODE_REGS(LUT ? LUT_WARPS : REG_WARPS) tq_decode_cuda_kernel(const Args a) {
