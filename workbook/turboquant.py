@@ -747,6 +747,9 @@ def decode_attention(q: torch.Tensor, cache: TurboQuantCache, batch: MixedBatch,
         index = out.device.index if out.device.index is not None else torch.cuda.current_device()
         warps = int(cfg["WAVES"] * tq_decode_resident_warps(index)) if cfg["NUM_SPLITS"] is None else 0
         S, split_len = _num_splits(cfg, warps, B * hkv, batch.max_decode_seq_len, _CUDA_STEP, whole_rounds=True)
+        table = split_len >= cfg["KEY_TABLE_MIN_SPLIT"] if cfg["KEY_TABLE"] is None else cfg["KEY_TABLE"]
+        if table not in (True, False):
+            raise ValueError(f"config KEY_TABLE must be None (the rule), True or False, got {table!r}")
         # empty is right: warp (b, KV head, s) of the CUDA kernel writes part_out/part_lse[b, its G
         # heads, s] for every b < B, KV head and split, an empty split included (lse -inf, output 0);
         # the merge reads exactly those entries (the tests poison both buffers).
@@ -756,9 +759,6 @@ def decode_attention(q: torch.Tensor, cache: TurboQuantCache, batch: MixedBatch,
         if qd.stride(2) != 1 or qd.stride(1) != d or qd.data_ptr() % 16 or qd.stride(0) * qd.element_size() % 16:
             qd = qd.clone(memory_format=torch.contiguous_format)
         scale = (sm_scale if sm_scale is not None else d ** -0.5) * math.log2(math.e) / math.sqrt(d)
-        table = split_len >= cfg["KEY_TABLE_MIN_SPLIT"] if cfg["KEY_TABLE"] is None else cfg["KEY_TABLE"]
-        if table not in (True, False):
-            raise ValueError(f"config KEY_TABLE must be None (the rule), True or False, got {table!r}")
         _cuda_tq_decode(qd, scale, cache, batch, S, split_len, part_out, part_lse, out, table)   # + its merge
         return out
     if q_rot is None:
