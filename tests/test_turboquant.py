@@ -894,21 +894,23 @@ def test_recorded_grid_is_issue_34s_grid_and_never_slower_than_sdpa():
     assert len(tq_bench.grid_table(rec).splitlines()) == len(tq_bench.GRID) + 2
 
 
-def test_key_table_threshold_is_the_one_run_10_measured():
-    """CONFIG["cuda_decode"]["KEY_TABLE_MIN_SPLIT"] is the split length that the record's run 10 chose, and
-    recomputing that choice from the run's own times gives it again: the threshold on split length that
-    minimises the summed time of the chosen form (table at or above it, registers below) over the better
-    form at each point. A CONFIG changed without a measurement fails here."""
+def test_key_table_threshold_is_the_one_measured():
+    """CONFIG["cuda_decode"]["KEY_TABLE_MIN_SPLIT"] is the split length that the record's latest run with both
+    forms forced (keys '<variant>-table' and '<variant>-regs') chose, and recomputing that choice from the
+    run's own times gives it again: the threshold on split length that minimises the summed time of the
+    chosen form (table at or above it, registers below) over the better form at each point. A CONFIG changed
+    without a measurement fails here."""
     from workbook.records import load_record
     cv = load_record("turboquant")["results"]["cuda_variants_measured"]
-    k = next(i + 1 for i, run in enumerate(cv["runs"]) if any(key.startswith("S-table ") for key in run))
+    k = max(i + 1 for i, run in enumerate(cv["runs"]) if any(key.split(" ")[0].endswith("-table") for key in run))
     run, thr = cv["runs"][k - 1], cv[f"run{k}_key_table_min_split"]
+    v = next(key.split(" ")[0].removesuffix("-table") for key in run if key.split(" ")[0].endswith("-table"))
     assert tq.CONFIG["cuda_decode"]["KEY_TABLE_MIN_SPLIT"] == thr
     pts = []
     for key, ((*_, note),) in run.items():
-        if key.startswith("S "):
+        if key.startswith(f"{v} ") and f"{v}-table {key.split(' ', 1)[1]}" in run:
             pt = key.split(" ", 1)[1]
-            t_table, t_regs = run[f"S-table {pt}"][0][1], run[f"S-regs {pt}"][0][1]
+            t_table, t_regs = run[f"{v}-table {pt}"][0][1], run[f"{v}-regs {pt}"][0][1]
             pts.append((int(note.removeprefix("split_len ")), t_table, t_regs))
     assert len(pts) >= 20 and len({p[0] for p in pts}) >= 5
 
