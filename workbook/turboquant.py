@@ -516,13 +516,14 @@ def _check_qkv(q, k, v, cache, batch):
 # per MIN_SPLIT tokens, but a grid of up to SMALL_WARPS warps may cut splits to one 32-token step (short
 # contexts: a warp's fixed cost and the merge outweigh its steps; turboquant.json "launch_rule"). KEY_TABLE:
 # True the kernel's shared-memory key table, False its register table, None the rule: the table for splits
-# of KEY_TABLE_MIN_SPLIT tokens or more, where its 64 KB fill per block paid in turboquant.json's run 10.
+# of KEY_TABLE_MIN_SPLIT tokens or more, where its 64 KB fill per block paid on the H200 (turboquant.json's
+# run 11: below, its 16-warp blocks fill too few multiprocessors).
 CONFIG = {
     "store": {"BLOCK_R": 16, "num_warps": 4},
     "decode": {"BLOCK_N": 64, "BLOCK_G": 16, "NUM_SPLITS": None, "WAVES": 8, "MIN_SPLIT": 256,
                "num_warps": 4, "num_stages": 1, "maxnreg": 128},
     "cuda_decode": {"NUM_SPLITS": None, "WAVES": 1, "MIN_SPLIT": 256, "SMALL_WARPS": 512, "KEY_TABLE": None,
-                    "KEY_TABLE_MIN_SPLIT": 1536},
+                    "KEY_TABLE_MIN_SPLIT": 512},
     "prefill": {"BLOCK_M": 64, "BLOCK_N": 64, "LOOKUP": 0, "num_warps": 4, "num_stages": 1},
 }
 if not ON_GPU:  # the interpreter pays per operation, not per element: few, large programs
