@@ -517,7 +517,7 @@ def _check_qkv(q, k, v, cache, batch):
 # contexts: a warp's fixed cost and the merge outweigh its steps; turboquant.json "launch_rule"). KEY_TABLE:
 # True the kernel's shared-memory key table, False its register table, None the rule: the table for splits
 # of KEY_TABLE_MIN_SPLIT tokens or more, where its 64 KB fill per block paid on the H200 (turboquant.json's
-# run 11: below, its 16-warp blocks fill too few multiprocessors).
+# run 11, the latest run that forces both forms; tests/test_turboquant.py recomputes the choice).
 CONFIG = {
     "store": {"BLOCK_R": 16, "num_warps": 4},
     "decode": {"BLOCK_N": 64, "BLOCK_G": 16, "NUM_SPLITS": None, "WAVES": 8, "MIN_SPLIT": 256,
