@@ -619,6 +619,28 @@ def test_benchmark_code_path_on_tiny_sizes():
             tq_bench.run(smoke=True)
 
 
+def test_sustained_point_code_path_on_tiny_sizes():
+    """The sustained-load diagnosis on tiny sizes (any device; GPU timing aside): every timer is called on
+    both calls, and its row is a valid record (time keys named by their timers)."""
+    from workbook.records import validate_record
+    seen = []
+
+    def timer(tag, value):
+        def t(fn):
+            fn()
+            seen.append(tag)
+            return value
+        return t
+    timers = {"graph": timer("graph", 2.0), "graph1": timer("graph1", 3.0), "eager": timer("eager", 4.0),
+              "profiler": timer("profiler", {"kernel": 1.0}), "power": timer("power", {"error": "no nvidia-smi"})}
+    row = tq_bench.sustained_point(2, 64, 4, 2, 32, 16, timers, backend="triton")
+    assert seen == ["graph", "graph1", "eager", "profiler", "power", "graph"] * 2
+    assert row["ours_graph_over_eager"] == 0.5 and row["sdpa_graph1_graph_us"] == 3.0
+    validate_record({"schema": 2, "name": "t", "recorded": "2026-12-07",
+                     "machine": {"device": "cpu", "torch": "x", "python": "x", "triton": "x"},
+                     "timers": dict(tq_bench.TIMERS), "ceilings": {}, "results": {"sustained": [row]}})
+
+
 def test_mixed_step_twin_code_path_on_the_cpu(monkeypatch):
     """The mixed-step benchmark's plumbing on tiny sizes (the flash call is CUDA-only: replaced by
     per-request SDPA): zeros and empty both timed, the fill alone, the bf16 twin's new tokens stored at

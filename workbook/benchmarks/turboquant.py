@@ -10,7 +10,8 @@ graph of 10 calls; median of 3 windows, one window with ``smoke``) and ``eager``
 Python call, host and launches included). Read rates are each cache's bytes over its GPU time, measured
 in the same run. The full run adds zeros vs empty for ``attn_out`` in a mixed step (store + decode +
 prefill, :data:`MIXED_STEP`), the CUDA kernel's default configuration over :data:`GRID` and the
-copy ceiling.
+copy ceiling, and what sustained load does to each timer at :data:`SUSTAINED_POINTS`
+(:func:`sustained_point`).
 
 ``smoke=True`` is what notebook 04 times live: batch 8 x 4k, each backend's default configuration
 (:data:`SMOKE_CONFIGS`). ``budget_s`` skips the (batch, context) points that would start after it ran
@@ -28,12 +29,12 @@ import triton
 from ..check import rel_err
 from ..device import DEVICE
 from ..records import Measurement, format_table
-from ..timing import copy_ceiling_GBps, graph_time_us, require_gpu, time_us
+from ..timing import TIMERS as _TIMERS, copy_ceiling_GBps, graph_time_us, kernel_times_us, power_probe, require_gpu, time_us
 from ..turboquant import (MixedBatch, allocate_cache, decode_attention, dequantize_keys, make_example,
                           mixed_attention, pack_nibbles, quantize_keys, quantize_values, sign_magnitude, slot_bytes)
 
 __all__ = ["run", "table", "grid_table", "GRID", "decode_point", "key_mse", "mse_table", "PAPER_MSE", "SHAPES", "SMOKE_SHAPES", "CONFIGS", "SMOKE_CONFIGS", "HEADS",
-           "MIXED_STEP", "TIMERS"]
+           "MIXED_STEP", "TIMERS", "SUSTAINED_POINTS", "sustained_point"]
 
 HEADS = {"hq": 32, "hkv": 8, "d": 128, "block_size": 16}
 SHAPES = [(8, 4096), (8, 32768), (8, 65536), (32, 4096), (32, 32768), (128, 16384)]   # (batch, context)
@@ -56,7 +57,11 @@ TIMERS = {
              "median of 3 windows (smoke: one window)",
     "eager": "per-call time of the Python call, host work and launches included (workbook.timing.time_us: "
              "triton.testing.do_bench median)",
+    "profiler": _TIMERS["profiler"],
 }
+# long points where the full run also records what sustained load does to each timer (results["sustained"]):
+# on the H200 the CUDA decode's graph-replay time sat above its eager time there, SDPA's did not
+SUSTAINED_POINTS = [(32, 32768), (8, 65536)]
 
 
 # The paper's MSE distortion of its MSE quantizer on unit vectors, b = 1..4 (Theorem on D_mse, numeric
@@ -115,6 +120,11 @@ def run(*, budget_s: float | None = None, smoke: bool = False) -> Measurement:
         except Exception as e:  # noqa: BLE001  (recorded; the decode figures above stand)
             res["mixed_step"] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
         print("mixed", res["mixed_step"], flush=True)
+        try:
+            res["sustained"] = [sustained_point(B, T, HEADS["hq"], HEADS["hkv"], HEADS["d"], HEADS["block_size"],
+                                                _sustained_timers()) for B, T in SUSTAINED_POINTS]
+        except Exception as e:  # noqa: BLE001  (recorded; the figures above stand)
+            res["sustained"] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
         ceilings["copy_GBps"] = copy_ceiling_GBps()
     res["mse"] = mse_table(128 if not smoke else 32, n=4096 if not smoke else 256)   # a CPU computation
     if skipped:
@@ -281,6 +291,36 @@ def decode_point(B, T, hq, hkv, d, block_size, timer, eager, configs, seed=0):
     row["speedup_vs_sdpa"] = row["sdpa_graph_us"] / row["ours_graph_us"]
     ours_best()
     row["rel_err_vs_sdpa_bf16"] = rel_err(out.float(), ref)  # quantization error included
+    return row
+
+
+def _sustained_timers() -> dict:
+    return {"graph": lambda fn: graph_time_us(fn, n=10, windows=3), "graph1": lambda fn: graph_time_us(fn, n=1, windows=3),
+            "eager": time_us, "profiler": kernel_times_us,
+            "power": lambda fn: power_probe(fn, seconds=1.5, n=10, settle_s=0.4)}
+
+
+def sustained_point(B, T, hq, hkv, d, block_size, timers: dict, backend: str = "cuda", seed: int = 0) -> dict:
+    """What each timer sees at one decode point under sustained load, for our decode (``backend``, its default
+    configuration) and SDPA: ``graph`` (a graph of 10 calls, as the tables; again after the power probe),
+    ``graph1`` (a graph of one call per replay), ``eager``, ``profiler`` (each kernel's own time) and ``power``
+    (nvidia-smi's SM clock, board power and power-cap flag during sustained replay,
+    :func:`workbook.timing.power_probe`). ``timers`` maps those names to functions of a call."""
+    import torch.nn.functional as F
+
+    q16, k16, v16, cache, batch, out = _decode_setup(B, T, hq, hkv, d, block_size, seed)
+    q = q16[:, :, 0].contiguous()
+    calls = {"ours": lambda: decode_attention(q, cache, batch, out, backend=backend),
+             "sdpa": lambda: F.scaled_dot_product_attention(q16, k16, v16, enable_gqa=True)}
+    row = {"batch": B, "context": T, "backend": backend}
+    for name, fn in calls.items():
+        row[f"{name}_graph_us"] = timers["graph"](fn)
+        row[f"{name}_graph1_graph_us"] = timers["graph1"](fn)
+        row[f"{name}_eager_us"] = timers["eager"](fn)
+        row[f"{name}_kernels_profiler_us"] = timers["profiler"](fn)
+        row[f"{name}_power"] = timers["power"](fn)
+        row[f"{name}_after_power_graph_us"] = timers["graph"](fn)
+        row[f"{name}_graph_over_eager"] = row[f"{name}_graph_us"] / row[f"{name}_eager_us"]
     return row
 
 
