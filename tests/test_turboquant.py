@@ -941,3 +941,31 @@ def test_key_table_threshold_is_the_one_measured():
 
     cands = sorted({n for n, _, _ in pts} | {10 ** 9})
     assert thr in cands and cost(thr) == pytest.approx(min(cost(c) for c in cands))
+    assert tq_bench.choose_key_table_threshold(pts) == thr   # the benchmark's own chooser agrees
+
+
+def test_choose_key_table_threshold_on_known_cases():
+    """The chooser key_table_ab uses: the table never (10**9) when it always loses, from the shortest split
+    when it always wins, and from where it starts winning when that flips once; ties to the shortest."""
+    ns = [128, 256, 512, 1024, 2048]
+    assert tq_bench.choose_key_table_threshold([(n, 2.0, 1.0) for n in ns]) == 10 ** 9
+    assert tq_bench.choose_key_table_threshold([(n, 1.0, 2.0) for n in ns]) == 128
+    flip = [(n, 1.0 if n >= 512 else 3.0, 2.0) for n in ns]
+    assert tq_bench.choose_key_table_threshold(flip) == 512
+    assert tq_bench.choose_key_table_threshold([(256, 1.0, 1.0), (512, 1.0, 1.0)]) == 256
+    # one noisy point below the flip does not pull the threshold down when it costs more elsewhere
+    assert tq_bench.choose_key_table_threshold(flip + [(200, 1.9, 2.0)]) == 512
+
+
+def test_key_table_ab_code_path():
+    """The key-table A/B's plumbing (GPU timing aside): every form at every point, the record's run format,
+    both forms' bits compared, a threshold among the split lengths seen; refused without a GPU."""
+    if not ON_GPU:
+        with pytest.raises(RuntimeError, match="GPU"):
+            tq_bench.key_table_ab(points=[(1, 1024)])
+        return
+    ab = tq_bench.key_table_ab(points=[(1, 1024), (8, 4096)], timer=_calls, eager=_calls)
+    assert set(ab["run"]) == {f"{f} B{b} T{t}" for f in ("T", "T-table", "T-regs") for b, t in ((1, 1024), (8, 4096))}
+    assert all(ab["table_equals_regs_bitwise"].values())
+    splits = {int(v[0][5].split()[1]) for v in ab["run"].values()}
+    assert ab["threshold"] in splits | {10 ** 9}

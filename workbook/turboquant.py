@@ -45,7 +45,7 @@ __all__ = [
     "TurboQuantCache", "allocate_cache", "slot_bytes", "MixedBatch", "make_batch", "CoverageError",
     "prove_coverage", "store_kv", "store_kv_reference", "dequantize_cache", "reference_attention",
     "reference_mixed_attention", "rotate_queries", "decode_attention", "prefill_attention",
-    "mixed_attention", "write_attention", "tq_decode_resident_warps", "CONFIG", "EMULATE_WHY", "make_example",
+    "mixed_attention", "write_attention", "tq_decode_resident_warps", "cuda_decode_launch", "CONFIG", "EMULATE_WHY", "make_example",
 ]
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
@@ -516,8 +516,7 @@ def _check_qkv(q, k, v, cache, batch):
 # per MIN_SPLIT tokens, but a grid of up to SMALL_WARPS warps may cut splits to one 32-token step (short
 # contexts: a warp's fixed cost and the merge outweigh its steps; turboquant.json "launch_rule"). KEY_TABLE:
 # True the kernel's shared-memory key table, False its register table, None the rule: the table for splits
-# of KEY_TABLE_MIN_SPLIT tokens or more, where its 64 KB fill per block paid on the H200 (turboquant.json's
-# run 11, the latest run that forces both forms; tests/test_turboquant.py recomputes the choice).
+# of KEY_TABLE_MIN_SPLIT tokens or more, where its 64 KB fill paid (benchmarks.turboquant.key_table_ab).
 CONFIG = {
     "store": {"BLOCK_R": 16, "num_warps": 4},
     "decode": {"BLOCK_N": 64, "BLOCK_G": 16, "NUM_SPLITS": None, "WAVES": 8, "MIN_SPLIT": 256,
@@ -621,8 +620,7 @@ def reference_mixed_attention(q, k, v, cache: TurboQuantCache, batch: MixedBatch
         else:
             P = L - (b - a)
             keys, vals = dequantize_cache(cache, row, P)
-            keys = torch.cat([keys, k[a:b].float()])
-            vals = torch.cat([vals, v[a:b].float()])
+            keys, vals = torch.cat([keys, k[a:b].float()]), torch.cat([vals, v[a:b].float()])
             out[a:b] = reference_attention(q[a:b], keys, vals, causal_offset=P, sm_scale=sm_scale)
     return out
 
@@ -657,8 +655,7 @@ def _cdiv(a: int, b: int) -> int:   # on every decode call's host path (triton.c
 
 def _check_cuda_decode(q, cache: TurboQuantCache, hq: int, d: int) -> None:
     """What the CUDA decode kernel (kernels/cuda/turboquant.cu) is written for; the Triton one takes more."""
-    hkv = cache.num_kv_heads
-    bs = cache.block_size
+    hkv, bs = cache.num_kv_heads, cache.block_size
     if d != 128:
         raise ValueError(f"backend='cuda' decodes head_dim 128 only (its MMA layout is written for it), got {d}; "
                          "use backend='triton'")
@@ -691,11 +688,10 @@ def _cuda_tq_decode(q: torch.Tensor, q_scale: float, cache, batch, num_splits: i
     nvcc.check_backend("cuda")
     lib = nvcc.build()
     B, hq = part_out.shape[0], part_out.shape[1]
-    t0, t1, t2, t3 = cache.key_table_words
     err = lib.tq_decode_cuda(
         q.data_ptr(), _Q_DTYPES[q.dtype], q.stride(0), ctypes.c_float(q_scale), batch.block_table.data_ptr(),
         batch.seq_lens.data_ptr(), *(t.data_ptr() for t in cache.tensors()), part_out.data_ptr(),
-        part_lse.data_ptr(), out.data_ptr(), _Q_DTYPES[out.dtype], t0, t1, t2, t3, B, hq, cache.num_kv_heads,
+        part_lse.data_ptr(), out.data_ptr(), _Q_DTYPES[out.dtype], *cache.key_table_words, B, hq, cache.num_kv_heads,
         cache.block_size, batch.block_table.stride(0), batch.block_table.shape[1], num_splits, split_len,
         *nvcc.device_stream(q), int(key_table))
     nvcc.check_error(lib, err, "tq_decode_cuda")
@@ -714,6 +710,17 @@ def tq_decode_resident_warps(device_index: int) -> int:
         nvcc.check_error(lib, lib.tq_decode_cuda_warps_per_sm(device_index, ctypes.byref(w)), "tq_decode_cuda_warps_per_sm")
         _tq_warps[device_index] = w.value * torch.cuda.get_device_properties(device_index).multi_processor_count
     return _tq_warps[device_index]
+
+
+def cuda_decode_launch(cfg: dict, pairs: int, max_len: int, device_index: int) -> tuple[int, int, bool]:
+    """The CUDA decode's launch rule, the launcher's and the benchmarks': (splits, split_len, key_table) for
+    ``pairs`` (requests x KV heads) over at most ``max_len`` tokens under ``cfg`` (CONFIG["cuda_decode"]'s keys)."""
+    warps = int(cfg["WAVES"] * tq_decode_resident_warps(device_index)) if cfg["NUM_SPLITS"] is None else 0
+    S, split_len = _num_splits(cfg, warps, pairs, max_len, _CUDA_STEP, whole_rounds=True)
+    table = split_len >= cfg["KEY_TABLE_MIN_SPLIT"] if cfg["KEY_TABLE"] is None else cfg["KEY_TABLE"]
+    if table not in (True, False):
+        raise ValueError(f"config KEY_TABLE must be None (the rule), True or False, got {table!r}")
+    return S, split_len, table
 
 
 def decode_attention(q: torch.Tensor, cache: TurboQuantCache, batch: MixedBatch, out: torch.Tensor,
@@ -741,16 +748,11 @@ def decode_attention(q: torch.Tensor, cache: TurboQuantCache, batch: MixedBatch,
                              f"{tuple(out.shape[1:])}, got {tuple(t.shape)}")
     if B == 0:
         return out
-    hq, d = out.shape[1], out.shape[2]
-    hkv = cache.num_kv_heads
+    hq, d, hkv = out.shape[1], out.shape[2], cache.num_kv_heads
     if use_cuda:
         _check_cuda_decode(q, cache, hq, d)
         index = out.device.index if out.device.index is not None else torch.cuda.current_device()
-        warps = int(cfg["WAVES"] * tq_decode_resident_warps(index)) if cfg["NUM_SPLITS"] is None else 0
-        S, split_len = _num_splits(cfg, warps, B * hkv, batch.max_decode_seq_len, _CUDA_STEP, whole_rounds=True)
-        table = split_len >= cfg["KEY_TABLE_MIN_SPLIT"] if cfg["KEY_TABLE"] is None else cfg["KEY_TABLE"]
-        if table not in (True, False):
-            raise ValueError(f"config KEY_TABLE must be None (the rule), True or False, got {table!r}")
+        S, split_len, table = cuda_decode_launch(cfg, B * hkv, batch.max_decode_seq_len, index)
         # empty is right: warp (b, KV head, s) of the CUDA kernel writes part_out/part_lse[b, its G
         # heads, s] for every b < B, KV head and split, an empty split included (lse -inf, output 0);
         # the merge reads exactly those entries (the tests poison both buffers).
@@ -762,8 +764,7 @@ def decode_attention(q: torch.Tensor, cache: TurboQuantCache, batch: MixedBatch,
         scale = (sm_scale if sm_scale is not None else d ** -0.5) * math.log2(math.e) / math.sqrt(d)
         _cuda_tq_decode(qd, scale, cache, batch, S, split_len, part_out, part_lse, out, table)   # + its merge
         return out
-    if q_rot is None:
-        q_rot = rotate_queries(q[:B], cache, sm_scale)
+    q_rot = rotate_queries(q[:B], cache, sm_scale) if q_rot is None else q_rot
     S, split_len = _num_splits(cfg, cfg["WAVES"] * sm_count(), B * hkv, batch.max_decode_seq_len, cfg["BLOCK_N"])
     if S > 1:
         # empty is right: program (b, kv head, s) writes part_out/part_lse[b, its G heads, s] for every

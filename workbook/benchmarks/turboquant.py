@@ -11,7 +11,8 @@ Python call, host and launches included). Read rates are each cache's bytes over
 in the same run. The full run adds zeros vs empty for ``attn_out`` in a mixed step (store + decode +
 prefill, :data:`MIXED_STEP`), the CUDA kernel's default configuration over :data:`GRID` and the
 copy ceiling, and what sustained load does to each timer at :data:`SUSTAINED_POINTS`
-(:func:`sustained_point`).
+(:func:`sustained_point`). :func:`key_table_ab` (not part of ``run``) re-measures the CUDA kernel's
+key-table threshold on the GPU at hand: it depends on the GPU (turboquant.json: runs 10 and 11).
 
 ``smoke=True`` is what notebook 04 times live: batch 8 x 4k, each backend's default configuration
 (:data:`SMOKE_CONFIGS`). ``budget_s`` skips the (batch, context) points that would start after it ran
@@ -34,7 +35,8 @@ from ..turboquant import (MixedBatch, allocate_cache, decode_attention, dequanti
                           mixed_attention, pack_nibbles, quantize_keys, quantize_values, sign_magnitude, slot_bytes)
 
 __all__ = ["run", "table", "grid_table", "GRID", "decode_point", "key_mse", "mse_table", "PAPER_MSE", "SHAPES", "SMOKE_SHAPES", "CONFIGS", "SMOKE_CONFIGS", "HEADS",
-           "MIXED_STEP", "TIMERS", "SUSTAINED_POINTS", "sustained_point"]
+           "MIXED_STEP", "TIMERS", "SUSTAINED_POINTS", "sustained_point",
+           "KEY_TABLE_POINTS", "key_table_ab", "choose_key_table_threshold"]
 
 HEADS = {"hq": 32, "hkv": 8, "d": 128, "block_size": 16}
 SHAPES = [(8, 4096), (8, 32768), (8, 65536), (32, 4096), (32, 32768), (128, 16384)]   # (batch, context)
@@ -62,6 +64,8 @@ TIMERS = {
 # long points where the full run also records what sustained load does to each timer (results["sustained"]):
 # on the H200 the CUDA decode's graph-replay time sat above its eager time there, SDPA's did not
 SUSTAINED_POINTS = [(32, 32768), (8, 65536)]
+# where key_table_ab times both forms of the CUDA kernel: issue 34's grid and seven long points
+KEY_TABLE_POINTS = GRID + [(8, 32768), (32, 32768), (32, 65536), (16, 24576), (4, 131072), (64, 8192), (2, 5000)]
 
 
 # The paper's MSE distortion of its MSE quantizer on unit vectors, b = 1..4 (Theorem on D_mse, numeric
@@ -292,6 +296,54 @@ def decode_point(B, T, hq, hkv, d, block_size, timer, eager, configs, seed=0):
     ours_best()
     row["rel_err_vs_sdpa_bf16"] = rel_err(out.float(), ref)  # quantization error included
     return row
+
+
+def choose_key_table_threshold(points) -> int:
+    """The split length from which the key table should run, from ``points`` = [(split_len, table_us,
+    registers_us)]: the threshold that minimises the summed time of the form it picks (the table at or above
+    it, registers below) relative to the better form at each point; ties go to the shortest. 10**9 = never."""
+    def cost(c):
+        return sum((tt if n >= c else tr) / min(tt, tr) for n, tt, tr in points)
+    return min(sorted({n for n, _, _ in points} | {10 ** 9}), key=lambda c: (cost(c), c))
+
+
+def key_table_ab(points=KEY_TABLE_POINTS, variant: str = "T", timer=None, eager=time_us, seed: int = 0) -> dict:
+    """The CUDA decode by its rule and with each form forced (KEY_TABLE True / False) against SDPA at each
+    (batch, context) of ``points`` (:data:`HEADS`), each form timed twice in turn and the faster kept (``timer``:
+    graph replay of 10 calls, median of 3 windows); returns ``{"run": {"<variant>[-table|-regs] B<b> T<t>":
+    [[sdpa_us, ours_us, eager_us or None, speedup, None, "split_len <n>"]]}, "threshold": the one
+    :func:`choose_key_table_threshold` picks, "table_equals_regs_bitwise": {point: bool}}`` (the format of
+    turboquant.json's cuda_variants_measured runs; eager time of the rule's launch only). GPU only."""
+    import torch.nn.functional as F
+    from ..turboquant import CONFIG, cuda_decode_launch
+
+    require_gpu("workbook.benchmarks.turboquant.key_table_ab")
+    timer = timer or (lambda fn: graph_time_us(fn, n=10, windows=3))
+    forms = {variant: None, f"{variant}-table": {"KEY_TABLE": True}, f"{variant}-regs": {"KEY_TABLE": False}}
+    run, same, pts = {}, {}, []
+    for B, T in points:
+        q16, k16, v16, cache, batch, out = _decode_setup(B, T, HEADS["hq"], HEADS["hkv"], HEADS["d"],
+                                                         HEADS["block_size"], seed)
+        q = q16[:, :, 0].contiguous()
+        t_sdpa = timer(lambda: F.scaled_dot_product_attention(q16, k16, v16, enable_gqa=True))
+        n = cuda_decode_launch(dict(CONFIG["cuda_decode"]), B * HEADS["hkv"], T, torch.cuda.current_device())[1]
+        calls = {f: (lambda c=c: decode_attention(q, cache, batch, out, backend="cuda", config=c)) for f, c in forms.items()}
+        best, outs = {}, {}
+        for _ in range(2):   # each form twice, in turn; the faster kept
+            for f, fn in calls.items():
+                best[f] = min(best.get(f, math.inf), timer(fn))
+        for f, fn in calls.items():
+            fn()
+            outs[f] = out.clone()
+        pt = f"B{B} T{T}"
+        same[pt] = bool(torch.equal(outs[f"{variant}-table"], outs[f"{variant}-regs"]))
+        for f, fn in calls.items():
+            run[f"{f} {pt}"] = [[round(t_sdpa, 1), round(best[f], 1), round(eager(fn), 1) if f == variant else None,
+                                 round(t_sdpa / best[f], 3), None, f"split_len {n}"]]
+        pts.append((n, best[f"{variant}-table"], best[f"{variant}-regs"]))
+        del q16, k16, v16, cache, batch, out, outs
+        torch.cuda.empty_cache()
+    return {"run": run, "threshold": choose_key_table_threshold(pts), "table_equals_regs_bitwise": same}
 
 
 def _sustained_timers() -> dict:
