@@ -944,6 +944,24 @@ def test_key_table_threshold_is_the_one_measured():
     assert tq_bench.choose_key_table_threshold(pts) == thr   # the benchmark's own chooser agrees
 
 
+def test_cuda_decode_launch_rule_on_the_cpu(monkeypatch):
+    """The CUDA decode's launch rule (the launcher's and key_table_ab's), with an H200's 2112 resident warps
+    stood in: whole rounds of splits, the key table from KEY_TABLE_MIN_SPLIT tokens, KEY_TABLE forcing
+    either form, NUM_SPLITS fixing the split count, and a bad KEY_TABLE refused with its name."""
+    monkeypatch.setattr(tq, "tq_decode_resident_warps", lambda index: 2112)
+    cfg = dict(tq.CONFIG["cuda_decode"])
+    thr = cfg["KEY_TABLE_MIN_SPLIT"]
+    S, n, table = tq.cuda_decode_launch(cfg, 64, 65536, 0)          # batch 8 x 64k
+    assert S == 2112 // 64 and S * n >= 65536 > (S - 1) * n and n % 32 == 0 and table == (n >= thr)
+    assert tq.cuda_decode_launch(cfg, 8, 1024, 0)[2] is (32 >= thr)  # batch 1 x 1k: one-step splits
+    assert tq.cuda_decode_launch(cfg, 1024, 1024, 0)[1:] == (512, 512 >= thr)   # batch 128 x 1k: the run-11 edge
+    assert tq.cuda_decode_launch({**cfg, "KEY_TABLE": True}, 8, 1024, 0)[2] is True
+    assert tq.cuda_decode_launch({**cfg, "KEY_TABLE": False}, 64, 65536, 0)[2] is False
+    assert tq.cuda_decode_launch({**cfg, "NUM_SPLITS": 4}, 64, 65536, 0)[:2] == (4, 16384)
+    with pytest.raises(ValueError, match="KEY_TABLE"):
+        tq.cuda_decode_launch({**cfg, "KEY_TABLE": "yes"}, 64, 65536, 0)
+
+
 def test_choose_key_table_threshold_on_known_cases():
     """The chooser key_table_ab uses: the table never (10**9) when it always loses, from the shortest split
     when it always wins, and from where it starts winning when that flips once; ties to the shortest."""
