@@ -958,8 +958,15 @@ def test_cuda_decode_launch_rule_on_the_cpu(monkeypatch):
     assert tq.cuda_decode_launch({**cfg, "KEY_TABLE": True}, 8, 1024, 0)[2] is True
     assert tq.cuda_decode_launch({**cfg, "KEY_TABLE": False}, 64, 65536, 0)[2] is False
     assert tq.cuda_decode_launch({**cfg, "NUM_SPLITS": 4}, 64, 65536, 0)[:2] == (4, 16384)
-    with pytest.raises(ValueError, match="KEY_TABLE"):
-        tq.cuda_decode_launch({**cfg, "KEY_TABLE": "yes"}, 64, 65536, 0)
+    for bad in ("yes", 1):
+        with pytest.raises(ValueError, match="KEY_TABLE"):
+            tq.cuda_decode_launch({**cfg, "KEY_TABLE": bad}, 64, 65536, 0)
+
+
+def test_key_table_points_are_distinct_and_cover_the_grid():
+    """key_table_ab times each point once (a point listed twice would count twice in the threshold's cost)."""
+    pts = tq_bench.KEY_TABLE_POINTS
+    assert len(set(pts)) == len(pts) and set(tq_bench.GRID) <= set(pts)
 
 
 def test_choose_key_table_threshold_on_known_cases():

@@ -718,7 +718,7 @@ def cuda_decode_launch(cfg: dict, pairs: int, max_len: int, device_index: int) -
     warps = int(cfg["WAVES"] * tq_decode_resident_warps(device_index)) if cfg["NUM_SPLITS"] is None else 0
     S, split_len = _num_splits(cfg, warps, pairs, max_len, _CUDA_STEP, whole_rounds=True)
     table = split_len >= cfg["KEY_TABLE_MIN_SPLIT"] if cfg["KEY_TABLE"] is None else cfg["KEY_TABLE"]
-    if table not in (True, False):
+    if not isinstance(table, bool):
         raise ValueError(f"config KEY_TABLE must be None (the rule), True or False, got {table!r}")
     return S, split_len, table
 

@@ -12,7 +12,8 @@ in the same run. The full run adds zeros vs empty for ``attn_out`` in a mixed st
 prefill, :data:`MIXED_STEP`), the CUDA kernel's default configuration over :data:`GRID` and the
 copy ceiling, and what sustained load does to each timer at :data:`SUSTAINED_POINTS`
 (:func:`sustained_point`). :func:`key_table_ab` (not part of ``run``) re-measures the CUDA kernel's
-key-table threshold on the GPU at hand: it depends on the GPU (turboquant.json: runs 10 and 11).
+key-table threshold on the GPU at hand (turboquant.json: run 10 chose one on an H100, run 11 another on
+the H200, within its spread).
 
 ``smoke=True`` is what notebook 04 times live: batch 8 x 4k, each backend's default configuration
 (:data:`SMOKE_CONFIGS`). ``budget_s`` skips the (batch, context) points that would start after it ran
@@ -31,7 +32,7 @@ from ..check import rel_err
 from ..device import DEVICE
 from ..records import Measurement, format_table
 from ..timing import TIMERS as _TIMERS, copy_ceiling_GBps, graph_time_us, kernel_times_us, power_probe, require_gpu, time_us
-from ..turboquant import (MixedBatch, allocate_cache, decode_attention, dequantize_keys, make_example,
+from ..turboquant import (CONFIG, MixedBatch, allocate_cache, decode_attention, dequantize_keys, make_example,
                           mixed_attention, pack_nibbles, quantize_keys, quantize_values, sign_magnitude, slot_bytes)
 
 __all__ = ["run", "table", "grid_table", "GRID", "decode_point", "key_mse", "mse_table", "PAPER_MSE", "SHAPES", "SMOKE_SHAPES", "CONFIGS", "SMOKE_CONFIGS", "HEADS",
@@ -64,8 +65,8 @@ TIMERS = {
 # long points where the full run also records what sustained load does to each timer (results["sustained"]):
 # on the H200 the CUDA decode's graph-replay time sat above its eager time there, SDPA's did not
 SUSTAINED_POINTS = [(32, 32768), (8, 65536)]
-# where key_table_ab times both forms of the CUDA kernel: issue 34's grid and seven long points
-KEY_TABLE_POINTS = GRID + [(8, 32768), (32, 32768), (32, 65536), (16, 24576), (4, 131072), (64, 8192), (2, 5000)]
+# where key_table_ab times both forms of the CUDA kernel: issue 34's grid and six long points beyond it
+KEY_TABLE_POINTS = GRID + [(8, 32768), (32, 32768), (16, 24576), (4, 131072), (64, 8192), (2, 5000)]
 
 
 # The paper's MSE distortion of its MSE quantizer on unit vectors, b = 1..4 (Theorem on D_mse, numeric
@@ -101,7 +102,8 @@ def run(*, budget_s: float | None = None, smoke: bool = False) -> Measurement:
     windows = 1 if smoke else 3
     timer = lambda fn: graph_time_us(fn, n=10, windows=windows)  # noqa: E731
     configs = SMOKE_CONFIGS if smoke else CONFIGS
-    res = {"shapes": [], "configs": configs, "slot_bytes": slot_bytes(HEADS["d"])}
+    res = {"shapes": [], "configs": configs, "cuda_decode_config": dict(CONFIG["cuda_decode"]),
+           "slot_bytes": slot_bytes(HEADS["d"])}
     skipped = []
     for B, T in (SMOKE_SHAPES if smoke else SHAPES):
         if budget_s is not None and time.time() - t0 > budget_s:
@@ -124,8 +126,8 @@ def run(*, budget_s: float | None = None, smoke: bool = False) -> Measurement:
         except Exception as e:  # noqa: BLE001  (recorded; the decode figures above stand)
             res["mixed_step"] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
         print("mixed", res["mixed_step"], flush=True)
-        try:
-            res["sustained"] = [sustained_point(B, T, HEADS["hq"], HEADS["hkv"], HEADS["d"], HEADS["block_size"],
+        try:   # (budget_s: the whole section, or none of it)
+            res["sustained"] = [] if budget_s is not None and time.time() - t0 > budget_s else [sustained_point(B, T, HEADS["hq"], HEADS["hkv"], HEADS["d"], HEADS["block_size"],
                                                 _sustained_timers()) for B, T in SUSTAINED_POINTS]
         except Exception as e:  # noqa: BLE001  (recorded; the figures above stand)
             res["sustained"] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
@@ -315,7 +317,7 @@ def key_table_ab(points=KEY_TABLE_POINTS, variant: str = "T", timer=None, eager=
     :func:`choose_key_table_threshold` picks, "table_equals_regs_bitwise": {point: bool}}`` (the format of
     turboquant.json's cuda_variants_measured runs; eager time of the rule's launch only). GPU only."""
     import torch.nn.functional as F
-    from ..turboquant import CONFIG, cuda_decode_launch
+    from ..turboquant import cuda_decode_launch
 
     require_gpu("workbook.benchmarks.turboquant.key_table_ab")
     timer = timer or (lambda fn: graph_time_us(fn, n=10, windows=3))
@@ -341,7 +343,7 @@ def key_table_ab(points=KEY_TABLE_POINTS, variant: str = "T", timer=None, eager=
             run[f"{f} {pt}"] = [[round(t_sdpa, 1), round(best[f], 1), round(eager(fn), 1) if f == variant else None,
                                  round(t_sdpa / best[f], 3), None, f"split_len {n}"]]
         pts.append((n, best[f"{variant}-table"], best[f"{variant}-regs"]))
-        del q16, k16, v16, cache, batch, out, outs
+        del q16, k16, v16, q, cache, batch, out, outs, calls, fn   # the lambdas hold the cache too
         torch.cuda.empty_cache()
     return {"run": run, "threshold": choose_key_table_threshold(pts), "table_equals_regs_bitwise": same}
 
