@@ -44,8 +44,8 @@ __all__ = [
     "quantize_values", "dequantize_values", "pack_nibbles", "unpack_nibbles",
     "TurboQuantCache", "allocate_cache", "slot_bytes", "MixedBatch", "make_batch", "CoverageError",
     "prove_coverage", "store_kv", "store_kv_reference", "dequantize_cache", "reference_attention",
-    "reference_mixed_attention", "rotate_queries", "decode_attention", "prefill_attention",
-    "mixed_attention", "write_attention", "tq_decode_resident_warps", "cuda_decode_launch", "CONFIG", "EMULATE_WHY", "make_example",
+    "reference_mixed_attention", "rotate_queries", "decode_attention", "prefill_attention", "mixed_attention",
+    "write_attention", "tq_decode_resident_warps", "cuda_decode_launch", "CONFIG", "EMULATE_WHY", "make_example",
 ]
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32)

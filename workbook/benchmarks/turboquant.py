@@ -22,6 +22,7 @@ the record is ``workbook/data/turboquant.json``, its picture :func:`workbook.plo
 """
 from __future__ import annotations
 
+import functools
 import math
 import time
 
@@ -31,7 +32,8 @@ import triton
 from ..check import rel_err
 from ..device import DEVICE
 from ..records import Measurement, format_table
-from ..timing import TIMERS as _TIMERS, copy_ceiling_GBps, graph_time_us, kernel_times_us, power_probe, require_gpu, time_us
+from ..timing import (TIMERS as _TIMERS, copy_ceiling_GBps, graph_time_us, kernel_times_us, power_probe, require_gpu,
+                      time_us)
 from ..turboquant import (CONFIG, MixedBatch, allocate_cache, decode_attention, dequantize_keys, make_example,
                           mixed_attention, pack_nibbles, quantize_keys, quantize_values, sign_magnitude, slot_bytes)
 
@@ -100,7 +102,7 @@ def run(*, budget_s: float | None = None, smoke: bool = False) -> Measurement:
     require_gpu("workbook.benchmarks.turboquant.run")
     t0 = time.time()
     windows = 1 if smoke else 3
-    timer = lambda fn: graph_time_us(fn, n=10, windows=windows)  # noqa: E731
+    timer = functools.partial(_graph10, windows=windows)
     configs = SMOKE_CONFIGS if smoke else CONFIGS
     res = {"shapes": [], "configs": configs, "cuda_decode_config": dict(CONFIG["cuda_decode"]),
            "slot_bytes": slot_bytes(HEADS["d"])}
@@ -126,11 +128,12 @@ def run(*, budget_s: float | None = None, smoke: bool = False) -> Measurement:
         except Exception as e:  # noqa: BLE001  (recorded; the decode figures above stand)
             res["mixed_step"] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
         print("mixed", res["mixed_step"], flush=True)
-        try:   # (budget_s: the whole section, or none of it)
-            res["sustained"] = [] if budget_s is not None and time.time() - t0 > budget_s else [sustained_point(B, T, HEADS["hq"], HEADS["hkv"], HEADS["d"], HEADS["block_size"],
-                                                _sustained_timers()) for B, T in SUSTAINED_POINTS]
-        except Exception as e:  # noqa: BLE001  (recorded; the figures above stand)
-            res["sustained"] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+        if budget_s is None or time.time() - t0 <= budget_s:   # the whole section or none of it
+            try:
+                res["sustained"] = [sustained_point(B, T, HEADS["hq"], HEADS["hkv"], HEADS["d"], HEADS["block_size"],
+                                                    _sustained_timers()) for B, T in SUSTAINED_POINTS]
+            except Exception as e:  # noqa: BLE001  (recorded; the figures above stand)
+                res["sustained"] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
         ceilings["copy_GBps"] = copy_ceiling_GBps()
     res["mse"] = mse_table(128 if not smoke else 32, n=4096 if not smoke else 256)   # a CPU computation
     if skipped:
@@ -300,6 +303,11 @@ def decode_point(B, T, hq, hkv, d, block_size, timer, eager, configs, seed=0):
     return row
 
 
+def _graph10(fn, windows: int = 3) -> float:
+    """The tables' timer: GPU time per call from replaying a graph of 10 calls, median of ``windows``."""
+    return graph_time_us(fn, n=10, windows=windows)
+
+
 def choose_key_table_threshold(points) -> int:
     """The split length from which the key table should run, from ``points`` = [(split_len, table_us,
     registers_us)]: the threshold that minimises the summed time of the form it picks (the table at or above
@@ -320,7 +328,7 @@ def key_table_ab(points=KEY_TABLE_POINTS, variant: str = "T", timer=None, eager=
     from ..turboquant import cuda_decode_launch
 
     require_gpu("workbook.benchmarks.turboquant.key_table_ab")
-    timer = timer or (lambda fn: graph_time_us(fn, n=10, windows=3))
+    timer = timer or _graph10
     forms = {variant: None, f"{variant}-table": {"KEY_TABLE": True}, f"{variant}-regs": {"KEY_TABLE": False}}
     run, same, pts = {}, {}, []
     for B, T in points:
@@ -328,7 +336,7 @@ def key_table_ab(points=KEY_TABLE_POINTS, variant: str = "T", timer=None, eager=
                                                          HEADS["block_size"], seed)
         q = q16[:, :, 0].contiguous()
         t_sdpa = timer(lambda: F.scaled_dot_product_attention(q16, k16, v16, enable_gqa=True))
-        n = cuda_decode_launch(dict(CONFIG["cuda_decode"]), B * HEADS["hkv"], T, torch.cuda.current_device())[1]
+        n = cuda_decode_launch(CONFIG["cuda_decode"], B * HEADS["hkv"], T, torch.cuda.current_device())[1]
         calls = {f: (lambda c=c: decode_attention(q, cache, batch, out, backend="cuda", config=c)) for f, c in forms.items()}
         best, outs = {}, {}
         for _ in range(2):   # each form twice, in turn; the faster kept
@@ -349,7 +357,7 @@ def key_table_ab(points=KEY_TABLE_POINTS, variant: str = "T", timer=None, eager=
 
 
 def _sustained_timers() -> dict:
-    return {"graph": lambda fn: graph_time_us(fn, n=10, windows=3), "graph1": lambda fn: graph_time_us(fn, n=1, windows=3),
+    return {"graph": _graph10, "graph1": lambda fn: graph_time_us(fn, n=1, windows=3),
             "eager": time_us, "profiler": kernel_times_us,
             "power": lambda fn: power_probe(fn, seconds=1.5, n=10, settle_s=0.4)}
 
