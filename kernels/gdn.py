@@ -1,7 +1,8 @@
 """Gated DeltaNet device code: the recurrent step kernel, the kernels of the chunked form (solve -> w/u ->
-state pass -> output; the launcher folds w/u into the solve by default, FUSE_WU), the varlen chunk table
-they read, the scan over segments (the chunked form parallel over the sequence), and the gated RMSNorm. Device code only: the launchers, the
-allocation policy and its coverage argument live in ``workbook/gdn.py``.
+state pass -> output; the launcher folds w/u into the solve by default, FUSE_WU; the state pass also comes
+in a form on the transposed state, TRANSPOSED, off until measured), the varlen chunk table they read, the
+scan over segments (the chunked form parallel over the sequence), and the gated RMSNorm. Device code only:
+the launchers, the allocation policy and its coverage argument live in ``workbook/gdn.py``.
 
 Segments: a segment of chunks maps its start state affinely, S_end = M S_start + B (M [K, K], B [K, V]).
 The state kernel run over segments as sequences, on state width V + K with u's V columns (VU) and zero
@@ -404,13 +405,35 @@ def chunk_gdn_wu_kernel(
 # hang off the chain: the next chunk's state does not wait for them).
 # --------------------------------------------------------------------------------------------------
 
-@triton.heuristics({
+_STATE_FLAGS = {   # the state kernels' optional arguments as constexpr flags (both forms)
     "USE_H0": lambda args: args["h0"] is not None,
     "STORE_HT": lambda args: args["ht"] is not None,
     "IS_VARLEN": lambda args: args["cu_seqlens"] is not None,
     "FUSE_O": lambda args: args["o"] is not None,
     "STORE_H": lambda args: args["h"] is not None,
-})
+}
+
+
+@triton.jit
+def _state_program(cu_seqlens, chunk_offsets, T, NT_MAX, H: tl.constexpr, HV: tl.constexpr, BT: tl.constexpr,
+                   IS_VARLEN: tl.constexpr):
+    """This state-pass program's (V block i_v, sequence x value head i_nh, value head i_hv, key head i_h) and its
+    sequence's tokens [bos, eos), first global chunk c0 and chunk count NT."""
+    i_v, i_nh = tl.program_id(0), tl.program_id(1)
+    i_n, i_hv = i_nh // HV, i_nh % HV
+    if IS_VARLEN:
+        bos, eos = _seq_bounds(cu_seqlens, i_n, T)
+        c0 = tl.load(chunk_offsets + i_n).to(tl.int64)
+        NT = tl.minimum(tl.cdiv(eos - bos, BT), NT_MAX - c0)   # h has NT_MAX rows, whatever the offsets
+    else:
+        bos = i_n.to(tl.int64) * T
+        eos = bos + T
+        c0 = i_n.to(tl.int64) * tl.cdiv(T, BT)
+        NT = tl.cdiv(T, BT)
+    return i_v, i_nh, i_hv, i_hv // (HV // H), bos, eos, c0, NT
+
+
+@triton.heuristics(_STATE_FLAGS)
 @triton.jit
 def chunk_gdn_state_kernel(
     k,                          # [T_all, H, K] keys (normalised by kernel 1 when asked)
@@ -446,18 +469,7 @@ def chunk_gdn_state_kernel(
     FUSE_O: tl.constexpr,       # o given: outputs here, no h / v_new stores (heuristic)
     STORE_H: tl.constexpr,      # h (and v_new) given: store them for kernel 4 (heuristic)
 ):
-    i_v, i_nh = tl.program_id(0), tl.program_id(1)
-    i_n, i_hv = i_nh // HV, i_nh % HV
-    i_h = i_hv // (HV // H)
-    if IS_VARLEN:
-        bos, eos = _seq_bounds(cu_seqlens, i_n, T)
-        c0 = tl.load(chunk_offsets + i_n).to(tl.int64)
-        NT = tl.minimum(tl.cdiv(eos - bos, BT), NT_MAX - c0)   # h has NT_MAX rows, whatever the offsets
-    else:
-        bos = i_n.to(tl.int64) * T
-        eos = bos + T
-        c0 = i_n.to(tl.int64) * tl.cdiv(T, BT)
-        NT = tl.cdiv(T, BT)
+    i_v, i_nh, i_hv, i_h, bos, eos, c0, NT = _state_program(cu_seqlens, chunk_offsets, T, NT_MAX, H, HV, BT, IS_VARLEN)
     F32: tl.constexpr = w.dtype.element_ty == tl.float32
     dt: tl.constexpr = w.dtype.element_ty
 
@@ -509,6 +521,75 @@ def chunk_gdn_state_kernel(
         b_h = b_h * tl.exp(b_glast) + _dot(tl.trans(b_k), b_vd, F32, EMULATE)
     if STORE_HT:
         tl.store(ht + i_nh.to(tl.int64) * K * V + o_hkv, b_h.to(ht.dtype.element_ty), mask=m_h)
+
+
+# The same pass on the transposed state (config['state']['TRANSPOSED']; off until measured): the program
+# holds h^T [BV, K] and computes v'^T = u^T - h^T w^T and h^T <- exp(G_C) h^T + v'^T (K exp(G_C - G)), so
+# each product on the chain takes the tile it has just computed as its register operand (A): with wgmma
+# (BV 64, M = BV) neither h nor v' is staged in shared memory on its way to the matrix units, where the form
+# above stages both each chunk as the B operand (Triton's sm_90 IR; at BV 16 and 32 Triton emits mma.sync and
+# stages them in both forms); w, k and q, loaded from memory, are the shared-memory operands. Same arguments,
+# same memory layouts, same roundings (tests/test_gdn.py: both forms agree to fp32 rounding).
+
+@triton.heuristics(_STATE_FLAGS)
+@triton.jit
+def chunk_gdn_state_t_kernel(k, w, u, G, h, v_new, q, o, h0, ht, cu_seqlens, chunk_offsets, scale, T, NT_MAX,
+                             H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, VU: tl.constexpr,
+                             BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, USE_Q_L2NORM: tl.constexpr,
+                             EMULATE: tl.constexpr, H0_EYE: tl.constexpr, USE_H0: tl.constexpr,
+                             STORE_HT: tl.constexpr, IS_VARLEN: tl.constexpr, FUSE_O: tl.constexpr,
+                             STORE_H: tl.constexpr):
+    i_v, i_nh, i_hv, i_h, bos, eos, c0, NT = _state_program(cu_seqlens, chunk_offsets, T, NT_MAX, H, HV, BT, IS_VARLEN)
+    F32: tl.constexpr = w.dtype.element_ty == tl.float32
+    dt: tl.constexpr = w.dtype.element_ty
+
+    o_k = tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    o_i = tl.arange(0, BT)
+    m_k = o_k < K
+    m_v = o_v < V
+    m_h = m_v[:, None] & m_k[None, :]
+    o_hvk = o_k[None, :] * V + o_v[:, None]      # element (v, k) of h^T is h[k, v]
+    b_h = tl.zeros([BV, BK], dtype=tl.float32)
+    if USE_H0:
+        b_h += tl.load(h0 + i_nh.to(tl.int64) * K * V + o_hvk, mask=m_h, other=0).to(tl.float32)
+    if H0_EYE:   # the segments' [B | M] pass: value columns V - K .. V - 1 carry the identity
+        b_h += tl.where(o_v[:, None] - (V - K) == o_k[None, :], 1., 0.)
+
+    for i_t in range(0, NT):
+        t0 = bos + i_t * BT
+        o_t = t0 + o_i
+        m_t = o_t < eos
+        m_tk = m_t[:, None] & m_k[None, :]
+        m_vt = m_v[:, None] & m_t[None, :]
+        b_hd = b_h.to(dt)
+        if STORE_H:
+            tl.store(h + ((c0 + i_t) * HV + i_hv) * K * V + o_hvk, b_hd, mask=m_h)
+        b_w = tl.load(w + (o_t[:, None] * HV + i_hv) * K + o_k[None, :], mask=m_tk, other=0)
+        b_u = tl.load(u + (o_t[None, :] * HV + i_hv) * VU + o_v[:, None], mask=m_vt & (o_v < VU)[:, None], other=0)
+        b_v = b_u.to(tl.float32) - _dot(b_hd, tl.trans(b_w), F32, EMULATE)        # v'^T [BV, BT]
+        if STORE_H:
+            tl.store(v_new + (o_t[None, :] * HV + i_hv) * V + o_v[:, None], b_v.to(dt), mask=m_vt)
+        t_last = tl.minimum(t0 + BT, eos) - 1
+        b_glast = tl.load(G + t_last * HV + i_hv)
+        b_G = tl.load(G + o_t * HV + i_hv, mask=m_t, other=0)
+        b_G = tl.where(m_t, b_G, b_glast)
+        b_k = tl.load(k + (o_t[:, None] * H + i_h) * K + o_k[None, :], mask=m_tk, other=0).to(dt)
+        if FUSE_O:   # kernel 4 on this chunk, transposed: o^T = scale ((h^T (Q exp(G))^T) + v'^T A^T)
+            b_q = tl.load(q + (o_t[:, None] * H + i_h) * K + o_k[None, :], mask=m_tk, other=0)
+            if USE_Q_L2NORM:
+                b_q = _l2norm_rows(b_q.to(tl.float32))
+            b_q = b_q.to(dt)
+            m_a = (o_i[None, :] >= o_i[:, None]) & m_t[:, None] & m_t[None, :]     # rows j (keys), columns i
+            b_a = _dot(b_k, tl.trans(b_q), F32, EMULATE)                             # A^T [BT j, BT i]
+            b_a = tl.where(m_a, b_a * tl.exp(tl.where(m_a, b_G[None, :] - b_G[:, None], 0.)), 0.)
+            b_o = _dot(b_hd, tl.trans(b_q), F32, EMULATE) * tl.exp(b_G)[None, :]      # o^T [BV, BT]
+            b_o = (b_o + _dot(b_v.to(dt), b_a.to(dt), F32, EMULATE)) * scale
+            tl.store(o + (o_t[None, :] * HV + i_hv) * V + o_v[:, None], b_o.to(o.dtype.element_ty), mask=m_vt)
+        b_vd = (b_v * tl.exp(b_glast - b_G)[None, :]).to(dt)
+        b_h = b_h * tl.exp(b_glast) + _dot(b_vd, b_k, F32, EMULATE)
+    if STORE_HT:
+        tl.store(ht + i_nh.to(tl.int64) * K * V + o_hvk, b_h.to(ht.dtype.element_ty), mask=m_h)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -61,8 +61,10 @@ CONFIG = {
               "wu": {"num_warps": 4, "num_stages": 2},
               # state: FUSE_O folds kernel 4 (outputs) into the state pass (h and v' never stored; None:
               # fuse_o_rule); BV / num_warps / num_stages None: state_launch()'s pick from the grid (RULE True;
-              # the benchmark records it beside the previous default, STATE_PREVIOUS, which RULE False keeps)
-              "state": {"BV": None, "num_warps": None, "num_stages": None, "FUSE_O": None, "RULE": True},
+              # the benchmark records it beside the previous default, STATE_PREVIOUS, which RULE False keeps);
+              # TRANSPOSED: the pass on h^T (kern.chunk_gdn_state_t_kernel), off until measure_fusion times it
+              "state": {"BV": None, "num_warps": None, "num_stages": None, "FUSE_O": None, "RULE": True,
+                        "TRANSPOSED": False},
               "output": {"BV": 64, "num_warps": 4, "num_stages": 2},
               # scan over segments (segments=...): BV value columns per program (K x K times K x BV, fp32);
               # 8 warps for the [K, K] fp32 tile's registers: a first guess, not measured (the sweep will tell)
@@ -465,14 +467,14 @@ def _state_cfg(cs: dict, N: int, HV: int, K: int, V: int, itemsize: int, varlen:
 
 
 def _launch_state(c3, k, w, u, G, h, v_new, q, o, initial_state, ht, cu_seqlens, chunk_offsets, scale, T, NT,
-                  *, N, l2, emulate, eye=False, width=None):
+                  *, N, l2, emulate, eye=False, width=None, transposed=False):
     """Kernel 3 (the state pass) with launch configuration ``c3`` {"BV", "num_warps", "num_stages"}: one
     program per (V block, sequence, value head); ``width``: the state's columns when wider than u's (the
-    segments' [B | M] pass). Shared by the launcher and the benchmark's timing of the state pass alone
-    (:func:`workbook.benchmarks.gdn.state_pass_alone`)."""
+    segments' [B | M] pass); ``transposed``: its form on h^T (config['state']['TRANSPOSED']). Shared by the
+    launcher and the benchmark's timing of the state pass alone (:func:`workbook.benchmarks.gdn.state_pass_alone`)."""
     H, K, HV, VU = k.shape[-2], k.shape[-1], w.shape[-2], u.shape[-1]
     V = width or VU
-    kern.chunk_gdn_state_kernel[(triton.cdiv(V, c3["BV"]), N * HV)](
+    (kern.chunk_gdn_state_t_kernel if transposed else kern.chunk_gdn_state_kernel)[(triton.cdiv(V, c3["BV"]), N * HV)](
         k, w, u, G, h, v_new, q, o, initial_state, ht, cu_seqlens, chunk_offsets, scale, T, max(NT, 1),
         H=H, HV=HV, K=K, V=V, VU=VU, BT=CHUNK, BK=_pow2(K), BV=c3["BV"], USE_Q_L2NORM=l2, EMULATE=emulate, H0_EYE=eye,
         num_warps=c3["num_warps"], num_stages=c3["num_stages"])
@@ -530,7 +532,7 @@ def _launch_output(co, q, k, v_new, h, G, o, cu_seqlens, chunk_indices, scale, T
 
 
 _CHUNK_KERNELS = (kern.chunk_gdn_solve_kernel, kern.chunk_gdn_wu_kernel, kern.chunk_gdn_state_kernel,
-                  kern.chunk_gdn_output_kernel)
+                  kern.chunk_gdn_state_t_kernel, kern.chunk_gdn_output_kernel)
 
 
 def _chunk_core(cfg, q, k, v, g, beta, scale, h0, ht, cu_seqlens, N, *, l2, emulate, keep=False):
@@ -588,7 +590,7 @@ def _state_and_output(cfg, q, v, inter, scale, h0, ht, cu_seqlens, N, *, l2, emu
     # absent optional inputs go in as None (the kernels' heuristics turn them into constexpr flags)
     _launch_state(_state_cfg(cfg["state"], N, HV, K, V, q.element_size(), cu_seqlens is not None, fuse), kc, w, u, G, h,
                   v_new, q if fuse else None, o if fuse else None, h0, ht, cu_seqlens, chunk_offsets,
-                  scale, T, NT, N=N, l2=l2, emulate=emulate)
+                  scale, T, NT, N=N, l2=l2, emulate=emulate, transposed=cfg["state"]["TRANSPOSED"])
     if NT and not fuse:
         _launch_output(cfg["output"], q, kc, v_new, h, G, o, cu_seqlens, chunk_indices, scale, T, NT, l2=l2,
                        emulate=emulate)
@@ -722,7 +724,8 @@ def _segmented(cfg, q, k, v, g, beta, scale, h0, ht, cu_seqlens, N, *, l2, emula
     bm = torch.empty(NS, HV, K, V + K, dtype=torch.float32, device=dev)
     _launch_state(_state_cfg(cfg["state"], NS, HV, K, V + K, q.element_size(), True), inter["kc"], inter["w"],
                   inter["u"], inter["G"], None, None, None, None, None, bm, cu_seg, inter["tables"][1], scale, TA,
-                  inter["tables"][2], N=NS, l2=l2, emulate=emulate, eye=True, width=V + K)   # values [v, 0_K]
+                  inter["tables"][2], N=NS, l2=l2, emulate=emulate, eye=True, width=V + K,   # values [v, 0_K]
+                  transposed=cfg["state"]["TRANSPOSED"])
     # empty: scan program (v-block, n, hv) writes rows seg_offsets[n] .. seg_offsets[n + 1] - 1 (its sequence's
     # segments, tiling [0, true count)), all K rows x its V block, before the last pass reads them; the last
     # sequence's programs write zeros into the padding rows (loaded and dropped there): they tile all NS rows.

@@ -110,8 +110,8 @@ def state_pass_alone(args: dict, config: dict | None = None):
     """A function that launches the state pass (kernel 3) alone, as :func:`workbook.gdn.chunk_gated_delta_rule`
     launches it when the outputs are not folded in (FUSE_O off), on the intermediates of one call with ``args``
     (made once, here; ``.call_outputs`` holds that call's (o, final state)), with the launch configuration ``config``
-    {"BV", "num_warps", "num_stages"} (names left out or None: the rule's). Each call rewrites h, v' and
-    ``.final_state``; the benchmark times it alone, by graph replay."""
+    {"BV", "num_warps", "num_stages"} (names left out or None: the rule's; "TRANSPOSED": the form on h^T).
+    Each call rewrites h, v' and ``.final_state``; the benchmark times it alone, by graph replay."""
     q, k, v = args["q"], args["k"], args["v"]
     cu = args.get("cu_seqlens")
     B, T, H, K = k.shape
@@ -134,7 +134,8 @@ def state_pass_alone(args: dict, config: dict | None = None):
 
     def run():
         _launch_state(c3, kc, inter["w"], inter["u"], inter["G"], inter["h"], inter["v_new"], None, None, h0, ht,
-                      cu, chunk_offsets, scale, T, NT, N=N, l2=l2, emulate=emulate)
+                      cu, chunk_offsets, scale, T, NT, N=N, l2=l2, emulate=emulate,
+                      transposed=bool(cs.get("TRANSPOSED")))
     run.config, run.final_state, run.call_outputs = c3, ht, (o, ht0)
     return run
 
@@ -802,6 +803,9 @@ FUSION_FORMS = {
     "fuse_wu_gv4": {"solve": {"FUSE_WU": True, "GV": 4}, "state": {"FUSE_O": False}},
     "fuse_o": {"solve": {"FUSE_WU": False}, "state": {"FUSE_O": True}},
     "fuse_wu_o": {"solve": {"FUSE_WU": True}, "state": {"FUSE_O": True}},
+    # the state pass on h^T (config['state']['TRANSPOSED']), outputs apart and folded in
+    "fuse_wu_t": {"solve": {"FUSE_WU": True}, "state": {"FUSE_O": False, "TRANSPOSED": True}},
+    "fuse_wu_o_t": {"solve": {"FUSE_WU": True}, "state": {"FUSE_O": True, "TRANSPOSED": True}},
 }
 FUSION_SHAPES = SEGMENT_SHAPES + [(1, 8192, 16, 16), (4, 4096, 32, 32)]
 FUSION_PROFILED = {(2, 4096, 16, 64), (1, 65536, 2, 8)}   # per-kernel times recorded for these
@@ -830,7 +834,7 @@ def _fusion_row(shape, fla_chunk, ceilings: dict) -> dict:
             row[f"{who}_error"] = f"{type(e).__name__}: {e}"[:300]
             continue
         _time_into(row, who, lambda: chunk_gated_delta_rule(**args, config=cfg))
-        if tuple(shape) in FUSION_PROFILED and who in ("split", "fuse_wu", "fuse_wu_o"):
+        if tuple(shape) in FUSION_PROFILED and who not in ("fuse_wu_gv4", "fuse_o"):
             row[f"{who}_kernels_profiler_us"] = timing.kernel_times_us(lambda: chunk_gated_delta_rule(**args, config=cfg))
     if fla_chunk is not None:
         _time_into(row, "fla", lambda: fla_chunk(**args))
@@ -872,8 +876,8 @@ def measure_fusion(*, shapes=None, save: bool = False, verbose: bool = True) -> 
     return table_
 
 
-def _fusion_line(row: dict) -> str:
-    forms = " | ".join(f"{w} {_fmt_us(row.get(f'{w}_graph_us'))}" for w in list(FUSION_FORMS) + ["fla"])
+def _fusion_line(row: dict, forms=FUSION_FORMS) -> str:
+    forms = " | ".join(f"{w} {_fmt_us(row.get(f'{w}_graph_us'))}" for w in list(forms) + ["fla"])
     share = row.get("fastest_share_of_floor")
     floor = f" ({100 * share:.0f}% of the floor, {row['floor_microseconds']:.1f} us)" if share else ""
     return f"B={row['B']} T={row['T']} H={row['H']}/{row['HV']}: graph us: {forms} | fastest {row['fastest_form']}{floor}"
@@ -885,4 +889,4 @@ def fusion_table(rec) -> str:
     if not f:
         return "fused forms: not recorded yet (workbook.benchmarks.gdn.measure_fusion(save=True) records them)"
     return "\n".join([f"fused forms, GPU time per call from CUDA-graph replay (fla {f['fla_version']} in the same run)"]
-                     + [_fusion_line(row) for row in f["rows"]])
+                     + [_fusion_line(row, f.get("forms", FUSION_FORMS)) for row in f["rows"]])
