@@ -299,6 +299,8 @@ def test_solve_config_is_checked():
     for bad in ({"BC": 1}, {"BC": 3}, {"BC": 128}, {"GV": 0}, {"PREC": "ieee"}):
         with pytest.raises(ValueError, match=r"config\['solve'\] needs BC a power of two"):
             gdn.chunk_gated_delta_rule(**x, config={"solve": bad})
+    with pytest.raises(ValueError, match=r"config\['state'\]\['TRANSPOSED'\] must be True or False, got 1"):
+        gdn.chunk_gated_delta_rule(**x, config={"state": {"TRANSPOSED": 1}})
 
 
 @pytest.mark.parametrize("lens", [[1], [63, 64, 65], [0, 5, 0, 130], [200]])

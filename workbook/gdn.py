@@ -59,9 +59,8 @@ CONFIG = {
     # FUSE_WU: kernel 2 (w, u) folded into kernel 1; default from the record's fusion table (measure_fusion)
     "chunk": {"solve": {"BC": 16, "GV": 1, "PREC": "tf32", "num_warps": 4, "num_stages": 2, "FUSE_WU": True},
               "wu": {"num_warps": 4, "num_stages": 2},
-              # state: FUSE_O folds kernel 4 (outputs) into the state pass (h and v' never stored; None:
-              # fuse_o_rule); BV / num_warps / num_stages None: state_launch()'s pick from the grid (RULE True;
-              # the benchmark records it beside the previous default, STATE_PREVIOUS, which RULE False keeps);
+              # state: FUSE_O folds kernel 4 (outputs) in (h, v' never stored; None: fuse_o_rule); BV / num_warps
+              # / num_stages None: state_launch()'s pick (RULE True; RULE False: the previous default, STATE_PREVIOUS);
               # TRANSPOSED: the pass on h^T (kern.chunk_gdn_state_t_kernel), off until measure_fusion times it
               "state": {"BV": None, "num_warps": None, "num_stages": None, "FUSE_O": None, "RULE": True,
                         "TRANSPOSED": False},
@@ -468,10 +467,9 @@ def _state_cfg(cs: dict, N: int, HV: int, K: int, V: int, itemsize: int, varlen:
 
 def _launch_state(c3, k, w, u, G, h, v_new, q, o, initial_state, ht, cu_seqlens, chunk_offsets, scale, T, NT,
                   *, N, l2, emulate, eye=False, width=None, transposed=False):
-    """Kernel 3 (the state pass) with launch configuration ``c3`` {"BV", "num_warps", "num_stages"}: one
-    program per (V block, sequence, value head); ``width``: the state's columns when wider than u's (the
-    segments' [B | M] pass); ``transposed``: its form on h^T (config['state']['TRANSPOSED']). Shared by the
-    launcher and the benchmark's timing of the state pass alone (:func:`workbook.benchmarks.gdn.state_pass_alone`)."""
+    """Kernel 3 (the state pass), launch configuration ``c3`` {"BV", "num_warps", "num_stages"}: one program per
+    (V block, sequence, value head); ``width``: the state's columns when wider than u's (the segments' [B | M]
+    pass); ``transposed``: the form on h^T. Shared with :func:`workbook.benchmarks.gdn.state_pass_alone`."""
     H, K, HV, VU = k.shape[-2], k.shape[-1], w.shape[-2], u.shape[-1]
     V = width or VU
     (kern.chunk_gdn_state_t_kernel if transposed else kern.chunk_gdn_state_kernel)[(triton.cdiv(V, c3["BV"]), N * HV)](
@@ -481,13 +479,15 @@ def _launch_state(c3, k, w, u, G, h, v_new, q, o, initial_state, ht, cu_seqlens,
 
 
 def _chunk_config(config) -> dict:
-    """CONFIG["chunk"] updated with ``config``, the solve kernel's names checked."""
+    """CONFIG["chunk"] updated with ``config``, the solve kernel's names and the state pass's form checked."""
     cfg = resolve_config(config, CONFIG["chunk"], name="config of chunk_gated_delta_rule")
     c1 = cfg["solve"]
     if c1["BC"] not in (2, 4, 8, 16, 32, 64) or not (isinstance(c1["GV"], int) and c1["GV"] >= 1) \
             or c1["PREC"] not in ("tf32", "tf32x3"):
         raise ValueError(f"config['solve'] needs BC a power of two in 2..64, GV >= 1 and PREC 'tf32' or "
                          f"'tf32x3'; got BC={c1['BC']!r}, GV={c1['GV']!r}, PREC={c1['PREC']!r}")
+    if not isinstance(cfg["state"]["TRANSPOSED"], bool):
+        raise ValueError(f"config['state']['TRANSPOSED'] must be True or False, got {cfg['state']['TRANSPOSED']!r}")
     return cfg
 
 
