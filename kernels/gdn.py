@@ -528,8 +528,9 @@ def chunk_gdn_state_kernel(
 # each product on the chain takes the tile it has just computed as its register operand (A): with wgmma
 # (BV 64, M = BV) neither h nor v' is staged in shared memory on its way to the matrix units, where the form
 # above stages both each chunk as the B operand (Triton's sm_90 IR; at BV 16 and 32 Triton emits mma.sync and
-# stages them in both forms); w, k and q, loaded from memory, are the shared-memory operands. Same arguments,
-# same memory layouts, same roundings (tests/test_gdn.py: both forms agree to fp32 rounding).
+# stages them in both forms); w, k and q, loaded from memory, are the shared-memory operands, and with FUSE_O
+# so is the A^T tile of the outputs (off the chain). Same arguments, same memory layouts, same roundings
+# (tests/test_gdn.py: both forms agree to the order of fp32 sums).
 
 @triton.heuristics(_STATE_FLAGS)
 @triton.jit

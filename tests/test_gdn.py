@@ -198,8 +198,8 @@ def test_transposed_state_pass_agrees_and_writes_everything(fuse_o, segments, dt
     # numbers up to the order of fp32 sums, on a varlen batch with an empty sequence, a one-token one and one over
     # a chunk boundary, K != V not powers of two, several value blocks, keys and queries normalised in the kernel,
     # outputs folded in or not, and as the segments' [B | M] pass (identity start, state wider than u); every
-    # element of o, the final state and, unfused, h and v' written (poisoned twice; on a batch whose chunk count
-    # is its bound, since h's rows past the true count are neither written nor read).
+    # element of o, the final state and, unfused, h and v' written (poisoned twice; h only on a batch whose chunk
+    # count is its bound, since h's rows past the true count are neither written nor read).
     cfg = {"state": {"BV": 16, "FUSE_O": fuse_o, "TRANSPOSED": True}, "output": {"BV": 16}}
     keep = not fuse_o and segments is None   # the four-kernel form: h and v' kept for the coverage check
     names = ["o", "final_state"] + (["v_new", "h"] if keep else [])
@@ -210,22 +210,23 @@ def test_transposed_state_pass_agrees_and_writes_everything(fuse_o, segments, dt
                                                    return_intermediates=keep)
         return (o, ht, *((inter[0]["v_new"], inter[0]["h"]) if keep else ()))
 
-    for cu in (torch.tensor([0, 5, 70], device=DEVICE), torch.tensor([0, 0, 1, 70, 76], device=DEVICE)):
+    batches = [[0, 5, 70], [0, 0, 1, 70, 76]][1 if segments else 0:]   # segments: the batch with short sequences
+    for cu in (torch.tensor(b, device=DEVICE) for b in batches):
         n, t = len(cu) - 1, int(cu[-1])
         x = gdn.make_inputs(1, t, 1, 48, V=40, HV=2, gate="mixed", normalize_qk=False, seed=41 + n, dtype=dtype)
         x["initial_state"] = torch.randn(n, 2, 48, 40, device=DEVICE) * 0.5
-        if gdn.chunk_count_bound(t, n) == 3:
+        chunks = sum(-(-int(m) // 64) for m in cu.diff())   # h's rows that are written (the rest is never read)
+        if not keep or gdn.chunk_count_bound(t, n) == chunks:
             assert_fully_written(lambda: run(x, cu, cfg), names=names)
-    got = run(x, cu, cfg)
-    want = run(x, cu, {**cfg, "state": {**cfg["state"], "TRANSPOSED": False}})
-    chunks = sum(-(-int(n) // 64) for n in cu.diff())   # h's rows that are written (the rest is never read)
-    for a, b, name in zip(got, want, names):
-        a, b = (a[:chunks], b[:chunks]) if name == "h" else (a, b)
-        assert_rel_close(a, b, 1e-5 if dtype == torch.float32 else 1e-2, f"{name}: h^T form vs the plain form")
-    ro, rh = _ref(x, cu_seqlens=cu, use_qk_l2norm_in_kernel=True, scale=0.3)
-    bound = CHUNK_BOUND if dtype == torch.float32 else 2e-2
-    assert_rel_close(got[0], ro, bound, "o, h^T form vs the recurrence")
-    assert_rel_close(got[1], rh, bound, "final state, h^T form vs the recurrence")
+        got = run(x, cu, cfg)
+        want = run(x, cu, {**cfg, "state": {**cfg["state"], "TRANSPOSED": False}})
+        for a, b, name in zip(got, want, names):
+            a, b = (a[:chunks], b[:chunks]) if name == "h" else (a, b)
+            assert_rel_close(a, b, 1e-5 if dtype == torch.float32 else 1e-2, f"{name}: h^T form vs the plain form")
+        ro, rh = _ref(x, cu_seqlens=cu, use_qk_l2norm_in_kernel=True, scale=0.3)
+        bound = CHUNK_BOUND if dtype == torch.float32 else 2e-2
+        assert_rel_close(got[0], ro, bound, "o, h^T form vs the recurrence")
+        assert_rel_close(got[1], rh, bound, "final state, h^T form vs the recurrence")
 
 
 @pytest.mark.parametrize("dtype,gv", [(torch.float32, 1), (torch.bfloat16, 2)])
@@ -1066,6 +1067,11 @@ def test_state_pass_alone_rewrites_the_call_state_and_previous_default():
         poison_(run.final_state, pattern)
         run()
         assert_rel_close(run.final_state, ht, 1e-6, f"final state, state pass alone, poison {pattern}")
+    run_t = bench.state_pass_alone(args, {"BV": 16, "TRANSPOSED": True})   # the form on h^T, the same state
+    run_t()
+    assert_rel_close(run_t.final_state, ht, 1e-5, "final state, state pass alone on h^T")
+    with pytest.raises(ValueError, match=r"TRANSPOSED'\] must be True or False"):
+        bench.state_pass_alone(args, {"TRANSPOSED": "yes"})
     prev = gdn._previous_state_cfg
     assert [prev(1, 16, 128)["BV"], prev(2, 32, 128)["BV"], prev(4, 32, 128)["BV"], prev(1, 32, 16)["BV"]] == \
         [16, 32, 64, 16]
@@ -1310,10 +1316,12 @@ def test_fused_defaults_follow_the_recorded_fusion_table():
     assert any(r["fuse_wu_graph_us"] > 1.03 * r["fuse_wu_o_graph_us"] for r in rows)
     # the state pass on h^T: off until the table times it; then on only where, in the FUSE_O form the rule picks,
     # it is never slower than 1% and faster at most shapes (the criterion that put FUSE_WU on)
-    t_rows = [r for r in rows if isinstance(r.get("fuse_wu_t_graph_us"), float)]
+    t_rows = [r for r in rows if "fuse_wu_t_graph_us" in r or "fuse_wu_o_t_graph_us" in r]
     if not t_rows:
         assert chunk["state"]["TRANSPOSED"] is False
-    else:
+    else:   # a table that times the h^T form times both of its forms at every shape
+        assert t_rows == rows and all(isinstance(r.get(f"{w}_graph_us"), float) for r in rows
+                                      for w in ("fuse_wu_t", "fuse_wu_o_t")), "h^T forms missing or failed"
         fo = [gdn.fuse_o_rule(r["B"], r["HV"], r["K"], r["V"], 2, n_sm=132) for r in t_rows]
         pairs = [(r["fuse_wu_o_t_graph_us"], r["fuse_wu_o_graph_us"]) if f else
                  (r["fuse_wu_t_graph_us"], r["fuse_wu_graph_us"]) for r, f in zip(t_rows, fo)]

@@ -110,7 +110,7 @@ def state_pass_alone(args: dict, config: dict | None = None):
     """A function that launches the state pass (kernel 3) alone, as :func:`workbook.gdn.chunk_gated_delta_rule`
     launches it when the outputs are not folded in (FUSE_O off), on the intermediates of one call with ``args``
     (made once, here; ``.call_outputs`` holds that call's (o, final state)), with the launch configuration ``config``
-    {"BV", "num_warps", "num_stages"} (names left out or None: the rule's; "TRANSPOSED": the form on h^T).
+    {"BV", "num_warps", "num_stages"} (names left out or None: the rule's; "TRANSPOSED": the form on h^T, as CONFIG).
     Each call rewrites h, v' and ``.final_state``; the benchmark times it alone, by graph replay."""
     q, k, v = args["q"], args["k"], args["v"]
     cu = args.get("cu_seqlens")
@@ -123,7 +123,10 @@ def state_pass_alone(args: dict, config: dict | None = None):
         _, chunk_offsets, NT = _chunk_table(cu, N, B * T)
     else:
         chunk_offsets, NT = None, B * triton.cdiv(T, CHUNK)
-    cs = {"BV": None, "num_warps": None, "num_stages": None, "RULE": True, **(config or {})}
+    cs = {"BV": None, "num_warps": None, "num_stages": None, "RULE": True,
+          "TRANSPOSED": CONFIG["chunk"]["state"]["TRANSPOSED"], **(config or {})}
+    if not isinstance(cs["TRANSPOSED"], bool):
+        raise ValueError(f"config['TRANSPOSED'] must be True or False, got {cs['TRANSPOSED']!r}")
     c3 = _state_cfg(cs, N, HV, K, V, q.element_size(), cu is not None)
     h0 = args.get("initial_state")
     # the final state as the launcher allocates it (empty: the programs tile it; see _final_state_buffer)
@@ -135,7 +138,7 @@ def state_pass_alone(args: dict, config: dict | None = None):
     def run():
         _launch_state(c3, kc, inter["w"], inter["u"], inter["G"], inter["h"], inter["v_new"], None, None, h0, ht,
                       cu, chunk_offsets, scale, T, NT, N=N, l2=l2, emulate=emulate,
-                      transposed=bool(cs.get("TRANSPOSED")))
+                      transposed=cs["TRANSPOSED"])
     run.config, run.final_state, run.call_outputs = c3, ht, (o, ht0)
     return run
 
@@ -820,7 +823,7 @@ def _floor_us(row: dict, ceilings: dict) -> float | None:
 
 def _fusion_row(shape, fla_chunk, ceilings: dict) -> dict:
     """One shape: every form of FUSION_FORMS timed both ways, its output checked against the split form's,
-    fla beside them; per-kernel times of three forms at FUSION_PROFILED shapes; the floor and its share."""
+    fla beside them; per-kernel times of five forms at FUSION_PROFILED shapes; the floor and its share."""
     B, T, H, HV = shape
     args = _bench_args((B, T, H, HV, SEGMENT_D, False, None))
     row = {"B": B, "T": T, "H": H, "HV": HV, "K": SEGMENT_D, "V": SEGMENT_D, "dtype": "bfloat16",
@@ -851,8 +854,8 @@ def _fusion_row(shape, fla_chunk, ceilings: dict) -> dict:
 def measure_fusion(*, shapes=None, save: bool = False, verbose: bool = True) -> dict:
     """The fused forms (FUSION_FORMS) at FUSION_SHAPES (or ``shapes``), K = V = 128, bf16, fla in the same run:
     GPU time from CUDA-graph replay with eager time beside it. Added to the ``gdn_segments`` record as its
-    ``fusion`` table (``save=True`` writes it after every shape); returns the table. The FUSE_WU default and
-    :func:`workbook.gdn.fuse_o_rule` are set from it (tests/test_gdn.py ties both to the recorded table)."""
+    ``fusion`` table (``save=True`` writes it after every shape); returns the table. The FUSE_WU and TRANSPOSED
+    defaults and :func:`workbook.gdn.fuse_o_rule` are set from it (tests/test_gdn.py ties them to the table)."""
     from ..records import load_record, save_record
 
     timing.require_gpu("workbook.benchmarks.gdn.measure_fusion")
