@@ -433,6 +433,27 @@ def _state_program(cu_seqlens, chunk_offsets, T, NT_MAX, H: tl.constexpr, HV: tl
     return i_v, i_nh, i_hv, i_hv // (HV // H), bos, eos, c0, NT
 
 
+@triton.jit
+def _chunk_gates_keys(G, k, t0, o_t, m_t, m_tk, o_k, eos, i_hv, i_h, H: tl.constexpr, HV: tl.constexpr,
+                      K: tl.constexpr, BT: tl.constexpr, dt: tl.constexpr):
+    """One chunk's gates and keys for the state pass: G at its last real token, G per token (rows past the
+    sequence take the last one's, so their decay factors are 1), and the key tile [BT, BK] in dtype ``dt``."""
+    b_glast = tl.load(G + (tl.minimum(t0 + BT, eos) - 1) * HV + i_hv)
+    b_G = tl.where(m_t, tl.load(G + o_t * HV + i_hv, mask=m_t, other=0), b_glast)
+    b_k = tl.load(k + (o_t[:, None] * H + i_h) * K + o_k[None, :], mask=m_tk, other=0).to(dt)
+    return b_glast, b_G, b_k
+
+
+@triton.jit
+def _query_rows(q, o_t, m_tk, o_k, i_h, H: tl.constexpr, K: tl.constexpr, USE_Q_L2NORM: tl.constexpr,
+                dt: tl.constexpr):
+    """One chunk's query tile [BT, BK] in dtype ``dt``, L2-normalised per row when asked (FUSE_O)."""
+    b_q = tl.load(q + (o_t[:, None] * H + i_h) * K + o_k[None, :], mask=m_tk, other=0)
+    if USE_Q_L2NORM:
+        b_q = _l2norm_rows(b_q.to(tl.float32))
+    return b_q.to(dt)
+
+
 @triton.heuristics(_STATE_FLAGS)
 @triton.jit
 def chunk_gdn_state_kernel(
@@ -501,16 +522,9 @@ def chunk_gdn_state_kernel(
         b_v = b_u.to(tl.float32) - _dot(b_w, b_hd, F32, EMULATE)
         if STORE_H:
             tl.store(v_new + (o_t[:, None] * HV + i_hv) * V + o_v[None, :], b_v.to(dt), mask=m_tv)
-        t_last = tl.minimum(t0 + BT, eos) - 1
-        b_glast = tl.load(G + t_last * HV + i_hv)
-        b_G = tl.load(G + o_t * HV + i_hv, mask=m_t, other=0)
-        b_G = tl.where(m_t, b_G, b_glast)
-        b_k = tl.load(k + (o_t[:, None] * H + i_h) * K + o_k[None, :], mask=m_tk, other=0).to(dt)
+        b_glast, b_G, b_k = _chunk_gates_keys(G, k, t0, o_t, m_t, m_tk, o_k, eos, i_hv, i_h, H, HV, K, BT, dt)
         if FUSE_O:   # kernel 4 on this chunk, with the h and v' it would have read back (same roundings)
-            b_q = tl.load(q + (o_t[:, None] * H + i_h) * K + o_k[None, :], mask=m_tk, other=0)
-            if USE_Q_L2NORM:
-                b_q = _l2norm_rows(b_q.to(tl.float32))
-            b_q = b_q.to(dt)
+            b_q = _query_rows(q, o_t, m_tk, o_k, i_h, H, K, USE_Q_L2NORM, dt)
             m_a = (o_i[:, None] >= o_i[None, :]) & m_t[:, None] & m_t[None, :]
             b_a = _dot(b_q, tl.trans(b_k), F32, EMULATE)
             b_a = tl.where(m_a, b_a * tl.exp(tl.where(m_a, b_G[:, None] - b_G[None, :], 0.)), 0.)
@@ -527,7 +541,7 @@ def chunk_gdn_state_kernel(
 # holds h^T [BV, K] and computes v'^T = u^T - h^T w^T and h^T <- exp(G_C) h^T + v'^T (K exp(G_C - G)), so
 # each product on the chain takes the tile it has just computed as its register operand (A): with wgmma
 # (BV 64, M = BV) neither h nor v' is staged in shared memory on its way to the matrix units, where the form
-# above stages both each chunk as the B operand (Triton's sm_90 IR; at BV 16 and 32 Triton emits mma.sync and
+# above stages both each chunk as the B operand (Triton 3.9's sm_90 IR; at BV 16 and 32 it emits mma.sync and
 # stages them in both forms); w, k and q, loaded from memory, are the shared-memory operands, and with FUSE_O
 # so is the A^T tile of the outputs (off the chain). Same arguments, same memory layouts, same roundings
 # (tests/test_gdn.py: both forms agree to the order of fp32 sums).
@@ -571,16 +585,9 @@ def chunk_gdn_state_t_kernel(k, w, u, G, h, v_new, q, o, h0, ht, cu_seqlens, chu
         b_v = b_u.to(tl.float32) - _dot(b_hd, tl.trans(b_w), F32, EMULATE)        # v'^T [BV, BT]
         if STORE_H:
             tl.store(v_new + (o_t[None, :] * HV + i_hv) * V + o_v[:, None], b_v.to(dt), mask=m_vt)
-        t_last = tl.minimum(t0 + BT, eos) - 1
-        b_glast = tl.load(G + t_last * HV + i_hv)
-        b_G = tl.load(G + o_t * HV + i_hv, mask=m_t, other=0)
-        b_G = tl.where(m_t, b_G, b_glast)
-        b_k = tl.load(k + (o_t[:, None] * H + i_h) * K + o_k[None, :], mask=m_tk, other=0).to(dt)
+        b_glast, b_G, b_k = _chunk_gates_keys(G, k, t0, o_t, m_t, m_tk, o_k, eos, i_hv, i_h, H, HV, K, BT, dt)
         if FUSE_O:   # kernel 4 on this chunk, transposed: o^T = scale ((h^T (Q exp(G))^T) + v'^T A^T)
-            b_q = tl.load(q + (o_t[:, None] * H + i_h) * K + o_k[None, :], mask=m_tk, other=0)
-            if USE_Q_L2NORM:
-                b_q = _l2norm_rows(b_q.to(tl.float32))
-            b_q = b_q.to(dt)
+            b_q = _query_rows(q, o_t, m_tk, o_k, i_h, H, K, USE_Q_L2NORM, dt)
             m_a = (o_i[None, :] >= o_i[:, None]) & m_t[:, None] & m_t[None, :]     # rows j (keys), columns i
             b_a = _dot(b_k, tl.trans(b_q), F32, EMULATE)                             # A^T [BT j, BT i]
             b_a = tl.where(m_a, b_a * tl.exp(tl.where(m_a, b_G[None, :] - b_G[:, None], 0.)), 0.)
