@@ -1,8 +1,7 @@
 """Gated DeltaNet device code: the recurrent step kernel, the kernels of the chunked form (solve -> w/u ->
-state pass -> output; the launcher folds w/u into the solve by default, FUSE_WU; the state pass also comes
-in a form on the transposed state, TRANSPOSED, off until measured), the varlen chunk table they read, the
-scan over segments (the chunked form parallel over the sequence), and the gated RMSNorm. Device code only:
-the launchers, the allocation policy and its coverage argument live in ``workbook/gdn.py``.
+state pass -> output; the launcher folds w/u into the solve by default, FUSE_WU), the varlen chunk table
+they read, the scan over segments (the chunked form parallel over the sequence), and the gated RMSNorm.
+Device code only: the launchers, the allocation policy and its coverage argument live in ``workbook/gdn.py``.
 
 Segments: a segment of chunks maps its start state affinely, S_end = M S_start + B (M [K, K], B [K, V]).
 The state kernel run over segments as sequences, on state width V + K with u's V columns (VU) and zero
@@ -405,15 +404,6 @@ def chunk_gdn_wu_kernel(
 # hang off the chain: the next chunk's state does not wait for them).
 # --------------------------------------------------------------------------------------------------
 
-_STATE_FLAGS = {   # the state kernels' optional arguments as constexpr flags (both forms)
-    "USE_H0": lambda args: args["h0"] is not None,
-    "STORE_HT": lambda args: args["ht"] is not None,
-    "IS_VARLEN": lambda args: args["cu_seqlens"] is not None,
-    "FUSE_O": lambda args: args["o"] is not None,
-    "STORE_H": lambda args: args["h"] is not None,
-}
-
-
 @triton.jit
 def _state_program(cu_seqlens, chunk_offsets, T, NT_MAX, H: tl.constexpr, HV: tl.constexpr, BT: tl.constexpr,
                    IS_VARLEN: tl.constexpr):
@@ -454,7 +444,13 @@ def _query_rows(q, o_t, m_tk, o_k, i_h, H: tl.constexpr, K: tl.constexpr, USE_Q_
     return b_q.to(dt)
 
 
-@triton.heuristics(_STATE_FLAGS)
+@triton.heuristics({
+    "USE_H0": lambda args: args["h0"] is not None,
+    "STORE_HT": lambda args: args["ht"] is not None,
+    "IS_VARLEN": lambda args: args["cu_seqlens"] is not None,
+    "FUSE_O": lambda args: args["o"] is not None,
+    "STORE_H": lambda args: args["h"] is not None,
+})
 @triton.jit
 def chunk_gdn_state_kernel(
     k,                          # [T_all, H, K] keys (normalised by kernel 1 when asked)
@@ -535,69 +531,6 @@ def chunk_gdn_state_kernel(
         b_h = b_h * tl.exp(b_glast) + _dot(tl.trans(b_k), b_vd, F32, EMULATE)
     if STORE_HT:
         tl.store(ht + i_nh.to(tl.int64) * K * V + o_hkv, b_h.to(ht.dtype.element_ty), mask=m_h)
-
-
-# The same pass on the transposed state (config['state']['TRANSPOSED']; off until measured): the program
-# holds h^T [BV, K] and computes v'^T = u^T - h^T w^T and h^T <- exp(G_C) h^T + v'^T (K exp(G_C - G)), so
-# each product on the chain takes the tile it has just computed as its register operand (A): with wgmma
-# (BV 64, M = BV) neither h nor v' is staged in shared memory on its way to the matrix units, where the form
-# above stages both each chunk as the B operand (Triton 3.9's sm_90 IR; at BV 16 and 32 it emits mma.sync and
-# stages them in both forms); w, k and q, loaded from memory, are the shared-memory operands, and with FUSE_O
-# so is the A^T tile of the outputs (off the chain). Same arguments, same memory layouts, same roundings
-# (tests/test_gdn.py: both forms agree to the order of fp32 sums).
-
-@triton.heuristics(_STATE_FLAGS)
-@triton.jit
-def chunk_gdn_state_t_kernel(k, w, u, G, h, v_new, q, o, h0, ht, cu_seqlens, chunk_offsets, scale, T, NT_MAX,
-                             H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, VU: tl.constexpr,
-                             BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, USE_Q_L2NORM: tl.constexpr,
-                             EMULATE: tl.constexpr, H0_EYE: tl.constexpr, USE_H0: tl.constexpr,
-                             STORE_HT: tl.constexpr, IS_VARLEN: tl.constexpr, FUSE_O: tl.constexpr,
-                             STORE_H: tl.constexpr):
-    i_v, i_nh, i_hv, i_h, bos, eos, c0, NT = _state_program(cu_seqlens, chunk_offsets, T, NT_MAX, H, HV, BT, IS_VARLEN)
-    F32: tl.constexpr = w.dtype.element_ty == tl.float32
-    dt: tl.constexpr = w.dtype.element_ty
-
-    o_k = tl.arange(0, BK)
-    o_v = i_v * BV + tl.arange(0, BV)
-    o_i = tl.arange(0, BT)
-    m_k = o_k < K
-    m_v = o_v < V
-    m_h = m_v[:, None] & m_k[None, :]
-    o_hvk = o_k[None, :] * V + o_v[:, None]      # element (v, k) of h^T is h[k, v]
-    b_h = tl.zeros([BV, BK], dtype=tl.float32)
-    if USE_H0:
-        b_h += tl.load(h0 + i_nh.to(tl.int64) * K * V + o_hvk, mask=m_h, other=0).to(tl.float32)
-    if H0_EYE:   # the segments' [B | M] pass: value columns V - K .. V - 1 carry the identity
-        b_h += tl.where(o_v[:, None] - (V - K) == o_k[None, :], 1., 0.)
-
-    for i_t in range(0, NT):
-        t0 = bos + i_t * BT
-        o_t = t0 + o_i
-        m_t = o_t < eos
-        m_tk = m_t[:, None] & m_k[None, :]
-        m_vt = m_v[:, None] & m_t[None, :]
-        b_hd = b_h.to(dt)
-        if STORE_H:
-            tl.store(h + ((c0 + i_t) * HV + i_hv) * K * V + o_hvk, b_hd, mask=m_h)
-        b_w = tl.load(w + (o_t[:, None] * HV + i_hv) * K + o_k[None, :], mask=m_tk, other=0)
-        b_u = tl.load(u + (o_t[None, :] * HV + i_hv) * VU + o_v[:, None], mask=m_vt & (o_v < VU)[:, None], other=0)
-        b_v = b_u.to(tl.float32) - _dot(b_hd, tl.trans(b_w), F32, EMULATE)        # v'^T [BV, BT]
-        if STORE_H:
-            tl.store(v_new + (o_t[None, :] * HV + i_hv) * V + o_v[:, None], b_v.to(dt), mask=m_vt)
-        b_glast, b_G, b_k = _chunk_gates_keys(G, k, t0, o_t, m_t, m_tk, o_k, eos, i_hv, i_h, H, HV, K, BT, dt)
-        if FUSE_O:   # kernel 4 on this chunk, transposed: o^T = scale ((h^T (Q exp(G))^T) + v'^T A^T)
-            b_q = _query_rows(q, o_t, m_tk, o_k, i_h, H, K, USE_Q_L2NORM, dt)
-            m_a = (o_i[None, :] >= o_i[:, None]) & m_t[:, None] & m_t[None, :]     # rows j (keys), columns i
-            b_a = _dot(b_k, tl.trans(b_q), F32, EMULATE)                             # A^T [BT j, BT i]
-            b_a = tl.where(m_a, b_a * tl.exp(tl.where(m_a, b_G[None, :] - b_G[:, None], 0.)), 0.)
-            b_o = _dot(b_hd, tl.trans(b_q), F32, EMULATE) * tl.exp(b_G)[None, :]      # o^T [BV, BT]
-            b_o = (b_o + _dot(b_v.to(dt), b_a.to(dt), F32, EMULATE)) * scale
-            tl.store(o + (o_t[None, :] * HV + i_hv) * V + o_v[:, None], b_o.to(o.dtype.element_ty), mask=m_vt)
-        b_vd = (b_v * tl.exp(b_glast - b_G)[None, :]).to(dt)
-        b_h = b_h * tl.exp(b_glast) + _dot(b_vd, b_k, F32, EMULATE)
-    if STORE_HT:
-        tl.store(ht + i_nh.to(tl.int64) * K * V + o_hvk, b_h.to(ht.dtype.element_ty), mask=m_h)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -191,44 +191,6 @@ def test_state_pass_with_outputs_folded_in():
     assert {"h", "v_new"} <= set(inter), "return_intermediates runs the four-kernel form, which has h and v'"
 
 
-@pytest.mark.parametrize("fuse_o,segments,dtype", [(False, None, torch.float32), (True, None, torch.bfloat16),
-                                                    (False, 1, torch.float32)])
-def test_transposed_state_pass_agrees_and_writes_everything(fuse_o, segments, dtype):
-    # config['state']['TRANSPOSED']: the state pass on h^T (kern.chunk_gdn_state_t_kernel) gives the plain form's
-    # numbers up to the order of fp32 sums, on a varlen batch with an empty sequence, a one-token one and one over
-    # a chunk boundary, K != V not powers of two, several value blocks, keys and queries normalised in the kernel,
-    # outputs folded in or not, and as the segments' [B | M] pass (identity start, state wider than u); every
-    # element of o, the final state and, unfused, h and v' written (poisoned twice; h only on a batch whose chunk
-    # count is its bound, since h's rows past the true count are neither written nor read).
-    cfg = {"state": {"BV": 16, "FUSE_O": fuse_o, "TRANSPOSED": True}, "output": {"BV": 16}}
-    keep = not fuse_o and segments is None   # the four-kernel form: h and v' kept for the coverage check
-    names = ["o", "final_state"] + (["v_new", "h"] if keep else [])
-
-    def run(x, cu, c):
-        o, ht, *inter = gdn.chunk_gated_delta_rule(**x, output_final_state=True, cu_seqlens=cu, scale=0.3,
-                                                   use_qk_l2norm_in_kernel=True, segments=segments, config=c,
-                                                   return_intermediates=keep)
-        return (o, ht, *((inter[0]["v_new"], inter[0]["h"]) if keep else ()))
-
-    batches = [[0, 5, 70], [0, 0, 1, 70, 76]][1 if segments else 0:]   # segments: the batch with short sequences
-    for cu in (torch.tensor(b, device=DEVICE) for b in batches):
-        n, t = len(cu) - 1, int(cu[-1])
-        x = gdn.make_inputs(1, t, 1, 48, V=40, HV=2, gate="mixed", normalize_qk=False, seed=41 + n, dtype=dtype)
-        x["initial_state"] = torch.randn(n, 2, 48, 40, device=DEVICE) * 0.5
-        chunks = sum(-(-int(m) // 64) for m in cu.diff())   # h's rows that are written (the rest is never read)
-        if not keep or gdn.chunk_count_bound(t, n) == chunks:
-            assert_fully_written(lambda: run(x, cu, cfg), names=names)
-        got = run(x, cu, cfg)
-        want = run(x, cu, {**cfg, "state": {**cfg["state"], "TRANSPOSED": False}})
-        for a, b, name in zip(got, want, names):
-            a, b = (a[:chunks], b[:chunks]) if name == "h" else (a, b)
-            assert_rel_close(a, b, 1e-5 if dtype == torch.float32 else 1e-2, f"{name}: h^T form vs the plain form")
-        ro, rh = _ref(x, cu_seqlens=cu, use_qk_l2norm_in_kernel=True, scale=0.3)
-        bound = CHUNK_BOUND if dtype == torch.float32 else 2e-2
-        assert_rel_close(got[0], ro, bound, "o, h^T form vs the recurrence")
-        assert_rel_close(got[1], rh, bound, "final state, h^T form vs the recurrence")
-
-
 @pytest.mark.parametrize("dtype,gv", [(torch.float32, 1), (torch.bfloat16, 2)])
 def test_solve_with_w_u_folded_in(dtype, gv):
     # FUSE_WU: kernel 1 computes w and u from A in its registers, kernel 2 is not launched: the same bits as
@@ -300,8 +262,6 @@ def test_solve_config_is_checked():
     for bad in ({"BC": 1}, {"BC": 3}, {"BC": 128}, {"GV": 0}, {"PREC": "ieee"}):
         with pytest.raises(ValueError, match=r"config\['solve'\] needs BC a power of two"):
             gdn.chunk_gated_delta_rule(**x, config={"solve": bad})
-    with pytest.raises(ValueError, match=r"config\['state'\]\['TRANSPOSED'\] must be True or False, got 1"):
-        gdn.chunk_gated_delta_rule(**x, config={"state": {"TRANSPOSED": 1}})
 
 
 @pytest.mark.parametrize("lens", [[1], [63, 64, 65], [0, 5, 0, 130], [200]])
@@ -1067,11 +1027,6 @@ def test_state_pass_alone_rewrites_the_call_state_and_previous_default():
         poison_(run.final_state, pattern)
         run()
         assert_rel_close(run.final_state, ht, 1e-6, f"final state, state pass alone, poison {pattern}")
-    run_t = bench.state_pass_alone(args, {"BV": 16, "TRANSPOSED": True})   # the form on h^T, the same state
-    run_t()
-    assert_rel_close(run_t.final_state, ht, 1e-5, "final state, state pass alone on h^T")
-    with pytest.raises(ValueError, match=r"TRANSPOSED'\] must be True or False"):
-        bench.state_pass_alone(args, {"TRANSPOSED": "yes"})
     prev = gdn._previous_state_cfg
     assert [prev(1, 16, 128)["BV"], prev(2, 32, 128)["BV"], prev(4, 32, 128)["BV"], prev(1, 32, 16)["BV"]] == \
         [16, 32, 64, 16]
@@ -1314,19 +1269,6 @@ def test_fused_defaults_follow_the_recorded_fusion_table():
         assert picked <= 1.02 * min(wu, wu_o), r
     assert any(r["fuse_wu_o_graph_us"] > 1.05 * r["fuse_wu_graph_us"] for r in rows)
     assert any(r["fuse_wu_graph_us"] > 1.03 * r["fuse_wu_o_graph_us"] for r in rows)
-    # the state pass on h^T: off until the table times it; then on only where, in the FUSE_O form the rule picks,
-    # it is never slower than 1% and faster at most shapes (the criterion that put FUSE_WU on)
-    t_rows = [r for r in rows if "fuse_wu_t_graph_us" in r or "fuse_wu_o_t_graph_us" in r]
-    if not t_rows:
-        assert chunk["state"]["TRANSPOSED"] is False
-    else:   # a table that times the h^T form times both of its forms at every shape
-        assert t_rows == rows and all(isinstance(r.get(f"{w}_graph_us"), float) for r in rows
-                                      for w in ("fuse_wu_t", "fuse_wu_o_t")), "h^T forms missing or failed"
-        fo = [gdn.fuse_o_rule(r["B"], r["HV"], r["K"], r["V"], 2, n_sm=132) for r in t_rows]
-        pairs = [(r["fuse_wu_o_t_graph_us"], r["fuse_wu_o_graph_us"]) if f else
-                 (r["fuse_wu_t_graph_us"], r["fuse_wu_graph_us"]) for r, f in zip(t_rows, fo)]
-        wins = all(t <= 1.01 * p for t, p in pairs) and sum(t < p for t, p in pairs) > len(pairs) / 2
-        assert chunk["state"]["TRANSPOSED"] is wins, pairs
     # the three stages of the folded state pass: at the BV the rule picks, faster than two at every swept shape
     sweep = load_record("gdn_segments")["results"]["fuse_o_launch_sweep"]["rows"]
     for r in sweep:
@@ -1491,7 +1433,7 @@ def test_measure_segments_makes_a_valid_record(monkeypatch):
     rec = bench.measure_segments(shapes=[(1, 130, 1, 2)], sweep=(1, 4), verbose=False)
     row = rec["results"]["segments"][0]
     assert rec["name"] == "gdn_segments" and set(rec["timers"]) == {"graph", "eager", "profiler"}
-    kept = {"previous_design", "fusion", "fuse_o_launch_sweep", "ncu_profile", "fused_prototype"}
+    kept = {"previous_design", "fusion", "fuse_o_launch_sweep", "ncu_profile", "fused_prototype", "transposed_state"}
     assert kept <= set(saved) and all(rec["results"][k] == saved[k] for k in kept), kept   # the other tables, unchanged
     assert row["seg1_segments_per_sequence"] == 3 and row["seg4_segments_per_sequence"] == 1
     assert row["seg1_rel_err_vs_plain_o"] < 3e-2 and row["seg4_rel_err_vs_plain_ht"] < 3e-2   # bf16 (the bound above)
@@ -1516,7 +1458,7 @@ def test_measure_fusion_rehearsed_without_a_gpu(monkeypatch):
     for form in bench.FUSION_FORMS:
         assert row[f"{form}_graph_us"] == 2.0 and row[f"{form}_rel_err_vs_split_o"] < 1e-5, form
     assert set(k for k in row if k.endswith("_kernels_profiler_us")) == {
-        f"{w}_kernels_profiler_us" for w in ("split", "fuse_wu", "fuse_wu_o", "fuse_wu_t", "fuse_wu_o_t")}
+        "split_kernels_profiler_us", "fuse_wu_kernels_profiler_us", "fuse_wu_o_kernels_profiler_us"}
     text = bench.fusion_table({"results": {"fusion": table}})
     assert "fuse_wu      2.0 us" in text and "B=1 T=130 H=1/4" in text, text
     assert "not recorded yet" in bench.fusion_table({"results": {}})

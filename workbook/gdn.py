@@ -60,10 +60,8 @@ CONFIG = {
     "chunk": {"solve": {"BC": 16, "GV": 1, "PREC": "tf32", "num_warps": 4, "num_stages": 2, "FUSE_WU": True},
               "wu": {"num_warps": 4, "num_stages": 2},
               # state: FUSE_O folds kernel 4 (outputs) in (h, v' never stored; None: fuse_o_rule); BV / num_warps
-              # / num_stages None: state_launch()'s pick (RULE True; RULE False: the previous default, STATE_PREVIOUS);
-              # TRANSPOSED: the pass on h^T (kern.chunk_gdn_state_t_kernel), off until measure_fusion times it
-              "state": {"BV": None, "num_warps": None, "num_stages": None, "FUSE_O": None, "RULE": True,
-                        "TRANSPOSED": False},
+              # / num_stages None: state_launch()'s pick (RULE True; RULE False: the previous default, STATE_PREVIOUS)
+              "state": {"BV": None, "num_warps": None, "num_stages": None, "FUSE_O": None, "RULE": True},
               "output": {"BV": 64, "num_warps": 4, "num_stages": 2},
               # scan over segments (segments=...): BV value columns per program (K x K times K x BV, fp32);
               # 8 warps for the [K, K] fp32 tile's registers: a first guess, not measured (the sweep will tell)
@@ -466,28 +464,26 @@ def _state_cfg(cs: dict, N: int, HV: int, K: int, V: int, itemsize: int, varlen:
 
 
 def _launch_state(c3, k, w, u, G, h, v_new, q, o, initial_state, ht, cu_seqlens, chunk_offsets, scale, T, NT,
-                  *, N, l2, emulate, eye=False, width=None, transposed=False):
+                  *, N, l2, emulate, eye=False, width=None):
     """Kernel 3 (the state pass), launch configuration ``c3`` {"BV", "num_warps", "num_stages"}: one program per
     (V block, sequence, value head); ``width``: the state's columns when wider than u's (the segments' [B | M]
-    pass); ``transposed``: the form on h^T. Shared with :func:`workbook.benchmarks.gdn.state_pass_alone`."""
+    pass). Shared with :func:`workbook.benchmarks.gdn.state_pass_alone`."""
     H, K, HV, VU = k.shape[-2], k.shape[-1], w.shape[-2], u.shape[-1]
     V = width or VU
-    (kern.chunk_gdn_state_t_kernel if transposed else kern.chunk_gdn_state_kernel)[(triton.cdiv(V, c3["BV"]), N * HV)](
+    kern.chunk_gdn_state_kernel[(triton.cdiv(V, c3["BV"]), N * HV)](
         k, w, u, G, h, v_new, q, o, initial_state, ht, cu_seqlens, chunk_offsets, scale, T, max(NT, 1),
         H=H, HV=HV, K=K, V=V, VU=VU, BT=CHUNK, BK=_pow2(K), BV=c3["BV"], USE_Q_L2NORM=l2, EMULATE=emulate, H0_EYE=eye,
         num_warps=c3["num_warps"], num_stages=c3["num_stages"])
 
 
 def _chunk_config(config) -> dict:
-    """CONFIG["chunk"] updated with ``config``, the solve kernel's names and the state pass's form checked."""
+    """CONFIG["chunk"] updated with ``config``, the solve kernel's names checked."""
     cfg = resolve_config(config, CONFIG["chunk"], name="config of chunk_gated_delta_rule")
     c1 = cfg["solve"]
     if c1["BC"] not in (2, 4, 8, 16, 32, 64) or not (isinstance(c1["GV"], int) and c1["GV"] >= 1) \
             or c1["PREC"] not in ("tf32", "tf32x3"):
         raise ValueError(f"config['solve'] needs BC a power of two in 2..64, GV >= 1 and PREC 'tf32' or "
                          f"'tf32x3'; got BC={c1['BC']!r}, GV={c1['GV']!r}, PREC={c1['PREC']!r}")
-    if not isinstance(cfg["state"]["TRANSPOSED"], bool):
-        raise ValueError(f"config['state']['TRANSPOSED'] must be True or False, got {cfg['state']['TRANSPOSED']!r}")
     return cfg
 
 
@@ -532,7 +528,7 @@ def _launch_output(co, q, k, v_new, h, G, o, cu_seqlens, chunk_indices, scale, T
 
 
 _CHUNK_KERNELS = (kern.chunk_gdn_solve_kernel, kern.chunk_gdn_wu_kernel, kern.chunk_gdn_state_kernel,
-                  kern.chunk_gdn_state_t_kernel, kern.chunk_gdn_output_kernel)
+                  kern.chunk_gdn_output_kernel)
 
 
 def _chunk_core(cfg, q, k, v, g, beta, scale, h0, ht, cu_seqlens, N, *, l2, emulate, keep=False):
@@ -590,7 +586,7 @@ def _state_and_output(cfg, q, v, inter, scale, h0, ht, cu_seqlens, N, *, l2, emu
     # absent optional inputs go in as None (the kernels' heuristics turn them into constexpr flags)
     _launch_state(_state_cfg(cfg["state"], N, HV, K, V, q.element_size(), cu_seqlens is not None, fuse), kc, w, u, G, h,
                   v_new, q if fuse else None, o if fuse else None, h0, ht, cu_seqlens, chunk_offsets,
-                  scale, T, NT, N=N, l2=l2, emulate=emulate, transposed=cfg["state"]["TRANSPOSED"])
+                  scale, T, NT, N=N, l2=l2, emulate=emulate)
     if NT and not fuse:
         _launch_output(cfg["output"], q, kc, v_new, h, G, o, cu_seqlens, chunk_indices, scale, T, NT, l2=l2,
                        emulate=emulate)
@@ -724,8 +720,7 @@ def _segmented(cfg, q, k, v, g, beta, scale, h0, ht, cu_seqlens, N, *, l2, emula
     bm = torch.empty(NS, HV, K, V + K, dtype=torch.float32, device=dev)
     _launch_state(_state_cfg(cfg["state"], NS, HV, K, V + K, q.element_size(), True), inter["kc"], inter["w"],
                   inter["u"], inter["G"], None, None, None, None, None, bm, cu_seg, inter["tables"][1], scale, TA,
-                  inter["tables"][2], N=NS, l2=l2, emulate=emulate, eye=True, width=V + K,   # values [v, 0_K]
-                  transposed=cfg["state"]["TRANSPOSED"])
+                  inter["tables"][2], N=NS, l2=l2, emulate=emulate, eye=True, width=V + K)   # values [v, 0_K]
     # empty: scan program (v-block, n, hv) writes rows seg_offsets[n] .. seg_offsets[n + 1] - 1 (its sequence's
     # segments, tiling [0, true count)), all K rows x its V block, before the last pass reads them; the last
     # sequence's programs write zeros into the padding rows (loaded and dropped there): they tile all NS rows.

@@ -110,7 +110,7 @@ def state_pass_alone(args: dict, config: dict | None = None):
     """A function that launches the state pass (kernel 3) alone, as :func:`workbook.gdn.chunk_gated_delta_rule`
     launches it when the outputs are not folded in (FUSE_O off), on the intermediates of one call with ``args``
     (made once, here; ``.call_outputs`` holds that call's (o, final state)), with the launch configuration ``config``
-    {"BV", "num_warps", "num_stages"} (names left out or None: the rule's; "TRANSPOSED": the form on h^T, as CONFIG).
+    {"BV", "num_warps", "num_stages"} (names left out or None: the rule's).
     Each call rewrites h, v' and ``.final_state``; the benchmark times it alone, by graph replay."""
     q, k, v = args["q"], args["k"], args["v"]
     cu = args.get("cu_seqlens")
@@ -123,10 +123,7 @@ def state_pass_alone(args: dict, config: dict | None = None):
         _, chunk_offsets, NT = _chunk_table(cu, N, B * T)
     else:
         chunk_offsets, NT = None, B * triton.cdiv(T, CHUNK)
-    cs = {"BV": None, "num_warps": None, "num_stages": None, "RULE": True,
-          "TRANSPOSED": CONFIG["chunk"]["state"]["TRANSPOSED"], **(config or {})}
-    if not isinstance(cs["TRANSPOSED"], bool):
-        raise ValueError(f"config['TRANSPOSED'] must be True or False, got {cs['TRANSPOSED']!r}")
+    cs = {"BV": None, "num_warps": None, "num_stages": None, "RULE": True, **(config or {})}
     c3 = _state_cfg(cs, N, HV, K, V, q.element_size(), cu is not None)
     h0 = args.get("initial_state")
     # the final state as the launcher allocates it (empty: the programs tile it; see _final_state_buffer)
@@ -137,8 +134,7 @@ def state_pass_alone(args: dict, config: dict | None = None):
 
     def run():
         _launch_state(c3, kc, inter["w"], inter["u"], inter["G"], inter["h"], inter["v_new"], None, None, h0, ht,
-                      cu, chunk_offsets, scale, T, NT, N=N, l2=l2, emulate=emulate,
-                      transposed=cs["TRANSPOSED"])
+                      cu, chunk_offsets, scale, T, NT, N=N, l2=l2, emulate=emulate)
     run.config, run.final_state, run.call_outputs = c3, ht, (o, ht0)
     return run
 
@@ -720,7 +716,8 @@ def measure_segments(*, shapes=None, sweep=SEGMENT_SWEEP, save: bool = False, ve
            "segments": [], "skipped": [] if fla_chunk else [f"every comparison with flash-linear-attention: {fla_ver}"]}
     try:   # the record's other tables (the previous design, the fused forms, the profile) stay beside the new rows
         res.update({k: v for k, v in load_record("gdn_segments")["results"].items()
-                    if k in ("previous_design", "fusion", "fuse_o_launch_sweep", "ncu_profile", "fused_prototype")})
+                    if k in ("previous_design", "fusion", "fuse_o_launch_sweep", "ncu_profile", "fused_prototype",
+                              "transposed_state")})
     except FileNotFoundError:
         pass
     timers, path = {k: TIMERS[k] for k in ("graph", "eager", "profiler")}, None
@@ -806,9 +803,6 @@ FUSION_FORMS = {
     "fuse_wu_gv4": {"solve": {"FUSE_WU": True, "GV": 4}, "state": {"FUSE_O": False}},
     "fuse_o": {"solve": {"FUSE_WU": False}, "state": {"FUSE_O": True}},
     "fuse_wu_o": {"solve": {"FUSE_WU": True}, "state": {"FUSE_O": True}},
-    # the state pass on h^T (config['state']['TRANSPOSED']), outputs apart and folded in
-    "fuse_wu_t": {"solve": {"FUSE_WU": True}, "state": {"FUSE_O": False, "TRANSPOSED": True}},
-    "fuse_wu_o_t": {"solve": {"FUSE_WU": True}, "state": {"FUSE_O": True, "TRANSPOSED": True}},
 }
 FUSION_SHAPES = SEGMENT_SHAPES + [(1, 8192, 16, 16), (4, 4096, 32, 32)]
 FUSION_PROFILED = {(2, 4096, 16, 64), (1, 65536, 2, 8)}   # per-kernel times recorded for these
@@ -854,8 +848,8 @@ def _fusion_row(shape, fla_chunk, ceilings: dict) -> dict:
 def measure_fusion(*, shapes=None, save: bool = False, verbose: bool = True) -> dict:
     """The fused forms (FUSION_FORMS) at FUSION_SHAPES (or ``shapes``), K = V = 128, bf16, fla in the same run:
     GPU time from CUDA-graph replay with eager time beside it. Added to the ``gdn_segments`` record as its
-    ``fusion`` table (``save=True`` writes it after every shape); returns the table. The FUSE_WU and TRANSPOSED
-    defaults and :func:`workbook.gdn.fuse_o_rule` are set from it (tests/test_gdn.py ties them to the table)."""
+    ``fusion`` table (``save=True`` writes it after every shape); returns the table. The FUSE_WU default and
+    :func:`workbook.gdn.fuse_o_rule` are set from it (tests/test_gdn.py ties both to the recorded table)."""
     from ..records import load_record, save_record
 
     timing.require_gpu("workbook.benchmarks.gdn.measure_fusion")
