@@ -1279,13 +1279,31 @@ def test_fused_defaults_follow_the_recorded_fusion_table():
 
 
 def test_w_u_fold_avoids_the_faulting_variant():
-    """On the H200 (Triton 3.6) the solve kernel with w/u folded in faults on normalised keys with K = 32 (found by
-    test_segments_dtypes_l2norm_and_inplace there); K = 64 and 128, or K = 32 without the normalisation, ran right.
-    The launcher keeps kernel 2 apart exactly there on a GPU; the interpreter runs the folded form everywhere."""
+    """On a GPU (Triton 3.6) the solve kernel with w/u folded in has faulted at small head dims: K = 32 with keys
+    normalised in the kernel (H200), K = V = 16 without (H100; compute-sanitizer: out-of-bounds shared-memory reads
+    in that kernel, none at K = V = 128). The launcher keeps kernel 2 apart on a GPU unless K and V (padded) are
+    at least 64; the interpreter runs the folded form everywhere."""
     on = {"FUSE_WU": True}
-    assert not gdn._fuse_wu(on, 32, True, False) and not gdn._fuse_wu(on, 16, True, False)
-    assert gdn._fuse_wu(on, 64, True, False) and gdn._fuse_wu(on, 128, True, False) and gdn._fuse_wu(on, 32, False, False)
-    assert gdn._fuse_wu(on, 32, True, True) and not gdn._fuse_wu({"FUSE_WU": False}, 128, False, False)
+    assert not gdn._fuse_wu(on, 32, 128, False) and not gdn._fuse_wu(on, 16, 16, False)
+    assert not gdn._fuse_wu(on, 128, 32, False) and gdn._fuse_wu(on, 48, 128, False)   # 48 pads to a 64 tile: folds
+    assert gdn._fuse_wu(on, 64, 64, False) and gdn._fuse_wu(on, 128, 128, False) and gdn._fuse_wu(on, 100, 60, False)
+    assert gdn._fuse_wu(on, 16, 16, True) and not gdn._fuse_wu({"FUSE_WU": False}, 128, 128, False)
+
+
+@pytest.mark.parametrize("K,V,dtype,l2", [(16, 16, torch.bfloat16, False), (16, 16, torch.float32, False),
+                                          (32, 32, torch.bfloat16, True), (16, 48, torch.bfloat16, False)])
+def test_small_head_dims_on_the_default_launch(K, V, dtype, l2):
+    # the default launch at head dims below 64 (on a GPU: kernel 2 apart, see above; in the interpreter: folded)
+    # against the recurrence, odd length over three chunks, an initial state, every output element written
+    x = gdn.make_inputs(1, 130, 1, K, V=V, HV=2, dtype=dtype, gate="mixed", normalize_qk=not l2, seed=K + V)
+    x["initial_state"] = torch.randn(1, 2, K, V, device=DEVICE) * 0.3
+    kw = dict(use_qk_l2norm_in_kernel=l2, output_final_state=True)
+    assert_fully_written(lambda: gdn.chunk_gated_delta_rule(**x, **kw), names=["o", "final_state"])
+    o, ht = gdn.chunk_gated_delta_rule(**x, **kw)
+    ro, rh = _ref(x, use_qk_l2norm_in_kernel=l2)
+    bound = CHUNK_BOUND if dtype == torch.float32 else 2e-2
+    assert_rel_close(o, ro, bound, f"o, K={K} V={V}")
+    assert_rel_close(ht, rh, bound, f"final state, K={K} V={V}")
 
 
 def test_outputs_folded_in_by_the_rule(monkeypatch):
@@ -1429,6 +1447,7 @@ def test_measure_segments_makes_a_valid_record(monkeypatch):
     monkeypatch.setattr(timing, "require_gpu", lambda what: None)
     monkeypatch.setattr(timing, "time_both", lambda fn: (fn(), {"graph_us": 2.0, "eager_us": 3.0})[1])
     monkeypatch.setattr(bench, "SEGMENT_D", 16)
+    monkeypatch.setattr(bench, "_fla", lambda: (None, None, "not called in the rehearsal"))
     saved = load_record("gdn_segments")["results"]
     rec = bench.measure_segments(shapes=[(1, 130, 1, 2)], sweep=(1, 4), verbose=False)
     row = rec["results"]["segments"][0]
@@ -1448,6 +1467,7 @@ def test_measure_fusion_rehearsed_without_a_gpu(monkeypatch):
     monkeypatch.setattr(timing, "time_both", lambda fn: (fn(), {"graph_us": 2.0, "eager_us": 3.0})[1])
     monkeypatch.setattr(timing, "kernel_times_us", lambda fn, n=5: (fn(), {"chunk_gdn_solve_kernel": 1.0})[1])
     monkeypatch.setattr(bench, "SEGMENT_D", 16)
+    monkeypatch.setattr(bench, "_fla", lambda: (None, None, "not called in the rehearsal"))
     monkeypatch.setattr(bench, "FUSION_PROFILED", {(1, 130, 1, 4)})
     monkeypatch.setattr(timing, "copy_ceiling_GBps", lambda: 4000.0)        # stand-in ceilings, not measured
     monkeypatch.setattr(timing, "matmul_ceiling_TFLOPs", lambda: 800.0)

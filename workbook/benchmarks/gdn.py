@@ -817,7 +817,8 @@ def _floor_us(row: dict, ceilings: dict) -> float | None:
 
 def _fusion_row(shape, fla_chunk, ceilings: dict) -> dict:
     """One shape: every form of FUSION_FORMS timed both ways, its output checked against the split form's,
-    fla beside them; per-kernel times of five forms at FUSION_PROFILED shapes; the floor and its share."""
+    fla beside them; per-kernel times of split, fuse_wu and fuse_wu_o at FUSION_PROFILED shapes; the floor and its
+    share."""
     B, T, H, HV = shape
     args = _bench_args((B, T, H, HV, SEGMENT_D, False, None))
     row = {"B": B, "T": T, "H": H, "HV": HV, "K": SEGMENT_D, "V": SEGMENT_D, "dtype": "bfloat16",
