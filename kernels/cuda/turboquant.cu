@@ -45,9 +45,8 @@
 //     signs (the Triton kernel's _KEY_ASM); blocks of REG_WARPS warps, no table.
 // Values, centred (code - 8): one prmt puts the same bytes of two tokens side by side, then per coordinate
 // one lop3 (mask | fp16 exponent of 1024 or 64) and one sub.f16x2 give the (token A, token B) pair an A
-// fragment register holds (centred before the MMA: an offset left in the operand would add offset x sum(P)
-// to the fp32 accumulator every tile and lose a small output's low bits to its rounding: variant U, run 12
-// of turboquant.json's cuda_variants_measured, left 64 + code in and was wrong at long splits).
+// fragment register holds (centred before the MMA: an offset left in the operand adds offset x sum(P) to the
+// fp32 sums and swamps a small output; variant U of turboquant.json's cuda_variants_measured, run 12).
 // Softmax in base 2 (the queries carry sm_scale * log2(e)), each score taken relative to the running max by
 // one FFMA (s k_scale - m); l = sum p, z = sum p (v_zero + 8 v_scale) are reduced once at the end.
 // Loads: each warp streams its steps through a ring of STAGES shared-memory slots of one 32-token step,
