@@ -495,11 +495,12 @@ def _chunks(cu_seqlens, N: int, B: int, T: int):
     return None, None, B * triton.cdiv(T, CHUNK)
 
 
-def _fuse_wu(c1: dict, K: int, V: int, emulate: bool) -> bool:
-    """FUSE_WU in force: as configured, except on a GPU with K or V (padded) below 64, where the folded kernel
-    has faulted (illegal address, Triton 3.6: K = 32 with keys normalised in the kernel on the H200, K = V = 16
-    without on an H100): kernel 2 then runs on its own, the same numbers. The interpreter folds everywhere."""
-    return bool(c1["FUSE_WU"]) and (emulate or min(_pow2(K), _pow2(V)) >= 64)
+def _fuse_wu(c1: dict, K: int, emulate: bool) -> bool:
+    """FUSE_WU in force: as configured, except on a GPU with K (padded) below 64, where Triton 3.6 compiles the
+    folded kernel into out-of-bounds shared-memory reads (compute-sanitizer, H100: K = 16; illegal addresses at
+    K = 32 with keys normalised in the kernel on the H200; clean at K = 48, 64, 100, 128 and at V = 16 with K = 64):
+    kernel 2 then runs on its own, the same numbers. The interpreter folds everywhere."""
+    return bool(c1["FUSE_WU"]) and (emulate or _pow2(K) >= 64)
 
 
 def _launch_solve_wu(c1, c2, k, v, g, beta, G, A, kn, w, u, cu_seqlens, chunk_indices, T, NT, *, emulate):
@@ -553,7 +554,7 @@ def _intermediates(cfg, k, v, g, beta, cu_seqlens, N, *, l2, emulate, keep=False
     G = torch.empty(TA, HV, dtype=torch.float32, device=dev)   # kernel 1, program (chunk, hv)
     # kernel 1, program (chunk, value heads hv .. hv + GV - 1): its rows x all 64 columns (zeros above the
     # diagonal); with FUSE_WU A stays in registers and is stored only for a caller who keeps it
-    fuse_wu = _fuse_wu(cfg["solve"], K, V, emulate)
+    fuse_wu = _fuse_wu(cfg["solve"], K, emulate)
     A = torch.empty(TA, HV, CHUNK, dtype=dt, device=dev) if keep or not fuse_wu else None
     # kernel 1, the program (chunk, hv ..) whose first value head is its key head's first: all K columns
     kn = torch.empty(TA, H, K, dtype=dt, device=dev) if l2 else None
