@@ -1292,18 +1292,20 @@ def test_w_u_fold_avoids_the_faulting_variant():
 @pytest.mark.parametrize("K,V,dtype,l2", [(16, 16, torch.bfloat16, False), (16, 16, torch.float32, False),
                                           (32, 32, torch.bfloat16, True), (16, 48, torch.bfloat16, False),
                                           (64, 16, torch.bfloat16, False)])
-def test_small_head_dims_on_the_default_launch(K, V, dtype, l2):
-    # the default launch at head dims below 64 (on a GPU kernel 2 runs apart below K 64, see above; folded otherwise)
-    # against the recurrence, odd length over three chunks, an initial state, every output element written
+@pytest.mark.parametrize("kind", list(KERNELS))
+def test_small_head_dims_on_the_default_launch(kind, K, V, dtype, l2):
+    # the default launch at head dims below 64 (chunked, on a GPU: kernel 2 runs apart below K 64, see above;
+    # folded otherwise) against the recurrence, odd length over three chunks, an initial state, every output written
+    fn, fp32_bound = KERNELS[kind]
     x = gdn.make_inputs(1, 130, 1, K, V=V, HV=2, dtype=dtype, gate="mixed", normalize_qk=not l2, seed=K + V)
     x["initial_state"] = torch.randn(1, 2, K, V, device=DEVICE) * 0.3
     kw = dict(use_qk_l2norm_in_kernel=l2, output_final_state=True)
-    assert_fully_written(lambda: gdn.chunk_gated_delta_rule(**x, **kw), names=["o", "final_state"])
-    o, ht = gdn.chunk_gated_delta_rule(**x, **kw)
+    assert_fully_written(lambda: fn(**x, **kw), names=["o", "final_state"])
+    o, ht = fn(**x, **kw)
     ro, rh = _ref(x, use_qk_l2norm_in_kernel=l2)
-    bound = CHUNK_BOUND if dtype == torch.float32 else 2e-2
-    assert_rel_close(o, ro, bound, f"o, K={K} V={V}")
-    assert_rel_close(ht, rh, bound, f"final state, K={K} V={V}")
+    bound = fp32_bound if dtype == torch.float32 else 2e-2
+    assert_rel_close(o, ro, bound, f"{kind} o, K={K} V={V}")
+    assert_rel_close(ht, rh, bound, f"{kind} final state, K={K} V={V}")
 
 
 def test_outputs_folded_in_by_the_rule(monkeypatch):
