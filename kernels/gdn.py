@@ -404,46 +404,6 @@ def chunk_gdn_wu_kernel(
 # hang off the chain: the next chunk's state does not wait for them).
 # --------------------------------------------------------------------------------------------------
 
-@triton.jit
-def _state_program(cu_seqlens, chunk_offsets, T, NT_MAX, H: tl.constexpr, HV: tl.constexpr, BT: tl.constexpr,
-                   IS_VARLEN: tl.constexpr):
-    """This state-pass program's (V block i_v, sequence x value head i_nh, value head i_hv, key head i_h) and its
-    sequence's tokens [bos, eos), first global chunk c0 and chunk count NT."""
-    i_v, i_nh = tl.program_id(0), tl.program_id(1)
-    i_n, i_hv = i_nh // HV, i_nh % HV
-    if IS_VARLEN:
-        bos, eos = _seq_bounds(cu_seqlens, i_n, T)
-        c0 = tl.load(chunk_offsets + i_n).to(tl.int64)
-        NT = tl.minimum(tl.cdiv(eos - bos, BT), NT_MAX - c0)   # h has NT_MAX rows, whatever the offsets
-    else:
-        bos = i_n.to(tl.int64) * T
-        eos = bos + T
-        c0 = i_n.to(tl.int64) * tl.cdiv(T, BT)
-        NT = tl.cdiv(T, BT)
-    return i_v, i_nh, i_hv, i_hv // (HV // H), bos, eos, c0, NT
-
-
-@triton.jit
-def _chunk_gates_keys(G, k, t0, o_t, m_t, m_tk, o_k, eos, i_hv, i_h, H: tl.constexpr, HV: tl.constexpr,
-                      K: tl.constexpr, BT: tl.constexpr, dt: tl.constexpr):
-    """One chunk's gates and keys for the state pass: G at its last real token, G per token (rows past the
-    sequence take the last one's, so their decay factors are 1), and the key tile [BT, BK] in dtype ``dt``."""
-    b_glast = tl.load(G + (tl.minimum(t0 + BT, eos) - 1) * HV + i_hv)
-    b_G = tl.where(m_t, tl.load(G + o_t * HV + i_hv, mask=m_t, other=0), b_glast)
-    b_k = tl.load(k + (o_t[:, None] * H + i_h) * K + o_k[None, :], mask=m_tk, other=0).to(dt)
-    return b_glast, b_G, b_k
-
-
-@triton.jit
-def _query_rows(q, o_t, m_tk, o_k, i_h, H: tl.constexpr, K: tl.constexpr, USE_Q_L2NORM: tl.constexpr,
-                dt: tl.constexpr):
-    """One chunk's query tile [BT, BK] in dtype ``dt``, L2-normalised per row when asked (FUSE_O)."""
-    b_q = tl.load(q + (o_t[:, None] * H + i_h) * K + o_k[None, :], mask=m_tk, other=0)
-    if USE_Q_L2NORM:
-        b_q = _l2norm_rows(b_q.to(tl.float32))
-    return b_q.to(dt)
-
-
 @triton.heuristics({
     "USE_H0": lambda args: args["h0"] is not None,
     "STORE_HT": lambda args: args["ht"] is not None,
@@ -486,7 +446,18 @@ def chunk_gdn_state_kernel(
     FUSE_O: tl.constexpr,       # o given: outputs here, no h / v_new stores (heuristic)
     STORE_H: tl.constexpr,      # h (and v_new) given: store them for kernel 4 (heuristic)
 ):
-    i_v, i_nh, i_hv, i_h, bos, eos, c0, NT = _state_program(cu_seqlens, chunk_offsets, T, NT_MAX, H, HV, BT, IS_VARLEN)
+    i_v, i_nh = tl.program_id(0), tl.program_id(1)
+    i_n, i_hv = i_nh // HV, i_nh % HV
+    i_h = i_hv // (HV // H)
+    if IS_VARLEN:
+        bos, eos = _seq_bounds(cu_seqlens, i_n, T)
+        c0 = tl.load(chunk_offsets + i_n).to(tl.int64)
+        NT = tl.minimum(tl.cdiv(eos - bos, BT), NT_MAX - c0)   # h has NT_MAX rows, whatever the offsets
+    else:
+        bos = i_n.to(tl.int64) * T
+        eos = bos + T
+        c0 = i_n.to(tl.int64) * tl.cdiv(T, BT)
+        NT = tl.cdiv(T, BT)
     F32: tl.constexpr = w.dtype.element_ty == tl.float32
     dt: tl.constexpr = w.dtype.element_ty
 
@@ -518,9 +489,16 @@ def chunk_gdn_state_kernel(
         b_v = b_u.to(tl.float32) - _dot(b_w, b_hd, F32, EMULATE)
         if STORE_H:
             tl.store(v_new + (o_t[:, None] * HV + i_hv) * V + o_v[None, :], b_v.to(dt), mask=m_tv)
-        b_glast, b_G, b_k = _chunk_gates_keys(G, k, t0, o_t, m_t, m_tk, o_k, eos, i_hv, i_h, H, HV, K, BT, dt)
+        t_last = tl.minimum(t0 + BT, eos) - 1
+        b_glast = tl.load(G + t_last * HV + i_hv)
+        b_G = tl.load(G + o_t * HV + i_hv, mask=m_t, other=0)
+        b_G = tl.where(m_t, b_G, b_glast)
+        b_k = tl.load(k + (o_t[:, None] * H + i_h) * K + o_k[None, :], mask=m_tk, other=0).to(dt)
         if FUSE_O:   # kernel 4 on this chunk, with the h and v' it would have read back (same roundings)
-            b_q = _query_rows(q, o_t, m_tk, o_k, i_h, H, K, USE_Q_L2NORM, dt)
+            b_q = tl.load(q + (o_t[:, None] * H + i_h) * K + o_k[None, :], mask=m_tk, other=0)
+            if USE_Q_L2NORM:
+                b_q = _l2norm_rows(b_q.to(tl.float32))
+            b_q = b_q.to(dt)
             m_a = (o_i[:, None] >= o_i[None, :]) & m_t[:, None] & m_t[None, :]
             b_a = _dot(b_q, tl.trans(b_k), F32, EMULATE)
             b_a = tl.where(m_a, b_a * tl.exp(tl.where(m_a, b_G[:, None] - b_G[None, :], 0.)), 0.)

@@ -59,8 +59,9 @@ CONFIG = {
     # FUSE_WU: kernel 2 (w, u) folded into kernel 1; default from the record's fusion table (measure_fusion)
     "chunk": {"solve": {"BC": 16, "GV": 1, "PREC": "tf32", "num_warps": 4, "num_stages": 2, "FUSE_WU": True},
               "wu": {"num_warps": 4, "num_stages": 2},
-              # state: FUSE_O folds kernel 4 (outputs) in (h, v' never stored; None: fuse_o_rule); BV / num_warps
-              # / num_stages None: state_launch()'s pick (RULE True; RULE False: the previous default, STATE_PREVIOUS)
+              # state: FUSE_O folds kernel 4 (outputs) into the state pass (h and v' never stored; None:
+              # fuse_o_rule); BV / num_warps / num_stages None: state_launch()'s pick from the grid (RULE True;
+              # the benchmark records it beside the previous default, STATE_PREVIOUS, which RULE False keeps)
               "state": {"BV": None, "num_warps": None, "num_stages": None, "FUSE_O": None, "RULE": True},
               "output": {"BV": 64, "num_warps": 4, "num_stages": 2},
               # scan over segments (segments=...): BV value columns per program (K x K times K x BV, fp32);
@@ -465,9 +466,10 @@ def _state_cfg(cs: dict, N: int, HV: int, K: int, V: int, itemsize: int, varlen:
 
 def _launch_state(c3, k, w, u, G, h, v_new, q, o, initial_state, ht, cu_seqlens, chunk_offsets, scale, T, NT,
                   *, N, l2, emulate, eye=False, width=None):
-    """Kernel 3 (the state pass), launch configuration ``c3`` {"BV", "num_warps", "num_stages"}: one program per
-    (V block, sequence, value head); ``width``: the state's columns when wider than u's (the segments' [B | M]
-    pass). Shared with :func:`workbook.benchmarks.gdn.state_pass_alone`."""
+    """Kernel 3 (the state pass) with launch configuration ``c3`` {"BV", "num_warps", "num_stages"}: one
+    program per (V block, sequence, value head); ``width``: the state's columns when wider than u's (the
+    segments' [B | M] pass). Shared by the launcher and the benchmark's timing of the state pass alone
+    (:func:`workbook.benchmarks.gdn.state_pass_alone`)."""
     H, K, HV, VU = k.shape[-2], k.shape[-1], w.shape[-2], u.shape[-1]
     V = width or VU
     kern.chunk_gdn_state_kernel[(triton.cdiv(V, c3["BV"]), N * HV)](

@@ -110,8 +110,8 @@ def state_pass_alone(args: dict, config: dict | None = None):
     """A function that launches the state pass (kernel 3) alone, as :func:`workbook.gdn.chunk_gated_delta_rule`
     launches it when the outputs are not folded in (FUSE_O off), on the intermediates of one call with ``args``
     (made once, here; ``.call_outputs`` holds that call's (o, final state)), with the launch configuration ``config``
-    {"BV", "num_warps", "num_stages"} (names left out or None: the rule's).
-    Each call rewrites h, v' and ``.final_state``; the benchmark times it alone, by graph replay."""
+    {"BV", "num_warps", "num_stages"} (names left out or None: the rule's). Each call rewrites h, v' and
+    ``.final_state``; the benchmark times it alone, by graph replay."""
     q, k, v = args["q"], args["k"], args["v"]
     cu = args.get("cu_seqlens")
     B, T, H, K = k.shape
@@ -817,8 +817,7 @@ def _floor_us(row: dict, ceilings: dict) -> float | None:
 
 def _fusion_row(shape, fla_chunk, ceilings: dict) -> dict:
     """One shape: every form of FUSION_FORMS timed both ways, its output checked against the split form's,
-    fla beside them; per-kernel times of split, fuse_wu and fuse_wu_o at FUSION_PROFILED shapes; the floor and its
-    share."""
+    fla beside them; per-kernel times of three forms at FUSION_PROFILED shapes; the floor and its share."""
     B, T, H, HV = shape
     args = _bench_args((B, T, H, HV, SEGMENT_D, False, None))
     row = {"B": B, "T": T, "H": H, "HV": HV, "K": SEGMENT_D, "V": SEGMENT_D, "dtype": "bfloat16",
@@ -832,7 +831,7 @@ def _fusion_row(shape, fla_chunk, ceilings: dict) -> dict:
             row[f"{who}_error"] = f"{type(e).__name__}: {e}"[:300]
             continue
         _time_into(row, who, lambda: chunk_gated_delta_rule(**args, config=cfg))
-        if tuple(shape) in FUSION_PROFILED and who not in ("fuse_wu_gv4", "fuse_o"):
+        if tuple(shape) in FUSION_PROFILED and who in ("split", "fuse_wu", "fuse_wu_o"):
             row[f"{who}_kernels_profiler_us"] = timing.kernel_times_us(lambda: chunk_gated_delta_rule(**args, config=cfg))
     if fla_chunk is not None:
         _time_into(row, "fla", lambda: fla_chunk(**args))
@@ -874,8 +873,8 @@ def measure_fusion(*, shapes=None, save: bool = False, verbose: bool = True) -> 
     return table_
 
 
-def _fusion_line(row: dict, forms=FUSION_FORMS) -> str:
-    forms = " | ".join(f"{w} {_fmt_us(row.get(f'{w}_graph_us'))}" for w in list(forms) + ["fla"])
+def _fusion_line(row: dict) -> str:
+    forms = " | ".join(f"{w} {_fmt_us(row.get(f'{w}_graph_us'))}" for w in list(FUSION_FORMS) + ["fla"])
     share = row.get("fastest_share_of_floor")
     floor = f" ({100 * share:.0f}% of the floor, {row['floor_microseconds']:.1f} us)" if share else ""
     return f"B={row['B']} T={row['T']} H={row['H']}/{row['HV']}: graph us: {forms} | fastest {row['fastest_form']}{floor}"
@@ -887,4 +886,4 @@ def fusion_table(rec) -> str:
     if not f:
         return "fused forms: not recorded yet (workbook.benchmarks.gdn.measure_fusion(save=True) records them)"
     return "\n".join([f"fused forms, GPU time per call from CUDA-graph replay (fla {f['fla_version']} in the same run)"]
-                     + [_fusion_line(row, f.get("forms", FUSION_FORMS)) for row in f["rows"]])
+                     + [_fusion_line(row) for row in f["rows"]])
