@@ -401,7 +401,9 @@ def chunk_gdn_wu_kernel(
 # The keys arrive normalised (kernel 1 did it): nothing but the recurrence stays on the dependent chain.
 # With FUSE_O (o given) the program also computes kernel 4's outputs for its chunks, while h and v'
 # are in its registers: h and v' are then neither stored nor read back (q K^T and the output products
-# hang off the chain: the next chunk's state does not wait for them).
+# hang off the chain: the next chunk's state does not wait for them). With FROM_A (A given) kernel 2
+# never runs: v' = A diag(beta) (V - diag(exp(G)) K h) is formed here from A, the values and the keys
+# already loaded for the state update (one more product on the chain, w and u neither stored nor read).
 # --------------------------------------------------------------------------------------------------
 
 @triton.heuristics({
@@ -410,12 +412,15 @@ def chunk_gdn_wu_kernel(
     "IS_VARLEN": lambda args: args["cu_seqlens"] is not None,
     "FUSE_O": lambda args: args["o"] is not None,
     "STORE_H": lambda args: args["h"] is not None,
+    "FROM_A": lambda args: args["A"] is not None,
 })
 @triton.jit
 def chunk_gdn_state_kernel(
     k,                          # [T_all, H, K] keys (normalised by kernel 1 when asked)
-    w,                          # [T_all, HV, K] from kernel 2
-    u,                          # [T_all, HV, V] from kernel 2
+    w,                          # [T_all, HV, K] from kernel 2, or None (FROM_A)
+    u,                          # [T_all, HV, VU] from kernel 2; with FROM_A the values v themselves
+    A,                          # [T_all, HV, BT] from kernel 1, or None (FROM_A: v' formed here from A)
+    beta,                       # [T_all, HV] write strength (read with FROM_A only)
     G,                          # [T_all, HV] fp32 cumulative log decay from kernel 1
     h,                          # [NT_MAX, HV, K, V] out: state at the start of every chunk, or None (FUSE_O;
                                 # or no outputs at all: the segments' [B | M] pass wants final states only)
@@ -445,6 +450,7 @@ def chunk_gdn_state_kernel(
     IS_VARLEN: tl.constexpr,    # cu_seqlens given (heuristic)
     FUSE_O: tl.constexpr,       # o given: outputs here, no h / v_new stores (heuristic)
     STORE_H: tl.constexpr,      # h (and v_new) given: store them for kernel 4 (heuristic)
+    FROM_A: tl.constexpr,       # A given: v' from A, beta, the values and the keys (heuristic)
 ):
     i_v, i_nh = tl.program_id(0), tl.program_id(1)
     i_n, i_hv = i_nh // HV, i_nh % HV
@@ -458,8 +464,8 @@ def chunk_gdn_state_kernel(
         eos = bos + T
         c0 = i_n.to(tl.int64) * tl.cdiv(T, BT)
         NT = tl.cdiv(T, BT)
-    F32: tl.constexpr = w.dtype.element_ty == tl.float32
-    dt: tl.constexpr = w.dtype.element_ty
+    dt: tl.constexpr = k.dtype.element_ty
+    F32: tl.constexpr = dt == tl.float32
 
     o_k = tl.arange(0, BK)
     o_v = i_v * BV + tl.arange(0, BV)
@@ -484,16 +490,22 @@ def chunk_gdn_state_kernel(
         b_hd = b_h.to(dt)
         if STORE_H:
             tl.store(h + ((c0 + i_t) * HV + i_hv) * K * V + o_hkv, b_hd, mask=m_h)
-        b_w = tl.load(w + (o_t[:, None] * HV + i_hv) * K + o_k[None, :], mask=m_tk, other=0)
-        b_u = tl.load(u + (o_t[:, None] * HV + i_hv) * VU + o_v[None, :], mask=m_tv & (o_v < VU)[None, :], other=0)
-        b_v = b_u.to(tl.float32) - _dot(b_w, b_hd, F32, EMULATE)
-        if STORE_H:
-            tl.store(v_new + (o_t[:, None] * HV + i_hv) * V + o_v[None, :], b_v.to(dt), mask=m_tv)
         t_last = tl.minimum(t0 + BT, eos) - 1
         b_glast = tl.load(G + t_last * HV + i_hv)
         b_G = tl.load(G + o_t * HV + i_hv, mask=m_t, other=0)
         b_G = tl.where(m_t, b_G, b_glast)
         b_k = tl.load(k + (o_t[:, None] * H + i_h) * K + o_k[None, :], mask=m_tk, other=0).to(dt)
+        b_u = tl.load(u + (o_t[:, None] * HV + i_hv) * VU + o_v[None, :], mask=m_tv & (o_v < VU)[None, :], other=0)
+        if FROM_A:   # kernel 2's rounding points differ: diag(beta) (V - exp(G) K h) is rounded, not w and u
+            b_A = tl.load(A + (o_t[:, None] * HV + i_hv) * BT + o_i[None, :], mask=m_t[:, None], other=0)
+            b_b = tl.load(beta + o_t * HV + i_hv, mask=m_t, other=0).to(tl.float32)
+            b_x = b_u.to(tl.float32) - tl.exp(b_G)[:, None] * _dot(b_k, b_hd, F32, EMULATE)
+            b_v = _dot(b_A, (b_x * b_b[:, None]).to(dt), F32, EMULATE)
+        else:
+            b_w = tl.load(w + (o_t[:, None] * HV + i_hv) * K + o_k[None, :], mask=m_tk, other=0)
+            b_v = b_u.to(tl.float32) - _dot(b_w, b_hd, F32, EMULATE)
+        if STORE_H:
+            tl.store(v_new + (o_t[:, None] * HV + i_hv) * V + o_v[None, :], b_v.to(dt), mask=m_tv)
         if FUSE_O:   # kernel 4 on this chunk, with the h and v' it would have read back (same roundings)
             b_q = tl.load(q + (o_t[:, None] * H + i_h) * K + o_k[None, :], mask=m_tk, other=0)
             if USE_Q_L2NORM:

@@ -13,15 +13,13 @@ q, k ``[B, T, H, K]``; v ``[B, T, HV, V]``; g, beta ``[B, T, HV]``; states ``[N,
 ``cu_seqlens`` (with B == 1) for variable-length batches. Value heads may outnumber key heads
 (HV a multiple of H, value head ``hv`` reads key head ``hv // (HV // H)``: Qwen3-Next has 16 and 32).
 
-Kernels (``kernels/gdn.py``): the recurrent form is one kernel, one program per (value block, sequence,
-value head) walking the tokens; the chunked form (chunks of ``CHUNK`` = 64 tokens) is solve with w/u (two
-kernels with ``FUSE_WU`` off) -> state pass (the one sequential part, :func:`state_launch`'s rule) -> output (in the
-state pass where :func:`fuse_o_rule` says). With
-``segments=`` the chunked form runs parallel over the sequence too (:func:`_segmented`: a [B | M] pass over
-segments, a scan, a last pass; :func:`segment_rule` for "auto"). Every buffer a launcher allocates is
-``torch.empty``, next to a comment that says which program writes each row.
-The benchmark is :mod:`workbook.benchmarks.gdn`, the pictures :mod:`workbook.plots.gdn`, the exercises'
-graders :mod:`workbook.graders.gdn`.
+Kernels (``kernels/gdn.py``): the recurrent form is one kernel, one program per (value block, sequence, value head)
+walking the tokens; the chunked form (chunks of ``CHUNK`` = 64 tokens) is solve -> state pass (the one sequential
+part, :func:`state_launch`'s rule) -> output, where :func:`fuse_o_rule` says the state pass forms w/u from A and the
+outputs itself (:func:`_forms`), else with w/u folded into the solve. With ``segments=`` it runs parallel over the
+sequence too (:func:`_segmented`; :func:`segment_rule` for "auto"). Every buffer a launcher allocates is
+``torch.empty``, next to a comment that says which program writes each row. Benchmark:
+:mod:`workbook.benchmarks.gdn`; pictures: :mod:`workbook.plots.gdn`; graders: :mod:`workbook.graders.gdn`.
 """
 from __future__ import annotations
 
@@ -61,8 +59,10 @@ CONFIG = {
               "wu": {"num_warps": 4, "num_stages": 2},
               # state: FUSE_O folds kernel 4 (outputs) into the state pass (h and v' never stored; None:
               # fuse_o_rule); BV / num_warps / num_stages None: state_launch()'s pick from the grid (RULE True;
-              # the benchmark records it beside the previous default, STATE_PREVIOUS, which RULE False keeps)
-              "state": {"BV": None, "num_warps": None, "num_stages": None, "FUSE_O": None, "RULE": True},
+              # the benchmark records it beside the previous default, STATE_PREVIOUS, which RULE False keeps);
+              # FROM_A: v' formed in the pass from A (no kernel 2, no w and u; None: with FUSE_O, _forms)
+              "state": {"BV": None, "num_warps": None, "num_stages": None, "FUSE_O": None, "RULE": True,
+                        "FROM_A": None},
               "output": {"BV": 64, "num_warps": 4, "num_stages": 2},
               # scan over segments (segments=...): BV value columns per program (K x K times K x BV, fp32);
               # 8 warps for the [K, K] fp32 tile's registers: a first guess, not measured (the sweep will tell)
@@ -101,9 +101,7 @@ def _check_bounds(bounds, T, name="cu_seqlens"):
 def _host_offsets(cu_seqlens, cu_seqlens_cpu):
     """The host tensor whose values the checks read: ``cu_seqlens_cpu`` when given, else ``cu_seqlens``
     on the host (a CPU run: free to read), else None (a GPU trusts the values: a graph cannot wait)."""
-    if cu_seqlens_cpu is not None:
-        return cu_seqlens_cpu
-    return cu_seqlens if cu_seqlens.device.type == "cpu" else None
+    return cu_seqlens_cpu if cu_seqlens_cpu is not None else cu_seqlens if cu_seqlens.device.type == "cpu" else None
 
 
 def compute_dtype(q: torch.Tensor, v: torch.Tensor) -> torch.dtype:
@@ -327,20 +325,17 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=Non
                                      cu_seqlens_cpu=None, config=None):
     """Recurrent Gated DeltaNet in one Triton kernel (decode and short sequences).
 
-    Arguments in flash-linear-attention's order (``g, gk, gv, beta``: pass beta by keyword, or
-    positionally as the 7th argument as in fla). ``gk``/``gv`` and ``state_v_first`` are not
-    supported (clear error). Returns ``(o [B, T, HV, V] in v's dtype, final_state [N, HV, K, V] fp32
-    or None)``. With ``inplace_final_state=True`` the final state is written into ``initial_state``
-    (its dtype) and that tensor is returned. ``config``: launch configuration, names as in
-    ``CONFIG["recurrent"]`` (``{"BV": 32, "num_warps": 4}``).
+    Arguments in flash-linear-attention's order (``g, gk, gv, beta``: pass beta by keyword, or positionally as the 7th
+    argument as in fla). ``gk``/``gv`` and ``state_v_first`` are not supported (clear error). Returns ``(o [B, T, HV,
+    V] in v's dtype, final_state [N, HV, K, V] fp32 or None)``. With ``inplace_final_state=True`` the final state is
+    written into ``initial_state`` (its dtype) and that tensor is returned. ``config``: launch configuration, names as
+    in ``CONFIG["recurrent"]`` (``{"BV": 32, "num_warps": 4}``).
 
-    A varlen decode step (``cu_seqlens`` on the device) never waits for the device nor copies from
-    it, so a CUDA graph can hold the call. The contract of ``cu_seqlens``: int32/int64 offsets
-    starting at 0, ending at T, non-decreasing (empty sequences allowed). It is checked from
-    ``cu_seqlens_cpu`` (a host copy) when given, or from ``cu_seqlens`` when it is on the host; a device
-    tensor without a host copy is trusted: offsets breaking the contract then give wrong rows, but
-    every address stays inside the buffers (tested). Mixed dtypes: :func:`compute_dtype`.
-    """
+    A varlen decode step (``cu_seqlens`` on the device) never waits for the device nor copies from it, so a CUDA graph
+    can hold the call. The contract of ``cu_seqlens``: int32/int64 offsets starting at 0, ending at T, non-decreasing
+    (empty sequences allowed). It is checked from ``cu_seqlens_cpu`` (a host copy) when given, or from ``cu_seqlens``
+    when it is on the host; a device tensor without a host copy is trusted: offsets breaking the contract then give
+    wrong rows, but every address stays inside the buffers (tested). Mixed dtypes: :func:`compute_dtype`."""
     g, beta = _fla_gates(q, v, g, beta, gk=gk, gv=gv, use_gate_in_kernel=use_gate_in_kernel, A_log=A_log,
                          dt_bias=dt_bias, use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel,
                          allow_neg_eigval=allow_neg_eigval, state_v_first=state_v_first)
@@ -367,9 +362,8 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=Non
 
 
 def chunk_count_bound(T: int, N: int, chunk: int = CHUNK) -> int:
-    """An upper bound of the number of chunks of N sequences of T tokens in all, from shapes alone:
-    sum_n cdiv(L_n, C) <= sum_n (L_n + C - 1) / C = (T + N (C - 1)) / C, and never more than T
-    (every chunk holds a token)."""
+    """An upper bound of the number of chunks of N sequences of T tokens in all, from shapes alone: sum_n cdiv(L_n, C)
+    <= sum_n (L_n + C - 1) / C = (T + N (C - 1)) / C, and never more than T (every chunk holds a token)."""
     return min(T, (T + N * (chunk - 1)) // chunk)
 
 
@@ -395,18 +389,14 @@ def _chunk_table(cu_seqlens, N: int, T: int, span: int = CHUNK, starts: bool = F
 
 
 # The state pass is the one sequential part of the chunked form: a program walks every chunk of its sequence for a [K,
-# BV] slice of one head's state, and each chunk waits for the one before. Its time is therefore (chunks per sequence)
-# x (one chunk's latency) as long as every program is resident on an SM, and grows by whole waves once they are not. A
-# narrower slice (BV) shortens a chunk's latency (smaller products on the chain) but every program re-reads the
-# chunk's w and k, so narrow slices multiply that traffic. Rule, from the grid alone (no per-shape table):
+# BV] slice of one head's state, each chunk waiting for the one before: (chunks per sequence) x (one chunk's latency)
+# while every program is resident on an SM, whole waves more once they are not. A narrower slice (BV) shortens a
+# chunk's latency but every program re-reads the chunk's w (or A) and k. Rule, from the grid alone (no shape table):
 #   BV: the widest of 64, 32, 16 whose grid still gives at least STATE_FILL programs per SM;
-#   num_stages: 3 (the next chunks' w, u and k tiles, which do not depend on the state, load while
-#   this chunk's products run) when the programs each SM must hold still fit its shared memory with
-#   three tiles in flight, else 2; num_warps: 4 (one warpgroup: sm_90's wgmma; 2 warps spill).
-#   Varlen batches (cu_seqlens): the sequences differ in length, the pass lasts as long as the longest one, and the
-#   programs of the shorter ones finish early and free their SM; so the stages are chosen for one program per SM (the
-#   long sequences' chunk latency is what counts). The lengths themselves are never read: they live on the device, and
-#   reading them would sync the host.
+#   num_stages: 3 (the next chunks' tiles, independent of the state, load while this chunk's products run) when the
+#   programs each SM must hold still fit its shared memory with three tiles in flight, else 2; num_warps: 4 (one
+#   warpgroup: sm_90's wgmma; 2 warps spill). Varlen batches: the pass lasts as long as the longest sequence (lengths
+#   stay on the device: reading them would sync the host), so the stages are chosen for one program per SM.
 STATE_FILL = 7 / 8
 _SMEM_PER_PROGRAM = 8 << 10     # shared memory a state program uses besides its pipelined tiles (about)
 # The rule in words, as the benchmark records it beside the previous default that RULE False keeps.
@@ -417,19 +407,22 @@ STATE_PREVIOUS = "BV 64, else 32, once the grid reaches 256 programs, else 16; n
 
 
 def state_launch(N: int, HV: int, K: int, V: int, itemsize: int = 2, n_sm: int | None = None,
-                 smem_per_sm: int | None = None, varlen: bool = False) -> dict:
+                 smem_per_sm: int | None = None, varlen: bool = False, from_a: bool = False,
+                 fused: bool = False) -> dict:
     """The state pass's launch configuration, {"BV", "num_warps", "num_stages"}, for N sequences of HV
     value heads with K x V states stored ``itemsize`` bytes per element (w, k, u, h), by the rule
     above. ``n_sm``, ``smem_per_sm``: the GPU's (default: the GPU in use, :func:`workbook.device.sm_count`
     and :func:`workbook.device.shared_memory_per_sm`; without a GPU an H200's 132 SMs and 228 KiB, the
     figures the rule assumes where the interpreter ignores launch configurations anyway). ``varlen``: the
-    N sequences come from cu_seqlens (lengths unknown on the host): stages for one program per SM."""
+    N sequences come from cu_seqlens (lengths unknown on the host): stages for one program per SM.
+    ``from_a``: the pass reads k, A and v tiles instead of w, k and u; ``fused``: q tiles too."""
     n_sm, smem_per_sm = n_sm or sm_count(), smem_per_sm or shared_memory_per_sm()
     bv = min(64, _pow2(V))
     while bv > 16 and N * HV * triton.cdiv(V, bv) < STATE_FILL * n_sm:
         bv //= 2
     per_sm = 1 if varlen else triton.cdiv(N * HV * triton.cdiv(V, bv), n_sm)   # programs each SM must hold
-    stage = CHUNK * (2 * _pow2(K) + bv) * itemsize                # one chunk's w, k and u tiles
+    cols = _pow2(K) + (CHUNK if from_a else _pow2(K)) + bv + (_pow2(K) if fused else 0)
+    stage = CHUNK * cols * itemsize                # one chunk's tiles: k, w (A) and u (v), q when fused
     ns = 3 if per_sm * (3 * stage + _SMEM_PER_PROGRAM) <= smem_per_sm else 2
     return {"BV": bv, "num_warps": 4, "num_stages": ns}
 
@@ -438,26 +431,27 @@ def fuse_o_rule(N: int, HV: int, K: int, V: int, itemsize: int = 2, n_sm: int | 
     """FUSE_O left None: outputs (kernel 4) in the state pass when its grid at BV 64 fills the SMs (state_launch
     picks 64), K <= 128 and 16-bit storage: h and v' never go through memory, but the output products join the
     sequential chain; on the H200 (the gdn_segments record's fusion table, bf16) a gain on such grids, a loss with
-    few programs. fp32 storage was not measured, and its three-stage tiles do not fit an SM's shared memory."""
+    few programs. fp32 storage was not measured, and its three-stage tiles do not fit an SM's shared memory.
+    FROM_A left None follows it (:func:`_forms`)."""
     return itemsize == 2 and _pow2(K) <= 128 and state_launch(N, HV, K, V, itemsize, n_sm=n_sm)["BV"] == 64
 
 
 def _previous_state_cfg(N: int, HV: int, V: int) -> dict:
-    """The state pass's previous default launch configuration (``STATE_PREVIOUS``, kept with
-    ``{"state": {"RULE": False}}``; the benchmark records it beside :func:`state_launch`'s pick):
-    BV 64, else 32, once the grid reaches 256 programs, else 16; num_stages 2; num_warps 4."""
+    """STATE_PREVIOUS, kept with ``{"state": {"RULE": False}}`` (the benchmark records it beside the rule's pick)."""
     bv = next((b for b in (64, 32) if N * HV * triton.cdiv(V, b) >= 256), 16)
     return {"BV": min(bv, _pow2(V)), "num_warps": 4, "num_stages": 2}
 
 
 def _state_cfg(cs: dict, N: int, HV: int, K: int, V: int, itemsize: int, varlen: bool = False,
-               fused: bool = False) -> dict:
+               fused: bool = False, from_a: bool = False) -> dict:
     """config['state'] with each name left None filled in: by state_launch with RULE (the default),
-    else by the previous default (:func:`_previous_state_cfg`); ``fused`` (FUSE_O in force): three stages
-    with 16-bit storage and K <= 128 (q tiles load ahead too; at the BV the rule picks, faster than two at each
-    shape of the record's fuse_o_launch_sweep, bf16). A given BV is capped at V."""
-    rule = state_launch(N, HV, K, V, itemsize, varlen=varlen) if cs.get("RULE") else _previous_state_cfg(N, HV, V)
-    if fused and itemsize == 2 and _pow2(K) <= 128:
+    else by the previous default (:func:`_previous_state_cfg`); ``fused`` (FUSE_O in force) without ``from_a``:
+    three stages with 16-bit storage and K <= 128 (q tiles load ahead too; at the BV the rule picks, faster than
+    two at each shape of the record's fuse_o_launch_sweep, bf16; with ``from_a`` the rule counts the q tiles and
+    lets two programs share an SM where three stages would not: the record's from_a table). BV capped at V."""
+    rule = _previous_state_cfg(N, HV, V) if not cs.get("RULE") else \
+        state_launch(N, HV, K, V, itemsize, varlen=varlen, from_a=from_a, fused=fused)
+    if fused and not from_a and itemsize == 2 and _pow2(K) <= 128:
         rule = {**rule, "num_stages": 3}
     out = {k: (rule[k] if cs[k] is None else cs[k]) for k in ("BV", "num_warps", "num_stages")}
     out["BV"] = min(out["BV"], _pow2(V))
@@ -465,15 +459,14 @@ def _state_cfg(cs: dict, N: int, HV: int, K: int, V: int, itemsize: int, varlen:
 
 
 def _launch_state(c3, k, w, u, G, h, v_new, q, o, initial_state, ht, cu_seqlens, chunk_offsets, scale, T, NT,
-                  *, N, l2, emulate, eye=False, width=None):
-    """Kernel 3 (the state pass) with launch configuration ``c3`` {"BV", "num_warps", "num_stages"}: one
-    program per (V block, sequence, value head); ``width``: the state's columns when wider than u's (the
-    segments' [B | M] pass). Shared by the launcher and the benchmark's timing of the state pass alone
-    (:func:`workbook.benchmarks.gdn.state_pass_alone`)."""
-    H, K, HV, VU = k.shape[-2], k.shape[-1], w.shape[-2], u.shape[-1]
-    V = width or VU
+                  *, N, l2, emulate, eye=False, width=None, A=None, beta=None):
+    """Kernel 3 (the state pass) with launch configuration ``c3`` {"BV", "num_warps", "num_stages"}: one program per
+    (V block, sequence, value head); ``width``: the state's columns when wider than u's (the segments' [B | M] pass);
+    ``A``, ``beta`` given (w None, u the values): v' from A in the pass (FROM_A). Shared by the launcher and the
+    benchmark's timing of the state pass alone (:func:`workbook.benchmarks.gdn.state_pass_alone`)."""
+    H, K, HV, VU, V = k.shape[-2], k.shape[-1], u.shape[-2], u.shape[-1], width or u.shape[-1]
     kern.chunk_gdn_state_kernel[(triton.cdiv(V, c3["BV"]), N * HV)](
-        k, w, u, G, h, v_new, q, o, initial_state, ht, cu_seqlens, chunk_offsets, scale, T, max(NT, 1),
+        k, w, u, A, beta, G, h, v_new, q, o, initial_state, ht, cu_seqlens, chunk_offsets, scale, T, max(NT, 1),
         H=H, HV=HV, K=K, V=V, VU=VU, BT=CHUNK, BK=_pow2(K), BV=c3["BV"], USE_Q_L2NORM=l2, EMULATE=emulate, H0_EYE=eye,
         num_warps=c3["num_warps"], num_stages=c3["num_stages"])
 
@@ -490,18 +483,15 @@ def _chunk_config(config) -> dict:
 
 
 def _chunks(cu_seqlens, N: int, B: int, T: int):
-    """(chunk_indices, chunk_offsets, NT): the varlen chunk table (:func:`_chunk_table`, NT an upper
-    bound), or (None, None, the chunk count) for B sequences of T tokens each."""
-    if cu_seqlens is not None and B * T:
-        return _chunk_table(cu_seqlens, N, B * T)
-    return None, None, B * triton.cdiv(T, CHUNK)
+    """(chunk_indices, chunk_offsets, NT): the varlen chunk table (NT a bound), or (None, None, the chunk count)."""
+    varlen = cu_seqlens is not None and B * T
+    return _chunk_table(cu_seqlens, N, B * T) if varlen else (None, None, B * triton.cdiv(T, CHUNK))
 
 
 def _fuse_wu(c1: dict, K: int, emulate: bool) -> bool:
     """FUSE_WU in force: as configured, except on a GPU with K (padded) below 64, where Triton 3.6 compiles the
-    folded kernel into out-of-bounds shared-memory reads (compute-sanitizer, H100: K = 16; illegal addresses at
-    K = 32 with keys normalised in the kernel on the H200; clean at K = 48, 64, 100, 128 and at V = 16 with K = 64):
-    kernel 2 then runs on its own, the same numbers. The interpreter folds everywhere."""
+    folded kernel into out-of-bounds shared reads (compute-sanitizer, H100: K = 16; illegal addresses at K = 32,
+    keys normalised, H200; clean at K = 48, 64, 100, 128 and K = 64 with V = 16): kernel 2 runs apart, same numbers."""
     return bool(c1["FUSE_WU"]) and (emulate or _pow2(K) >= 64)
 
 
@@ -514,15 +504,14 @@ def _launch_solve_wu(c1, c2, k, v, g, beta, G, A, kn, w, u, cu_seqlens, chunk_in
         k, v, g, beta, G, A, kn, w if fuse else None, u if fuse else None, cu_seqlens, chunk_indices, T,
         H=H, HV=HV, K=K, V=V, BT=CHUNK, BK=_pow2(K), BV=_pow2(V), BC=c1["BC"], GV=gv, PREC=c1["PREC"],
         EMULATE=emulate, num_warps=c1["num_warps"], num_stages=c1["num_stages"])
-    if not fuse:   # kernel 2 reads the keys kernel 1 normalised (kn), or the caller's
+    if not fuse and w is not None:   # kernel 2 (none with FROM_A) reads the keys kernel 1 normalised, or the caller's
         kern.chunk_gdn_wu_kernel[(NT, HV)](
             k if kn is None else kn, v, beta, G, A, w, u, cu_seqlens, chunk_indices, T, H=H, HV=HV, K=K, V=V,
             BT=CHUNK, BK=_pow2(K), BV=_pow2(V), EMULATE=emulate, num_warps=c2["num_warps"], num_stages=c2["num_stages"])
 
 
 def _launch_output(co, q, k, v_new, h, G, o, cu_seqlens, chunk_indices, scale, T, NT, *, l2, emulate):
-    """Kernel 4 (outputs) on a (V block, chunk, value head) grid, launch configuration ``co``; ``k``:
-    the keys kernel 1 normalised (or the caller's)."""
+    """Kernel 4 (outputs) on a (V block, chunk, value head) grid, launch configuration ``co``; ``k`` as kernel 3's."""
     H, K, HV, V = q.shape[-2], q.shape[-1], o.shape[-2], o.shape[-1]
     BV = min(co["BV"], _pow2(V))
     kern.chunk_gdn_output_kernel[(triton.cdiv(V, BV), NT, HV)](
@@ -539,45 +528,58 @@ def _chunk_core(cfg, q, k, v, g, beta, scale, h0, ht, cu_seqlens, N, *, l2, emul
     """Kernels 1-4 on checked inputs in the compute dtype (q, k [B, T, H, K], v [B, T, HV, V]; cu_seqlens: B == 1,
     N sequences): (o, the intermediates). ``keep``: every intermediate stored (A, h, v' for return_intermediates)."""
     inter = _intermediates(cfg, k, v, g, beta, cu_seqlens, N, l2=l2, emulate=emulate, keep=keep)
-    return _state_and_output(cfg, q, v, inter, scale, h0, ht, cu_seqlens, N, l2=l2, emulate=emulate, keep=keep)
+    return _state_and_output(cfg, q, v, inter, scale, h0, ht, cu_seqlens, N, l2=l2, emulate=emulate)
 
 
 def _intermediates(cfg, k, v, g, beta, cu_seqlens, N, *, l2, emulate, keep=False) -> dict:
-    """Kernels 1-2 (solve, then w and u; one kernel with FUSE_WU) and the chunk table: per-chunk, independent
-    of any state. A is None when kernel 2 is folded into kernel 1 and ``keep`` is off (nobody reads it)."""
+    """Kernels 1-2 (solve, then w and u: one kernel with FUSE_WU, none with FROM_A) and the chunk table: per chunk,
+    independent of any state. A is None when kernel 2 is folded into kernel 1 and ``keep`` is off (nobody reads it)."""
     B, T, H, K = k.shape
     HV, V = v.shape[2], v.shape[3]
     dev, TA = k.device, B * T
-    dt = k.dtype   # storage dtype of w, u, v', h (and of the matrix units), as in fla
+    dt = k.dtype   # storage dtype of A, w, u, v', h (and of the matrix units), as in fla
     chunk_indices, chunk_offsets, NT = _chunks(cu_seqlens, N, B, T)
     # Intermediates. All `empty`: chunk c of sequence n covers rows [bos + 64c, min(bos + 64c + 64, eos))
     # and the chunks of all sequences tile [0, T_all) (cu_seqlens: 0 .. T, non-decreasing), so each
     # per-row buffer below is written row by row by its chunk's program before anyone reads it.
     G = torch.empty(TA, HV, dtype=torch.float32, device=dev)   # kernel 1, program (chunk, hv)
     # kernel 1, program (chunk, value heads hv .. hv + GV - 1): its rows x all 64 columns (zeros above the
-    # diagonal); with FUSE_WU A stays in registers and is stored only for a caller who keeps it
-    fuse_wu = _fuse_wu(cfg["solve"], K, emulate)
+    # diagonal); with FUSE_WU A stays in registers and is stored only for a caller who keeps it. With FROM_A the
+    # state pass forms v' from A itself: no kernel 2, no w and u, and the solve stores A for the pass to read
+    forms = _forms(cfg["state"], N, HV, K, V, k.element_size(), keep)
+    fuse_wu = not forms[1] and _fuse_wu(cfg["solve"], K, emulate)
     A = torch.empty(TA, HV, CHUNK, dtype=dt, device=dev) if keep or not fuse_wu else None
     # kernel 1, the program (chunk, hv ..) whose first value head is its key head's first: all K columns
     kn = torch.empty(TA, H, K, dtype=dt, device=dev) if l2 else None
-    w = torch.empty(TA, HV, K, dtype=dt, device=dev)           # kernel 2 (FUSE_WU: 1), program (chunk, hv), all K
-    u = torch.empty(TA, HV, V, dtype=dt, device=dev)           # kernel 2 (FUSE_WU: 1), all V columns
+    # kernel 2 (FUSE_WU: 1), program (chunk, hv): all K columns of w, all V of u (no w and u with FROM_A)
+    w, u = (None, None) if forms[1] else (torch.empty(TA, HV, K, dtype=dt, device=dev),
+                                          torch.empty(TA, HV, V, dtype=dt, device=dev))
     if NT:
         _launch_solve_wu({**cfg["solve"], "FUSE_WU": fuse_wu}, cfg["wu"], k, v, g, beta, G, A, kn, w, u, cu_seqlens,
                          chunk_indices, T, NT, emulate=emulate)
     return {"G": G, "A": A, "w": w, "u": u, **({"kn": kn} if l2 else {}), "kc": kn if l2 else k,
-            "tables": (chunk_indices, chunk_offsets, NT)}
+            "tables": (chunk_indices, chunk_offsets, NT), "forms": forms,
+            # the state pass's source of v': w and u, or with FROM_A the values, A and beta (:func:`_launch_state`)
+            "src": (None, v, {"A": A, "beta": beta}) if forms[1] else (w, u, {})}
 
 
-def _state_and_output(cfg, q, v, inter, scale, h0, ht, cu_seqlens, N, *, l2, emulate, keep=False):
+def _forms(cs: dict, N: int, HV: int, K: int, V: int, itemsize: int, keep: bool = False) -> tuple:
+    """(FUSE_O, FROM_A) in force for a state pass over N sequences: FUSE_O as configured (None: fuse_o_rule), off
+    when the caller keeps the intermediates (h and v' are then stored); FROM_A as configured, None: with FUSE_O (a
+    gain together on wide grids, a loss with few programs: the gdn_segments record's from_a table)."""
+    fo = (fuse_o_rule(N, HV, K, V, itemsize) if cs["FUSE_O"] is None else bool(cs["FUSE_O"])) and not keep
+    return fo, fo if cs["FROM_A"] is None else bool(cs["FROM_A"])
+
+
+
+def _state_and_output(cfg, q, v, inter, scale, h0, ht, cu_seqlens, N, *, l2, emulate):
     """Kernels 3-4 from the intermediates (:func:`_intermediates`): returns (o, the dict of intermediates)."""
     (B, T, HV, V), K = v.shape, q.shape[3]
     dev, TA, dt = q.device, B * T, q.dtype
     chunk_indices, chunk_offsets, NT = inter["tables"]
-    G, w, u, kc = inter["G"], inter["w"], inter["u"], inter["kc"]   # kc: keys normalised once, by kernel 1
-    # FUSE_O (kernel 4 in kernel 3; None: fuse_o_rule): v' and h stay in registers; return_intermediates wants them
-    fo = cfg["state"]["FUSE_O"]
-    fuse = (fuse_o_rule(N, HV, K, V, q.element_size()) if fo is None else bool(fo)) and not keep
+    G, kc = inter["G"], inter["kc"]   # kc: keys normalised once, by kernel 1
+    w, u, src = inter["src"]
+    fuse = inter["forms"][0]   # FUSE_O (kernel 4 in kernel 3; _forms): v' and h stay in registers
     # kernel 3, program (v-block, n, hv): its sequence's rows x its V block
     v_new = None if fuse else torch.empty(TA, HV, V, dtype=dt, device=dev)
     # h[c, hv] = state at the start of chunk c: kernel 3 stores it for every chunk of every sequence
@@ -588,9 +590,10 @@ def _state_and_output(cfg, q, v, inter, scale, h0, ht, cu_seqlens, N, *, l2, emu
     # kernel 3 program (v-block, n, hv) writes its sequence's rows (all its chunks) x its V block.
     o = torch.empty_like(v)
     # absent optional inputs go in as None (the kernels' heuristics turn them into constexpr flags)
-    _launch_state(_state_cfg(cfg["state"], N, HV, K, V, q.element_size(), cu_seqlens is not None, fuse), kc, w, u, G, h,
+    _launch_state(_state_cfg(cfg["state"], N, HV, K, V, q.element_size(), cu_seqlens is not None, fuse, bool(src)),
+                  kc, w, u, G, h,
                   v_new, q if fuse else None, o if fuse else None, h0, ht, cu_seqlens, chunk_offsets,
-                  scale, T, NT, N=N, l2=l2, emulate=emulate)
+                  scale, T, NT, N=N, l2=l2, emulate=emulate, **src)
     if NT and not fuse:
         _launch_output(cfg["output"], q, kc, v_new, h, G, o, cu_seqlens, chunk_indices, scale, T, NT, l2=l2,
                        emulate=emulate)
@@ -603,9 +606,9 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
                            chunk_indices=None, *, use_gate_in_kernel=False, A_log=None, dt_bias=None,
                            inplace_final_state=False, config=None, return_intermediates=False,
                            emulate: bool | None = None, segments=None):
-    """Chunked Gated DeltaNet (prefill), chunks of 64 tokens, Triton kernels: solve (G and A = (I + L)^-1 per
-    chunk, and by default w/u from A in registers; ``{"solve": {"FUSE_WU": False}}``: a kernel of their own) ->
-    state pass (sequential over chunks) -> output (parallel over chunks). Arguments in flash-linear-attention's
+    """Chunked Gated DeltaNet (prefill), chunks of 64 tokens, Triton kernels: solve (G and A = (I + L)^-1 per chunk;
+    w/u from A in its registers, or in a kernel of their own, or in the state pass: FUSE_WU, FROM_A) -> state pass
+    (sequential over chunks) -> output (parallel over chunks, or in the state pass: FUSE_O). Arguments in fla's
     order; returns as :func:`fused_recurrent_gated_delta_rule`. With ``use_qk_l2norm_in_kernel`` the solve
     kernel normalises the keys once and stores them for the later kernels.
 
@@ -619,10 +622,9 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     ``config``: launch configuration, one dict per kernel, names as in ``CONFIG["chunk"]`` (e.g.
     ``{"state": {"BV": 32, "num_warps": 8}}``); the state pass's BV, num_warps and num_stages left None
     take the pick of :func:`state_launch`, or with ``{"state": {"RULE": False}}`` the previous default
-    (``STATE_PREVIOUS``). ``return_intermediates=True`` also returns the dict of intermediate buffers
-    (G, A, w, u, v_new, h, and kn with the in-kernel L2 norm; with segments, the segment buffers) so that
-    their coverage can be checked. ``emulate`` (default: True without a GPU) runs ``tl.dot`` on fp32
-    copies (kernels/gdn.py ``_dot``)."""
+    (``STATE_PREVIOUS``). ``return_intermediates=True`` also returns the dict of intermediate buffers (G, A, w, u,
+    v_new, h, and kn with the in-kernel L2 norm; with segments, the segment buffers) so that their coverage can be
+    checked. ``emulate`` (default: True without a GPU) runs ``tl.dot`` on fp32 copies (kernels/gdn.py ``_dot``)."""
     g, beta = _fla_gates(q, v, g, beta, use_gate_in_kernel=use_gate_in_kernel, A_log=A_log, dt_bias=dt_bias,
                          use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel,
                          allow_neg_eigval=allow_neg_eigval, state_v_first=state_v_first)
@@ -687,9 +689,7 @@ def segment_rule(N: int, T: int, H: int, HV: int, K: int, V: int) -> int | None:
     (plain): SEGMENT_RULE's chunks when the plain state pass has few programs (N x HV <= max_seq_heads: its
     sequential loop is most of the call) and T >= min_tokens (measured on the H200 only: no SM count in it)."""
     r = SEGMENT_RULE
-    if N * HV <= r["max_seq_heads"] and T >= r["min_tokens"] and V + K <= 512:
-        return r["chunks"]
-    return None
+    return r["chunks"] if N * HV <= r["max_seq_heads"] and T >= r["min_tokens"] and V + K <= 512 else None
 
 
 def _segment_length(segments, N, T, H, HV, K, V) -> int | None:
@@ -722,9 +722,10 @@ def _segmented(cfg, q, k, v, g, beta, scale, h0, ht, cu_seqlens, N, *, l2, emula
     # empty: the state pass writes the final state of each of the NS segment-sequences, empty padding
     # segments included ([0 | I_K]): program (v-block, j, hv) all K rows x its block of the V + K columns.
     bm = torch.empty(NS, HV, K, V + K, dtype=torch.float32, device=dev)
-    _launch_state(_state_cfg(cfg["state"], NS, HV, K, V + K, q.element_size(), True), inter["kc"], inter["w"],
-                  inter["u"], inter["G"], None, None, None, None, None, bm, cu_seg, inter["tables"][1], scale, TA,
-                  inter["tables"][2], N=NS, l2=l2, emulate=emulate, eye=True, width=V + K)   # values [v, 0_K]
+    w, u, src = inter["src"]
+    _launch_state(_state_cfg(cfg["state"], NS, HV, K, V + K, q.element_size(), True, from_a=bool(src)), inter["kc"],
+                  w, u, inter["G"], None, None, None, None, None, bm, cu_seg, inter["tables"][1], scale, TA,
+                  inter["tables"][2], N=NS, l2=l2, emulate=emulate, eye=True, width=V + K, **src)   # values [v, 0_K]
     # empty: scan program (v-block, n, hv) writes rows seg_offsets[n] .. seg_offsets[n + 1] - 1 (its sequence's
     # segments, tiling [0, true count)), all K rows x its V block, before the last pass reads them; the last
     # sequence's programs write zeros into the padding rows (loaded and dropped there): they tile all NS rows.

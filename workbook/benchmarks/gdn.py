@@ -798,11 +798,13 @@ def profile_segments(*, seg: int = 32, save: bool = False) -> dict:
 # one K K^T shared). The solve on 8 warps and with BC 32 were tried in an exploratory run (2026-12-01, H200), both
 # slower at every shape, and are not timed here.
 FUSION_FORMS = {
-    "split": {"solve": {"FUSE_WU": False}, "state": {"FUSE_O": False}},
-    "fuse_wu": {"solve": {"FUSE_WU": True}, "state": {"FUSE_O": False}},
-    "fuse_wu_gv4": {"solve": {"FUSE_WU": True, "GV": 4}, "state": {"FUSE_O": False}},
-    "fuse_o": {"solve": {"FUSE_WU": False}, "state": {"FUSE_O": True}},
-    "fuse_wu_o": {"solve": {"FUSE_WU": True}, "state": {"FUSE_O": True}},
+    "split": {"solve": {"FUSE_WU": False}, "state": {"FUSE_O": False, "FROM_A": False}},
+    "fuse_wu": {"solve": {"FUSE_WU": True}, "state": {"FUSE_O": False, "FROM_A": False}},
+    "fuse_wu_gv4": {"solve": {"FUSE_WU": True, "GV": 4}, "state": {"FUSE_O": False, "FROM_A": False}},
+    "fuse_o": {"solve": {"FUSE_WU": False}, "state": {"FUSE_O": True, "FROM_A": False}},
+    "fuse_wu_o": {"solve": {"FUSE_WU": True}, "state": {"FUSE_O": True, "FROM_A": False}},
+    "from_a": {"state": {"FUSE_O": False, "FROM_A": True}},      # w, u formed in the state pass from A
+    "from_a_o": {"state": {"FUSE_O": True, "FROM_A": True}},     # and the outputs there too
 }
 FUSION_SHAPES = SEGMENT_SHAPES + [(1, 8192, 16, 16), (4, 4096, 32, 32)]
 FUSION_PROFILED = {(2, 4096, 16, 64), (1, 65536, 2, 8)}   # per-kernel times recorded for these
@@ -831,7 +833,7 @@ def _fusion_row(shape, fla_chunk, ceilings: dict) -> dict:
             row[f"{who}_error"] = f"{type(e).__name__}: {e}"[:300]
             continue
         _time_into(row, who, lambda: chunk_gated_delta_rule(**args, config=cfg))
-        if tuple(shape) in FUSION_PROFILED and who in ("split", "fuse_wu", "fuse_wu_o"):
+        if tuple(shape) in FUSION_PROFILED and who in ("split", "fuse_wu", "fuse_wu_o", "from_a_o"):
             row[f"{who}_kernels_profiler_us"] = timing.kernel_times_us(lambda: chunk_gated_delta_rule(**args, config=cfg))
     if fla_chunk is not None:
         _time_into(row, "fla", lambda: fla_chunk(**args))
@@ -880,10 +882,11 @@ def _fusion_line(row: dict) -> str:
     return f"B={row['B']} T={row['T']} H={row['H']}/{row['HV']}: graph us: {forms} | fastest {row['fastest_form']}{floor}"
 
 
-def fusion_table(rec) -> str:
-    """The ``fusion`` table of a ``gdn_segments`` record as text (GPU time from graph replay, us per call)."""
-    f = _results(rec).get("fusion")
+def fusion_table(rec, table: str = "fusion") -> str:
+    """A table of :func:`measure_fusion`'s (``fusion``, or ``table``) in a ``gdn_segments`` record as text (GPU time
+    from graph replay, us per call); forms a row was not timed with print n/a."""
+    f = _results(rec).get(table)
     if not f:
-        return "fused forms: not recorded yet (workbook.benchmarks.gdn.measure_fusion(save=True) records them)"
+        return f"fused forms ({table}): not recorded yet (workbook.benchmarks.gdn.measure_fusion records them)"
     return "\n".join([f"fused forms, GPU time per call from CUDA-graph replay (fla {f['fla_version']} in the same run)"]
                      + [_fusion_line(row) for row in f["rows"]])
