@@ -717,7 +717,7 @@ def measure_segments(*, shapes=None, sweep=SEGMENT_SWEEP, save: bool = False, ve
     try:   # the record's other tables (the previous design, the fused forms, the profile) stay beside the new rows
         res.update({k: v for k, v in load_record("gdn_segments")["results"].items()
                     if k in ("previous_design", "fusion", "fuse_o_launch_sweep", "ncu_profile", "fused_prototype",
-                              "transposed_state")})
+                              "transposed_state", "from_a", "from_a_segments")})
     except FileNotFoundError:
         pass
     timers, path = {k: TIMERS[k] for k in ("graph", "eager", "profiler")}, None
