@@ -1,6 +1,7 @@
 """Gated DeltaNet device code: the recurrent step kernel, the kernels of the chunked form (solve -> w/u ->
-state pass -> output; the launcher folds w/u into the solve by default, FUSE_WU), the varlen chunk table
-they read, the scan over segments (the chunked form parallel over the sequence), and the gated RMSNorm.
+state pass -> output; w/u folded into the solve (FUSE_WU) or formed by the state pass from A (FROM_A), the
+outputs folded into the state pass (FUSE_O): the launcher's rules pick), the varlen chunk table they read,
+the scan over segments (the chunked form parallel over the sequence), and the gated RMSNorm.
 Device code only: the launchers, the allocation policy and its coverage argument live in ``workbook/gdn.py``.
 
 Segments: a segment of chunks maps its start state affinely, S_end = M S_start + B (M [K, K], B [K, V]).
