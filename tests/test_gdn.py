@@ -171,15 +171,16 @@ def test_chunk_intermediates_fully_written_under_poison(form):
     assert_fully_written(run, names=[n for n in names if form != "from_a" or n not in ("w", "u")])
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_state_pass_forms_v_from_A(dtype):
+@pytest.mark.parametrize("dtype,K,V", [(torch.float32, 48, 40), (torch.bfloat16, 48, 40), (torch.bfloat16, 16, 64)])
+def test_state_pass_forms_v_from_A(dtype, K, V):
     # FROM_A: no kernel 2; the state pass forms v' = A diag(beta) (V - exp(G) K h) from A, the values and the keys,
     # outputs folded in or not: the four-kernel form's numbers up to where they round (fp32: rounding only), and
-    # the recurrence's; a varlen batch with a one-token sequence and one over a chunk boundary, K != V not powers
-    # of two, several value blocks, keys and queries normalised in the kernel; o and the final state poisoned twice
+    # the recurrence's; a varlen batch with a one-token sequence and one over a chunk boundary, K != V (not powers
+    # of two; and the narrowest key tile with a value width where the rule can pick FROM_A), several value blocks,
+    # keys and queries normalised in the kernel; o and the final state poisoned twice
     cu = torch.tensor([0, 1, 70, 76], device=DEVICE)
-    x = gdn.make_inputs(1, 76, 2, 48, V=40, HV=4, gate="mixed", normalize_qk=False, seed=61, dtype=dtype)
-    x["initial_state"] = torch.randn(3, 4, 48, 40, device=DEVICE) * 0.5
+    x = gdn.make_inputs(1, 76, 2, K, V=V, HV=4, gate="mixed", normalize_qk=False, seed=61, dtype=dtype)
+    x["initial_state"] = torch.randn(3, 4, K, V, device=DEVICE) * 0.5
     kw = dict(output_final_state=True, cu_seqlens=cu, use_qk_l2norm_in_kernel=True)
     o1, h1 = gdn.chunk_gated_delta_rule(**x, **kw, config={"state": {"BV": 16, "FUSE_O": False, "FROM_A": False}})
     ro, rh = _ref(x, cu_seqlens=cu, use_qk_l2norm_in_kernel=True)
