@@ -571,7 +571,6 @@ def _forms(cs: dict, N: int, HV: int, K: int, V: int, itemsize: int, keep: bool 
     return fo, fo if cs["FROM_A"] is None else bool(cs["FROM_A"])
 
 
-
 def _state_and_output(cfg, q, v, inter, scale, h0, ht, cu_seqlens, N, *, l2, emulate):
     """Kernels 3-4 from the intermediates (:func:`_intermediates`): returns (o, the dict of intermediates)."""
     (B, T, HV, V), K = v.shape, q.shape[3]
