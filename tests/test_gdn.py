@@ -184,8 +184,8 @@ def test_state_pass_forms_v_from_A(dtype, K, V):
     kw = dict(output_final_state=True, cu_seqlens=cu, use_qk_l2norm_in_kernel=True)
     o1, h1 = gdn.chunk_gated_delta_rule(**x, **kw, config={"state": {"BV": 16, "FUSE_O": False, "FROM_A": False}})
     ro, rh = _ref(x, cu_seqlens=cu, use_qk_l2norm_in_kernel=True)
-    fp32 = dtype == torch.float32
-    for fuse_o in (False, True):
+    fp32, full = dtype == torch.float32, (dtype, K) == (torch.bfloat16, 48)   # the other cases: the default pairing
+    for fuse_o in (False, True) if full else (True,):
         cfg = {"state": {"BV": 16, "FUSE_O": fuse_o, "FROM_A": True}}
         runs = []   # the results of the coverage check's runs (each fully written)
         assert_fully_written(lambda: runs.append(gdn.chunk_gated_delta_rule(**x, **kw, config=cfg)) or runs[-1],
@@ -194,6 +194,8 @@ def test_state_pass_forms_v_from_A(dtype, K, V):
         for got, want, ref, name in ((o2, o1, ro, "o"), (h2, h1, rh, "final state")):
             assert_rel_close(got, want, 1e-5 if fp32 else 2e-2, f"{name}: FROM_A (FUSE_O {fuse_o}) vs four kernels")
             assert_rel_close(got, ref, CHUNK_BOUND if fp32 else 2e-2, f"{name}: FROM_A (FUSE_O {fuse_o}) vs recurrence")
+    if not full:
+        return
     *_, inter = gdn.chunk_gated_delta_rule(**x, **kw, config={"state": {"FROM_A": True}}, return_intermediates=True)
     assert inter["w"] is None and inter["u"] is None and inter["A"] is not None
     # segments: the [B | M] pass and the last pass both form v' from A (values [v, 0_K] in the first)
