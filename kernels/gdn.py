@@ -7,7 +7,7 @@ Device code only: the launchers, the allocation policy and its coverage argument
 Segments: a segment of chunks maps its start state affinely, S_end = M S_start + B (M [K, K], B [K, V]).
 The state kernel run over segments as sequences, on state width V + K with u's V columns (VU) and zero
 values past them, from [0 | I_K] (H0_EYE, no h / v' stores), ends each in [B | M]; ``segment_scan_kernel``
-chains them; the state and output kernels run again from each segment's start state, on the same A, w, u
+chains them; the state and output kernels run again from each segment's start state, on the same A (w, u)
 (a segment is whole chunks). The chunk table kernel, with ``starts``, gives the segments' offsets.
 
 Layouts (all contiguous, tokens of all sequences laid end to end):

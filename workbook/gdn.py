@@ -674,7 +674,7 @@ def _run_v_padded(run, cfg, q, k, v, g, beta, scale, initial_state, ht, cu_seqle
 # Segments: the chunked form parallel over the sequence (issue #33) ---------------------------------------------------
 # Per token the state map is affine: h <- exp(g) (I - beta k k^T) h + beta k v^T, a K x K matrix on the
 # left plus a [K, V] term. Composed over a segment of chunks: S_end = M S_start + B, one M per (segment,
-# value head) shared by all V columns. So (0) A, w, u of every chunk, once (a segment is whole chunks);
+# value head) shared by all V columns. So (0) A (and w, u) of every chunk, once (a segment is whole chunks);
 # (1) the state pass over the segments as varlen sequences on V + K columns (values [v, 0_K]) from
 # [0 | I_K] ends each in [B | M]; (2) a scan, S(j+1) = M_j S(j) + B_j from the initial state, writes the
 # final state too; (3) the state and output kernels again, each segment from its S(j).
@@ -716,7 +716,7 @@ def _segmented(cfg, q, k, v, g, beta, scale, h0, ht, cu_seqlens, N, *, l2, emula
     q1, k1, v1, g1, b1 = (t.reshape(1, TA, *t.shape[2:]) for t in (q, k, v, g, beta))   # end to end (views)
     cu = cu_seqlens if cu_seqlens is not None else torch.arange(0, TA + 1, T, dtype=torch.int32, device=dev)
     seg_indices, seg_offsets, NS, cu_seg = _chunk_table(cu, N, TA, span=seg * CHUNK, starts=True)
-    # A, w, u once for both passes: a segment is whole chunks of one sequence, so its chunks are the plain ones
+    # A (and w, u) once for both passes: a segment is whole chunks of one sequence, so its chunks are the plain ones
     inter = _intermediates(cfg, k1, v1, g1, b1, cu_seg, NS, l2=l2, emulate=emulate)
     # empty: the state pass writes the final state of each of the NS segment-sequences, empty padding
     # segments included ([0 | I_K]): program (v-block, j, hv) all K rows x its block of the V + K columns.
