@@ -1547,10 +1547,10 @@ def test_measure_fusion_rehearsed_without_a_gpu(monkeypatch):
     monkeypatch.setattr(timing, "kernel_times_us", lambda fn, n=5: (fn(), {"chunk_gdn_solve_kernel": 1.0})[1])
     monkeypatch.setattr(bench, "SEGMENT_D", 16)
     monkeypatch.setattr(bench, "_fla", lambda: (None, None, "not called in the rehearsal"))
-    monkeypatch.setattr(bench, "FUSION_PROFILED", {(1, 130, 1, 4)})
+    monkeypatch.setattr(bench, "FUSION_PROFILED", {(1, 70, 1, 4)})
     monkeypatch.setattr(timing, "copy_ceiling_GBps", lambda: 4000.0)        # stand-in ceilings, not measured
     monkeypatch.setattr(timing, "matmul_ceiling_TFLOPs", lambda: 800.0)
-    table = bench.measure_fusion(shapes=[(1, 130, 1, 4)], verbose=False)
+    table = bench.measure_fusion(shapes=[(1, 70, 1, 4)], verbose=False)
     row = table["rows"][0]
     floor = max(row["flops"] / 800e6, row["bytes"] / 4000e3)   # us: FLOPs at 800 TFLOP/s, bytes at 4000 GB/s
     assert row["floor_microseconds"] == pytest.approx(floor) and row["fastest_share_of_floor"] == pytest.approx(floor / 2.0)
@@ -1562,7 +1562,7 @@ def test_measure_fusion_rehearsed_without_a_gpu(monkeypatch):
         "split_kernels_profiler_us", "fuse_wu_kernels_profiler_us", "fuse_wu_o_kernels_profiler_us",
         "from_a_o_kernels_profiler_us"}
     text = bench.fusion_table({"results": {"fusion": table}})
-    assert "fuse_wu      2.0 us" in text and "B=1 T=130 H=1/4" in text, text
+    assert "fuse_wu      2.0 us" in text and "B=1 T=70 H=1/4" in text, text
     assert "not recorded yet" in bench.fusion_table({"results": {}})
     # the table is a valid part of the record save=True writes (every time figure's key names its timer)
     from workbook.records import load_record as load, validate_record
