@@ -691,6 +691,30 @@ def test_record_reads_back_into_table_and_plot():
         plt.close(fig)
 
 
+def test_a_full_run_keeps_the_tables_other_runs_added():
+    """bench turboquant rewrites the record: the tables other runs added (profiles, SASS counts, A/B runs, the H100
+    record, notes) come over from the record it replaces when that one is of the same GPU model, with the timers
+    they name; on another GPU none do. Every table of the recorded file is either written by the run or kept."""
+    from workbook.records import load_record, validate_record
+
+    rec = load_record("turboquant")
+    assert set(rec["results"]) <= set(tq_bench.RUN_TABLES) | set(tq_bench.KEPT_TABLES), \
+        "a table neither the run writes nor it keeps: add it to KEPT_TABLES (or it is lost at the next re-record)"
+    assert not set(tq_bench.RUN_TABLES) & set(tq_bench.KEPT_TABLES)
+    kept, timers = tq_bench.kept_tables(rec, rec["machine"]["gpu"])
+    assert set(kept) == set(rec["results"]) & set(tq_bench.KEPT_TABLES) and "profile" in kept
+    assert "ncu" in timers and not set(timers) & set(tq_bench.TIMERS)    # the profiles' timer, beside the run's
+    assert rec["recorded"] in kept["notes"]["kept_tables"] and "h100_record" in kept["notes"]["kept_tables"]
+    assert kept["cuda_variants_measured"] is rec["results"]["cuda_variants_measured"]
+    assert tq_bench.kept_tables(rec, "NVIDIA H100 80GB HBM3") == ({}, {})     # another GPU model: nothing kept
+    assert tq_bench.kept_tables(None, rec["machine"]["gpu"]) == ({}, {})      # no record yet
+    # what a run on the same GPU writes (its own tables, stand-ins here) plus what it keeps is a valid record
+    new = {"schema": rec["schema"], "name": "turboquant", "recorded": "2026-12-31", "machine": rec["machine"],
+           "timers": {**tq_bench.TIMERS, **timers}, "ceilings": {"copy_GBps": 4000.0},
+           "results": {"shapes": [{"batch": 1, "context": 1, "ours_graph_us": 2.0}], **kept}}
+    validate_record(new)
+
+
 @pytest.mark.skipif(not ON_GPU, reason="the benchmark times a GPU")
 def test_benchmark_smoke_run_records(tmp_path):
     """run(smoke=True): what notebook 04 times live (both backends at batch 8 x 4k), saved and read

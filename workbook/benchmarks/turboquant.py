@@ -13,7 +13,8 @@ prefill, :data:`MIXED_STEP`), the CUDA kernel's default configuration over :data
 copy ceiling, and what sustained load does to each timer at :data:`SUSTAINED_POINTS`
 (:func:`sustained_point`). :func:`key_table_ab` (not part of ``run``) re-measures the CUDA kernel's
 key-table threshold on the GPU at hand (turboquant.json: run 10 chose one on an H100, run 11 another on
-the H200, within its spread).
+the H200, within its spread). A full run keeps the tables other runs added to the record (:data:`KEPT_TABLES`:
+profiles, SASS counts, A/B runs) when the record it replaces was measured on the same GPU model (:func:`kept_tables`).
 
 ``smoke=True`` is what notebook 04 times live: batch 8 x 4k, each backend's default configuration
 (:data:`SMOKE_CONFIGS`). ``budget_s`` skips the (batch, context) points that would start after it ran
@@ -30,8 +31,8 @@ import torch
 import triton
 
 from ..check import rel_err
-from ..device import DEVICE
-from ..records import Measurement, format_table
+from ..device import DEVICE, describe
+from ..records import Measurement, format_table, load_record
 from ..timing import (TIMERS as _TIMERS, copy_ceiling_GBps, graph_time_us, kernel_times_us, power_probe, require_gpu,
                       time_us)
 from ..turboquant import (CONFIG, MixedBatch, allocate_cache, decode_attention, dequantize_keys, make_example,
@@ -39,7 +40,8 @@ from ..turboquant import (CONFIG, MixedBatch, allocate_cache, decode_attention, 
 
 __all__ = ["run", "table", "grid_table", "GRID", "decode_point", "key_mse", "mse_table", "PAPER_MSE", "SHAPES", "SMOKE_SHAPES", "CONFIGS", "SMOKE_CONFIGS", "HEADS",
            "MIXED_STEP", "TIMERS", "SUSTAINED_POINTS", "sustained_point",
-           "KEY_TABLE_POINTS", "key_table_ab", "choose_key_table_threshold"]
+           "KEY_TABLE_POINTS", "key_table_ab", "choose_key_table_threshold", "KEPT_TABLES", "RUN_TABLES",
+           "kept_tables"]
 
 HEADS = {"hq": 32, "hkv": 8, "d": 128, "block_size": 16}
 SHAPES = [(8, 4096), (8, 32768), (8, 65536), (32, 4096), (32, 32768), (128, 16384)]   # (batch, context)
@@ -139,7 +141,40 @@ def run(*, budget_s: float | None = None, smoke: bool = False) -> Measurement:
     if skipped:
         res["skipped"] = skipped
     res["elapsed_s"] = time.time() - t0
-    return Measurement(res, dict(TIMERS), ceilings)
+    timers = dict(TIMERS)
+    if not smoke:
+        try:
+            old = load_record("turboquant")
+        except FileNotFoundError:
+            old = None
+        kept, more_timers = kept_tables(old, describe().get("gpu"))
+        res.update(kept)
+        timers.update(more_timers)
+    return Measurement(res, timers, ceilings)
+
+
+# The record's tables a full run writes, and those other runs add (Nsight Compute profiles, SASS counts, A/B runs of
+# kernel variants, the H100 record, the notes on them), which a full run carries over (kept_tables).
+RUN_TABLES = ("shapes", "configs", "cuda_decode_config", "slot_bytes", "grid", "mixed_step", "sustained", "mse",
+              "skipped", "elapsed_s")
+KEPT_TABLES = ("profile", "profile_b8", "profile_kernel_c", "profile_kernel_l", "static_sass", "static_sass_cuda",
+               "previous_kernel", "previous_cuda_kernel", "cuda_variants_measured", "launch_rule", "h100_record",
+               "notes")
+
+
+def kept_tables(old: dict | None, gpu: str | None) -> tuple[dict, dict]:
+    """(tables, timers) that a full run on ``gpu`` keeps from ``old``, the turboquant record it replaces: its
+    KEPT_TABLES and the timers they name beyond :data:`TIMERS`, when ``old`` was measured on the same GPU model (on
+    another, its figures would sit under the new machine's name: nothing is kept). The notes gain which tables were
+    kept and from when; what they say of the main tables' date is for the reader to update."""
+    if not old or old.get("machine", {}).get("gpu") != gpu:
+        return {}, {}
+    kept = {k: v for k, v in old["results"].items() if k in KEPT_TABLES}
+    if kept:
+        kept["notes"] = {**kept.get("notes", {}), "kept_tables": (
+            f"{', '.join(sorted(k for k in kept if k != 'notes'))}: carried over from the record of {old['recorded']} "
+            f"(the same GPU model); {', '.join(RUN_TABLES[:-2])}: this run")}
+    return kept, {k: v for k, v in old.get("timers", {}).items() if k not in TIMERS}
 
 
 def _grid(timer, t0: float, budget_s, skipped: list) -> list:
