@@ -18,7 +18,7 @@ from workbook.coverage import (assert_fully_written, bounds_checked, consumer_di
 from workbook.device import DEVICE, ON_GPU
 from workbook.graders import gdn as graders
 from workbook.plots import gdn as plots
-from workbook.records import Measurement, load_record
+from workbook.records import DATA_DIR, Measurement, carry_over, load_record
 
 REC_BOUND, CHUNK_BOUND = 2e-3, 5e-3
 KERNELS = {"recurrent": (gdn.fused_recurrent_gated_delta_rule, REC_BOUND),
@@ -1526,13 +1526,19 @@ def test_measure_segments_makes_a_valid_record(monkeypatch):
     monkeypatch.setattr(timing, "time_both", lambda fn: (fn(), {"graph_us": 2.0, "eager_us": 3.0})[1])
     monkeypatch.setattr(bench, "SEGMENT_D", 16)
     monkeypatch.setattr(bench, "_fla", lambda: (None, None, "not called in the rehearsal"))
-    saved = load_record("gdn_segments")["results"]
+    saved_rec = load_record("gdn_segments")
+    saved = saved_rec["results"]
+    monkeypatch.setattr(bench, "describe", lambda: {"gpu": saved_rec["machine"]["gpu"]})   # as on the record's GPU
     rec = bench.measure_segments(shapes=[(1, 130, 1, 2)], sweep=(1, 4), verbose=False)
     row = rec["results"]["segments"][0]
     assert rec["name"] == "gdn_segments" and set(rec["timers"]) == {"graph", "eager", "profiler"}
     kept = {"previous_design", "fusion", "fuse_o_launch_sweep", "ncu_profile", "fused_prototype", "transposed_state",
             "from_a", "from_a_segments"}
+    assert kept == set(bench.SEGMENTS_KEPT)
     assert kept <= set(saved) and all(rec["results"][k] == saved[k] for k in kept), kept   # the other tables, unchanged
+    # on another GPU model only the tables that name their own machine stay (the rest were not measured there)
+    other, _ = carry_over(saved_rec, bench.SEGMENTS_KEPT, "another GPU")
+    assert set(other) == {"transposed_state", "from_a", "from_a_segments"}, set(other)
     assert row["seg1_segments_per_sequence"] == 3 and row["seg4_segments_per_sequence"] == 1
     assert row["seg1_rel_err_vs_plain_o"] < 3e-2 and row["seg4_rel_err_vs_plain_ht"] < 3e-2   # bf16 (the bound above)
     assert row["ratio_seg1_over_plain_graph"] == 1.0 and row["flops"] > 0 and row["seg1_flops"] > row["flops"]
@@ -1569,6 +1575,23 @@ def test_measure_fusion_rehearsed_without_a_gpu(monkeypatch):
     rec = load("gdn_segments")
     validate_record({**rec, "results": {**rec["results"], "fusion": table},
                      "timers": {**rec["timers"], **{k: bench.TIMERS[k] for k in ("graph", "eager", "profiler")}}})
+
+
+def test_fusion_table_saved_where_the_gpu_may_carry_the_record(monkeypatch, tmp_path):
+    # measure_fusion(save=True) rewrites gdn_segments: on the record's GPU model every other table stays beside the
+    # new fusion table; on another GPU only the tables that name their own machine do (the rest were not measured
+    # there and would be filed under its name); both records are valid and the new table is the one written
+    (tmp_path / "gdn_segments.json").write_text((DATA_DIR / "gdn_segments.json").read_text())
+    rec = load_record("gdn_segments", tmp_path)
+    table = {"what": "stand-in", "forms": {}, "fla_version": "-", "rows": [{"B": 1, "split_graph_us": 2.0}]}
+    for gpu, expect in ((rec["machine"]["gpu"], set(rec["results"])),
+                        ("another GPU", {"fusion", "transposed_state", "from_a", "from_a_segments"})):
+        monkeypatch.setattr(bench, "describe", lambda gpu=gpu: {"gpu": gpu})
+        (tmp_path / "gdn_segments.json").write_text((DATA_DIR / "gdn_segments.json").read_text())
+        bench._save_fusion(table, {"copy_GBps": 4000.0}, tmp_path)
+        saved = load_record("gdn_segments", tmp_path)
+        assert set(saved["results"]) == expect and saved["results"]["fusion"] == table, (gpu, set(saved["results"]))
+        assert all(saved["results"][k] == rec["results"][k] for k in expect - {"fusion"})
 
 
 @pytest.mark.parametrize("segments", [None, 1])

@@ -106,3 +106,16 @@ def test_every_benchmark_keeps_the_contract(topic):
 def test_unknown_topic_is_named():
     with pytest.raises(ValueError, match="known: alloc"):
         benchmarks.module("nvfp5")
+
+
+def test_carry_over_keeps_only_what_the_new_machine_may_carry():
+    # a run that rewrites a record keeps its other tables on the same GPU model; on another, only the tables that
+    # name their own machine (the rest would be filed under a machine that never measured them); never unasked ones
+    old = {"machine": {"gpu": "GPU A"}, "timers": {"graph": "g", "ncu": "n"},
+           "results": {"main": [1], "profile": {"x_ncu_us": 1.0}, "ab": {"machine": {"gpu": "GPU B"}, "rows": []}}}
+    kept, timers = records.carry_over(old, ("profile", "ab"), "GPU A")
+    assert kept == {"profile": old["results"]["profile"], "ab": old["results"]["ab"]} and timers == old["timers"]
+    kept, timers = records.carry_over(old, ("profile", "ab"), "GPU C")
+    assert kept == {"ab": old["results"]["ab"]} and timers == old["timers"]
+    assert records.carry_over(old, ("profile",), "GPU C") == ({}, {})
+    assert records.carry_over(None, ("profile",), "GPU A") == ({}, {})

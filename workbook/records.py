@@ -28,7 +28,7 @@ from pathlib import Path
 
 __all__ = [
     "DATA_DIR", "SCHEMA", "Measurement", "as_record", "save_record", "load_record", "validate_record", "recorded_label",
-    "time_keys", "format_table", "human_bytes", "NotRecorded",
+    "time_keys", "format_table", "human_bytes", "NotRecorded", "carry_over",
 ]
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -147,6 +147,18 @@ def validate_record(rec: dict) -> None:
     for path in _forbidden(results):
         need(False, f"results.{path}: timers are named once, in the record's 'timers', and by each "
                     "figure's key (_<timer>_us); the machine and versions live in 'machine'")
+
+
+def carry_over(old: dict | None, keys, gpu: str | None) -> tuple[dict, dict]:
+    """What a run that rewrites the record ``old`` (or None) on ``gpu`` keeps of it: (its tables named in ``keys``,
+    its timers). Every such table when ``old`` was measured on the same GPU model; otherwise only the tables that
+    name their own ``machine``: the others would sit under the new record's machine, which did not measure them."""
+    if not old:
+        return {}, {}
+    same = old.get("machine", {}).get("gpu") == gpu
+    kept = {k: v for k, v in old["results"].items()
+            if k in keys and (same or (isinstance(v, dict) and isinstance(v.get("machine"), dict)))}
+    return kept, (dict(old.get("timers", {})) if kept else {})
 
 
 def recorded_label(rec: dict) -> str:

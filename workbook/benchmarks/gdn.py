@@ -45,11 +45,11 @@ import triton
 
 from .. import timing
 from ..check import rel_err
-from ..device import DEVICE, ON_GPU, resolve_emulate
+from ..device import DEVICE, ON_GPU, describe, resolve_emulate
 from ..gdn import (CHUNK, CONFIG, EMULATE_WHY, STATE_PREVIOUS, STATE_RULE, _chunk_table, _final_state_buffer,
                    _launch_state, _previous_state_cfg, _state_cfg, chunk_gated_delta_rule,
                    fused_recurrent_gated_delta_rule, make_inputs, naive_recurrent_gated_delta_rule, state_launch)
-from ..records import Measurement
+from ..records import Measurement, as_record, carry_over, load_record, save_record
 
 __all__ = [
     "run", "table", "has_timing_methods", "state_pass_alone", "TIMERS", "CHUNK_SHAPES", "VARLEN_SEQS",
@@ -698,6 +698,11 @@ def _segment_row(shape, fla_chunk, sweep, log) -> dict:
     return row
 
 
+# the gdn_segments record's tables other runs add, which measure_segments keeps (records.carry_over)
+SEGMENTS_KEPT = ("previous_design", "fusion", "fuse_o_launch_sweep", "ncu_profile", "fused_prototype",
+                 "transposed_state", "from_a", "from_a_segments")
+
+
 def measure_segments(*, shapes=None, sweep=SEGMENT_SWEEP, save: bool = False, verbose: bool = True) -> dict:
     """Plain vs segmented (``segments=`` each of ``sweep``) vs fla (when importable) at SEGMENT_SHAPES (or
     ``shapes``), K = V = 128, bf16: GPU time from CUDA-graph replay with eager time beside it, the model FLOPs
@@ -706,8 +711,6 @@ def measure_segments(*, shapes=None, sweep=SEGMENT_SWEEP, save: bool = False, ve
     name ``gdn_segments``, validated); ``save=True`` also writes it to ``workbook/data/gdn_segments.json``,
     after every shape.
     The launch rule :func:`workbook.gdn.segment_rule` is set from what this measures."""
-    from ..records import as_record, load_record, save_record
-
     timing.require_gpu("workbook.benchmarks.gdn.measure_segments")
     log = (lambda *a: print(*a, flush=True)) if verbose else (lambda *a: None)
     t0 = time.time()
@@ -715,11 +718,10 @@ def measure_segments(*, shapes=None, sweep=SEGMENT_SWEEP, save: bool = False, ve
     res = {"fla_version": fla_ver, "sweep_chunks_per_segment": list(sweep), "config": repr(CONFIG["chunk"]),
            "segments": [], "skipped": [] if fla_chunk else [f"every comparison with flash-linear-attention: {fla_ver}"]}
     try:   # the record's other tables (the previous design, the fused forms, the profile) stay beside the new rows
-        res.update({k: v for k, v in load_record("gdn_segments")["results"].items()
-                    if k in ("previous_design", "fusion", "fuse_o_launch_sweep", "ncu_profile", "fused_prototype",
-                              "transposed_state", "from_a", "from_a_segments")})
+        old = load_record("gdn_segments")
     except FileNotFoundError:
-        pass
+        old = None
+    res.update(carry_over(old, SEGMENTS_KEPT, describe().get("gpu"))[0])
     timers, path = {k: TIMERS[k] for k in ("graph", "eager", "profiler")}, None
     for shape in shapes or SEGMENT_SHAPES:
         row = _segment_row(tuple(shape), fla_chunk, sweep, lambda *a: None)
@@ -767,8 +769,6 @@ def profile_segments(*, seg: int = 32, save: bool = False) -> dict:
     shape of the ``gdn_segments`` record, added to its rows as ``plain_kernels_profiler_us`` and
     ``seg<seg>_kernels_profiler_us`` (the record gains the ``profiler`` timer). Returns the record;
     ``save=True`` writes it back."""
-    from ..records import load_record, save_record
-
     timing.require_gpu("workbook.benchmarks.gdn.profile_segments")
     rec = load_record("gdn_segments")
     res = rec["results"]
@@ -852,8 +852,6 @@ def measure_fusion(*, shapes=None, save: bool = False, verbose: bool = True) -> 
     GPU time from CUDA-graph replay with eager time beside it. Added to the ``gdn_segments`` record as its
     ``fusion`` table (``save=True`` writes it after every shape); returns the table. The FUSE_WU default and
     :func:`workbook.gdn.fuse_o_rule` are set from it (tests/test_gdn.py ties both to the recorded table)."""
-    from ..records import load_record, save_record
-
     timing.require_gpu("workbook.benchmarks.gdn.measure_fusion")
     fla_chunk, _, fla_ver = _fla()
     ceilings = {"copy_GBps": timing.copy_ceiling_GBps(), "bf16_matmul_TFLOPs": timing.matmul_ceiling_TFLOPs()}
@@ -867,12 +865,19 @@ def measure_fusion(*, shapes=None, save: bool = False, verbose: bool = True) -> 
             print(_fusion_line(row), flush=True)
         torch.cuda.empty_cache()
         if save:
-            rec = load_record("gdn_segments")
-            rec["results"]["fusion"] = table_
-            timers = {**rec["timers"], **{k: TIMERS[k] for k in ("graph", "eager", "profiler")}}
-            save_record("gdn_segments", Measurement(results=rec["results"], timers=timers,
-                                                    ceilings={**rec.get("ceilings", {}), **ceilings}))
+            _save_fusion(table_, ceilings)
     return table_
+
+
+def _save_fusion(table_: dict, ceilings: dict, directory=None):
+    """``table_`` as the ``gdn_segments`` record's ``fusion`` table, the record's other tables kept where this GPU
+    may carry them (:func:`workbook.records.carry_over`: all on the record's GPU model, else those naming their own
+    machine). Returns the path written."""
+    rec = load_record("gdn_segments", directory)
+    kept, timers = carry_over(rec, set(rec["results"]) - {"fusion"}, describe().get("gpu"))
+    timers = {**timers, **{k: TIMERS[k] for k in ("graph", "eager", "profiler")}}
+    return save_record("gdn_segments", Measurement(results={**kept, "fusion": table_}, timers=timers, ceilings={
+        **(rec.get("ceilings", {}) if kept else {}), **ceilings}), directory)
 
 
 def _fusion_line(row: dict) -> str:

@@ -32,7 +32,7 @@ import triton
 
 from ..check import rel_err
 from ..device import DEVICE, describe
-from ..records import Measurement, format_table, load_record
+from ..records import Measurement, carry_over, format_table, load_record
 from ..timing import (TIMERS as _TIMERS, copy_ceiling_GBps, graph_time_us, kernel_times_us, power_probe, require_gpu,
                       time_us)
 from ..turboquant import (CONFIG, MixedBatch, allocate_cache, decode_attention, dequantize_keys, make_example,
@@ -164,17 +164,15 @@ KEPT_TABLES = ("profile", "profile_b8", "profile_kernel_c", "profile_kernel_l", 
 
 def kept_tables(old: dict | None, gpu: str | None) -> tuple[dict, dict]:
     """(tables, timers) that a full run on ``gpu`` keeps from ``old``, the turboquant record it replaces: its
-    KEPT_TABLES and the timers they name beyond :data:`TIMERS`, when ``old`` was measured on the same GPU model (on
-    another, its figures would sit under the new machine's name: nothing is kept). The notes gain which tables were
-    kept and from when; what they say of the main tables' date is for the reader to update."""
-    if not old or old.get("machine", {}).get("gpu") != gpu:
-        return {}, {}
-    kept = {k: v for k, v in old["results"].items() if k in KEPT_TABLES}
+    KEPT_TABLES (:func:`workbook.records.carry_over`: all of them on the same GPU model; on another none, since
+    none names its own machine) and the timers beyond :data:`TIMERS`. The notes gain which tables were kept and
+    from when; what they say of the main tables' date is for the reader to update."""
+    kept, timers = carry_over(old, KEPT_TABLES, gpu)
     if kept:
         kept["notes"] = {**kept.get("notes", {}), "kept_tables": (
-            f"{', '.join(sorted(k for k in kept if k != 'notes'))}: carried over from the record of {old['recorded']} "
-            f"(the same GPU model); {', '.join(RUN_TABLES[:-2])}: this run")}
-    return kept, {k: v for k, v in old.get("timers", {}).items() if k not in TIMERS}
+            f"{', '.join(sorted(k for k in kept if k != 'notes'))}: carried over from the record of {old['recorded']}; "
+            f"the main tables ({', '.join(t for t in RUN_TABLES if t not in ('skipped', 'elapsed_s'))}): this run")}
+    return kept, {k: v for k, v in timers.items() if k not in TIMERS}
 
 
 def _grid(timer, t0: float, budget_s, skipped: list) -> list:
