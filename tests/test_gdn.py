@@ -1426,8 +1426,25 @@ def test_segment_rule_counts_sequences_not_the_batch_dim(monkeypatch):
     gdn.chunk_gated_delta_rule(**gdn.make_inputs(2, 20, 1, 16, seed=47), segments="auto")
     assert seen == [(3, 13), (2, 20)]
     o1, _ = gdn.chunk_gated_delta_rule(**x, segments="auto")
-    o2, _ = gdn.chunk_gated_delta_rule(**x)
-    assert torch.equal(o1, o2)
+    o2, _ = gdn.chunk_gated_delta_rule(**x)                  # "auto" is the default: the rule is asked
+    assert seen == [(3, 13), (2, 20), (1, 40), (1, 40)]
+    o3, _ = gdn.chunk_gated_delta_rule(**x, segments=None)   # the plain path, the rule not asked
+    assert seen == [(3, 13), (2, 20), (1, 40), (1, 40)] and torch.equal(o1, o2) and torch.equal(o1, o3)
+
+
+def test_the_default_call_takes_segments_where_the_rule_says(monkeypatch):
+    """The default (segments="auto") runs the segmented form where segment_rule answers a length, and its result
+    is the explicit call's, bit for bit; where the rule answers None it is the plain path's."""
+    x = gdn.make_inputs(1, 200, 1, 16, HV=2, gate="mixed", seed=11)
+    x["initial_state"] = torch.randn(1, 2, 16, 16, device=DEVICE) * 0.5
+    monkeypatch.setattr(gdn, "segment_rule", lambda *a: 1)
+    o, ht, inter = gdn.chunk_gated_delta_rule(**x, output_final_state=True, return_intermediates=True)
+    assert "seg_offsets" in inter                            # the segmented form ran
+    o1, h1 = gdn.chunk_gated_delta_rule(**x, output_final_state=True, segments=1)
+    assert torch.equal(o, o1) and torch.equal(ht, h1)
+    monkeypatch.setattr(gdn, "segment_rule", lambda *a: None)
+    *_, inter = gdn.chunk_gated_delta_rule(**x, output_final_state=True, return_intermediates=True)
+    assert "seg_offsets" not in inter
 
 
 def test_segmented_varlen_call_never_reads_device_values_on_the_host():

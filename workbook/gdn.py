@@ -16,10 +16,11 @@ q, k ``[B, T, H, K]``; v ``[B, T, HV, V]``; g, beta ``[B, T, HV]``; states ``[N,
 Kernels (``kernels/gdn.py``): the recurrent form is one kernel, one program per (value block, sequence, value head)
 walking the tokens; the chunked form (chunks of ``CHUNK`` = 64 tokens) is solve -> state pass (the one sequential
 part, :func:`state_launch`'s rule) -> output, where :func:`fuse_o_rule` says the state pass forms w/u from A and the
-outputs itself (:func:`_forms`), else with w/u folded into the solve. With ``segments=`` it runs parallel over the
-sequence too (:func:`_segmented`; :func:`segment_rule` for "auto"). Every buffer a launcher allocates is
-``torch.empty``, next to a comment that says which program writes each row. Benchmark:
-:mod:`workbook.benchmarks.gdn`; pictures: :mod:`workbook.plots.gdn`; graders: :mod:`workbook.graders.gdn`.
+outputs itself (:func:`_forms`), else with w/u folded into the solve. Where :func:`segment_rule` measured a gain (few
+sequence-heads, long sequences) it runs parallel over the sequence too (:func:`_segmented`; ``segments=`` overrides
+the rule). Every buffer a launcher allocates is ``torch.empty``, next to a comment that says which program writes each
+row. Benchmark: :mod:`workbook.benchmarks.gdn`; pictures: :mod:`workbook.plots.gdn`; graders:
+:mod:`workbook.graders.gdn`.
 """
 from __future__ import annotations
 
@@ -604,7 +605,7 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
                            allow_neg_eigval=False, state_v_first=False, cu_seqlens=None, cu_seqlens_cpu=None,
                            chunk_indices=None, *, use_gate_in_kernel=False, A_log=None, dt_bias=None,
                            inplace_final_state=False, config=None, return_intermediates=False,
-                           emulate: bool | None = None, segments=None):
+                           emulate: bool | None = None, segments="auto"):
     """Chunked Gated DeltaNet (prefill), chunks of 64 tokens, Triton kernels: solve (G and A = (I + L)^-1 per chunk;
     w/u from A in its registers, or in a kernel of their own, or in the state pass: FUSE_WU, FROM_A) -> state pass
     (sequential over chunks) -> output (parallel over chunks, or in the state pass: FUSE_O). Arguments in fla's
@@ -616,8 +617,8 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     (:func:`chunk_count_bound`), so a CUDA graph can hold the call. ``cu_seqlens``'s contract and its
     checks, and mixed dtypes: as :func:`fused_recurrent_gated_delta_rule`. ``chunk_indices`` is ignored.
 
-    ``segments``: None (the plain path), an int (segments of that many chunks: parallel over the
-    sequence, :func:`_segmented`; needs V + K <= 512) or "auto" (:func:`segment_rule`: where it measured a gain).
+    ``segments``: "auto" (default: segments where :func:`segment_rule` measured a gain, else the plain path), None
+    (the plain path) or an int (segments of that many chunks: parallel over the sequence, :func:`_segmented`).
     ``config``: launch configuration, one dict per kernel, names as in ``CONFIG["chunk"]`` (e.g.
     ``{"state": {"BV": 32, "num_warps": 8}}``); the state pass's BV, num_warps and num_stages left None
     take the pick of :func:`state_launch`, or with ``{"state": {"RULE": False}}`` the previous default

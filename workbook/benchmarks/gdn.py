@@ -118,7 +118,7 @@ def state_pass_alone(args: dict, config: dict | None = None):
     HV, V = v.shape[2], v.shape[3]
     N = B if cu is None else cu.numel() - 1
     l2 = bool(args.get("use_qk_l2norm_in_kernel", False))
-    o, ht0, inter = chunk_gated_delta_rule(**args, return_intermediates=True)
+    o, ht0, inter = chunk_gated_delta_rule(**args, return_intermediates=True, segments=None)   # the plain path's
     if cu is not None:
         _, chunk_offsets, NT = _chunk_table(cu, N, B * T)
     else:
@@ -669,8 +669,8 @@ def _segment_row(shape, fla_chunk, sweep, log) -> dict:
     D = SEGMENT_D
     args = _bench_args((B, T, H, HV, D, False, None))
     row = {"B": B, "T": T, "H": H, "HV": HV, "K": D, "V": D, "dtype": "bfloat16", **segment_cost(B, T, H, HV, D, D)}
-    _time_into(row, "plain", lambda: chunk_gated_delta_rule(**args))
-    plain = chunk_gated_delta_rule(**args)
+    _time_into(row, "plain", lambda: chunk_gated_delta_rule(**args, segments=None))
+    plain = chunk_gated_delta_rule(**args, segments=None)
     for seg in sweep:
         who = f"seg{seg}"
         try:
@@ -774,7 +774,7 @@ def profile_segments(*, seg: int = 32, save: bool = False) -> dict:
     res = rec["results"]
     for row in res["segments"]:
         args = _bench_args((row["B"], row["T"], row["H"], row["HV"], row["K"], False, None))
-        for who, kw in (("plain", {}), (f"seg{seg}", {"segments": seg})):
+        for who, kw in (("plain", {"segments": None}), (f"seg{seg}", {"segments": seg})):
             try:
                 row[f"{who}_kernels_profiler_us"] = timing.kernel_times_us(lambda: chunk_gated_delta_rule(**args, **kw))
             except Exception as e:  # noqa: BLE001  (one failed shape never costs the record)
@@ -825,16 +825,18 @@ def _fusion_row(shape, fla_chunk, ceilings: dict) -> dict:
     row = {"B": B, "T": T, "H": H, "HV": HV, "K": SEGMENT_D, "V": SEGMENT_D, "dtype": "bfloat16",
            **segment_cost(B, T, H, HV, SEGMENT_D, SEGMENT_D)}
     row["floor_microseconds"] = _floor_us(row, ceilings)
-    split = chunk_gated_delta_rule(**args, config=FUSION_FORMS["split"])[0].float()
+    split = chunk_gated_delta_rule(**args, config=FUSION_FORMS["split"], segments=None)[0].float()
     for who, cfg in FUSION_FORMS.items():
         try:
-            row[f"{who}_rel_err_vs_split_o"] = rel_err(chunk_gated_delta_rule(**args, config=cfg)[0].float(), split)
+            o = chunk_gated_delta_rule(**args, config=cfg, segments=None)[0].float()   # the plain path's forms
+            row[f"{who}_rel_err_vs_split_o"] = rel_err(o, split)
         except Exception as e:  # noqa: BLE001  (one failed form never costs the record)
             row[f"{who}_error"] = f"{type(e).__name__}: {e}"[:300]
             continue
-        _time_into(row, who, lambda: chunk_gated_delta_rule(**args, config=cfg))
+        _time_into(row, who, lambda: chunk_gated_delta_rule(**args, config=cfg, segments=None))
         if tuple(shape) in FUSION_PROFILED and who in ("split", "fuse_wu", "fuse_wu_o", "from_a_o"):
-            row[f"{who}_kernels_profiler_us"] = timing.kernel_times_us(lambda: chunk_gated_delta_rule(**args, config=cfg))
+            row[f"{who}_kernels_profiler_us"] = timing.kernel_times_us(
+                lambda: chunk_gated_delta_rule(**args, config=cfg, segments=None))
     if fla_chunk is not None:
         _time_into(row, "fla", lambda: fla_chunk(**args))
     best = min(FUSION_FORMS, key=lambda w: row.get(f"{w}_graph_us", float("inf")))
