@@ -132,3 +132,14 @@ def test_resolve_emulate_is_the_one_emulation_rule():
             resolve_emulate(False, "the reason here")
     else:
         assert resolve_emulate(False, "x") is False
+
+
+def test_host_path_integer_helpers_agree_with_triton():
+    """cdiv and next_pow2 (launchers' host path, no JIT call) give triton.cdiv's and triton.next_power_of_2's answers."""
+    import triton
+    from workbook.device import cdiv, next_pow2
+    for n in list(range(1, 300)) + [1023, 1024, 1025, 65535, 65536, 65537]:
+        assert next_pow2(n) == triton.next_power_of_2(n), n
+        for b in (1, 3, 16, 64, 128):
+            assert cdiv(n, b) == triton.cdiv(n, b), (n, b)
+    assert next_pow2(0) == 1 and cdiv(0, 64) == 0

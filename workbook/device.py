@@ -19,7 +19,7 @@ import torch
 __all__ = [
     "DEVICE", "ON_GPU", "INTERPRETED", "TritonImportOrderError",
     "describe", "require_launchable", "check_tensor", "same_device", "resolve_config", "resolve_emulate",
-    "sm_count", "shared_memory_per_sm", "SM_COUNT_WITHOUT_GPU",
+    "sm_count", "shared_memory_per_sm", "SM_COUNT_WITHOUT_GPU", "cdiv", "next_pow2",
 ]
 
 
@@ -80,6 +80,16 @@ def require_launchable(kernel) -> None:
         raise TritonImportOrderError(_IMPORT_ORDER_HELP.format(
             what=f"The kernel {name!r} was defined before TRITON_INTERPRET=1 was set (triton was "
                  "imported first), so it was compiled for a GPU."))
+
+
+def cdiv(a: int, b: int) -> int:
+    """ceil(a / b) in ints, for a launcher's host path: ``triton.cdiv`` is a JIT function, microseconds a call."""
+    return -(-a // b)
+
+
+def next_pow2(n: int) -> int:
+    """The smallest power of two >= n (1 for n <= 1): ``triton.next_power_of_2`` without its JIT call."""
+    return 1 << max(int(n) - 1, 0).bit_length()
 
 
 def same_device(a, b) -> bool:

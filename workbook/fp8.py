@@ -28,10 +28,8 @@ import torch
 import torch.nn.functional as F
 
 from . import nvcc
-from .device import DEVICE, INTERPRETED, check_tensor, require_launchable, resolve_config, resolve_emulate
-
-import triton  # noqa: E402  (after workbook.device, which chose the interpreter if needed)
-
+from .device import (DEVICE, INTERPRETED, cdiv, check_tensor, next_pow2, require_launchable, resolve_config,
+                     resolve_emulate)
 from .kernels.fp8 import (  # noqa: E402
     e4m3_cast_kernel, e4m3_round_kernel, silu_mul_bf16_kernel, silu_mul_quant_fp8_kernel, ue8m0_pack_kernel,
 )
@@ -149,7 +147,7 @@ def _block_m(m: int) -> int:
     the evidence is the recorded sweep (workbook/data/fp8.json, ``config_sweep``). Interpreter: fewer,
     larger programs (numpy per block)."""
     cap = 64 if INTERPRETED else 2
-    return min(cap, triton.next_power_of_2(max(m, 1)))
+    return min(cap, next_pow2(max(m, 1)))
 
 
 def _quiet():
@@ -263,7 +261,7 @@ def _launch(src: torch.Tensor, m: int, n: int, silu_mul: bool, emulate, config, 
     if m == 0:
         return codes, scales
     require_launchable(silu_mul_quant_fp8_kernel)
-    grid = (triton.cdiv(m, cfg["BLOCK_M"]), p)
+    grid = (cdiv(m, cfg["BLOCK_M"]), p)
     with _quiet():
         silu_mul_quant_fp8_kernel[grid](
             src, codes.view(torch.uint8), storage, m, n, src.stride(0), codes.stride(0), storage.stride(0),
@@ -327,8 +325,8 @@ def pack_ue8m0_mn_major(exp_bytes: torch.Tensor) -> torch.Tensor:
     storage = torch.empty(p, tma_m, dtype=torch.int32, device=exp_bytes.device)
     if m and g:
         require_launchable(ue8m0_pack_kernel)
-        block_m = min(64, triton.next_power_of_2(m))
-        ue8m0_pack_kernel[(triton.cdiv(m, block_m), p)](
+        block_m = min(64, next_pow2(m))
+        ue8m0_pack_kernel[(cdiv(m, block_m), p)](
             exp_bytes, storage, m, g, exp_bytes.stride(0), storage.stride(0), BLOCK_M=block_m)
     return storage.T[:m, :]
 
@@ -374,7 +372,7 @@ def _elementwise(kernel, v: torch.Tensor, out_dtype, **meta):
     out = torch.empty(v.numel(), dtype=out_dtype, device=v.device)  # every element written (masked tail)
     require_launchable(kernel)
     block = 1024
-    kernel[(triton.cdiv(v.numel(), block),)](v, out, v.numel(), BLOCK=block, **meta)
+    kernel[(cdiv(v.numel(), block),)](v, out, v.numel(), BLOCK=block, **meta)
     return out
 
 
@@ -406,7 +404,7 @@ def silu_mul_bf16(gate: torch.Tensor, up: torch.Tensor, impl: int | None = None,
     require_launchable(silu_mul_bf16_kernel)
     block = 1024
     with _quiet():
-        silu_mul_bf16_kernel[(triton.cdiv(gate.numel(), block),)](
+        silu_mul_bf16_kernel[(cdiv(gate.numel(), block),)](
             gate, up, y, gate.numel(), BLOCK=block, SILU_IMPL=impl, EMULATE=emulate)
     return y
 

@@ -55,9 +55,9 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-import triton
 
-from .device import DEVICE, ON_GPU, check_tensor, require_launchable, resolve_config, resolve_emulate, sm_count
+from .device import (DEVICE, ON_GPU, cdiv, check_tensor, next_pow2, require_launchable, resolve_config,
+                     resolve_emulate, sm_count)
 from .gdn import chunk_gated_delta_rule, fused_recurrent_gated_delta_rule, naive_recurrent_gated_delta_rule
 from .kernels import fusion as kern
 
@@ -120,7 +120,7 @@ def add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, e
     _check_add_rmsnorm(x, residual, weight, eps, device=DEVICE)
     emulate = resolve_emulate(emulate, EMULATE_WHY)
     M, D = x.shape
-    BLOCK_D = triton.next_power_of_2(D)
+    BLOCK_D = next_pow2(D)
     cfg = resolve_config(config, CONFIG, pow2=("BLOCK_M", "num_warps"))
     if cfg["BLOCK_M"] is None:
         # GPU: one row per program for decode-sized batches (more programs in flight: the kernel is all
@@ -135,7 +135,7 @@ def add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, e
     residual_out = torch.empty_like(x)
     require_launchable(kern.add_rmsnorm_kernel)
     if M:
-        kern.add_rmsnorm_kernel[(triton.cdiv(M, cfg["BLOCK_M"]),)](
+        kern.add_rmsnorm_kernel[(cdiv(M, cfg["BLOCK_M"]),)](
             x, residual, weight, out, residual_out, M, D, float(eps), BLOCK_M=cfg["BLOCK_M"],
             BLOCK_D=BLOCK_D, IS_BF16=x.dtype == torch.bfloat16, EMULATE=bool(emulate),
             num_warps=cfg["num_warps"])
@@ -812,15 +812,15 @@ def oneshot_all_reduce_add_rmsnorm(ex: OneShotExchange, x, residual, weight, eps
         raise ValueError(f"phase must be 'auto', 'push', 'reduce' or 'both', got {phase!r}")
     emulate = resolve_emulate(emulate, EMULATE_WHY)
     R, M, D = x3.shape
-    BLOCK_D = triton.next_power_of_2(D)
+    BLOCK_D = next_pow2(D)
     cfg = resolve_config(config, CONFIG, pow2=("BLOCK_M", "num_warps"))
     cfg["BLOCK_M"] = cfg["BLOCK_M"] or (1 if ON_GPU else 64)
     cfg["num_warps"] = cfg["num_warps"] or (4 if BLOCK_D <= 2048 else 8)
     served = range(R) if rank is None else range(rank, rank + 1)
     # co-residency: a waiting program holds its SM, so every program that it may wait for must be
     # running too: at most one program per SM over all the ranks one launch serves (programs loop)
-    grid = (min(triton.cdiv(M, cfg["BLOCK_M"]), max(1, sm_count() // len(served))) if ON_GPU
-            else triton.cdiv(M, cfg["BLOCK_M"]), len(served))
+    grid = (min(cdiv(M, cfg["BLOCK_M"]), max(1, sm_count() // len(served))) if ON_GPU
+            else cdiv(M, cfg["BLOCK_M"]), len(served))
     # empty, both: over the grid's row blocks every row of every served rank is written (masked past M, D)
     out, residual_out = torch.empty_like(x3), torch.empty_like(x3)
     phases = [phase] if phase != "auto" else ["both"] if ON_GPU else ["push", "reduce"]

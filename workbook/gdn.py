@@ -29,11 +29,10 @@ import math
 from dataclasses import dataclass
 
 import torch
-import triton
 import torch.nn.functional as F
 
-from .device import (DEVICE, ON_GPU, check_tensor, require_launchable, resolve_config, resolve_emulate, same_device,
-                     shared_memory_per_sm, sm_count)
+from .device import (DEVICE, ON_GPU, cdiv, check_tensor, next_pow2, require_launchable, resolve_config,
+                     resolve_emulate, same_device, shared_memory_per_sm, sm_count)
 from .kernels import gdn as kern
 
 __all__ = [
@@ -80,7 +79,7 @@ EMULATE_WHY = "it runs tl.dot on 16-bit operands, which Triton's interpreter get
 
 def _pow2(n: int, lo: int = 16) -> int:
     """The next power of two >= n, at least ``lo`` (tl.dot and tl.arange need powers of two >= 16)."""
-    return max(lo, triton.next_power_of_2(max(n, 1)))
+    return max(lo, next_pow2(max(n, 1)))
 
 
 def l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -355,7 +354,7 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=Non
     require_launchable(kern.fused_recurrent_gdn_fwd_kernel)
     # initial_state, ht and cu_seqlens go in as None when absent: the kernel's heuristics turn them
     # into the constexpr flags USE_H0, STORE_HT, IS_VARLEN (no placeholder tensor anywhere).
-    kern.fused_recurrent_gdn_fwd_kernel[(triton.cdiv(V, BV), N * HV)](
+    kern.fused_recurrent_gdn_fwd_kernel[(cdiv(V, BV), N * HV)](
         q, k, v, g, beta, o, initial_state, ht, cu_seqlens, scale, T,
         H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, USE_QK_L2NORM=bool(use_qk_l2norm_in_kernel),
         num_warps=cfg["num_warps"])
@@ -383,7 +382,7 @@ def _chunk_table(cu_seqlens, N: int, T: int, span: int = CHUNK, starts: bool = F
     first = torch.empty(nt_max + 1, dtype=torch.int32, device=cu_seqlens.device) if starts else None
     BC = 128 if ON_GPU else 256
     require_launchable(kern.chunk_table_kernel)
-    kern.chunk_table_kernel[(max(1, triton.cdiv(nt_max, BC)),)](
+    kern.chunk_table_kernel[(max(1, cdiv(nt_max, BC)),)](
         cu_seqlens, chunk_indices, chunk_offsets, first, N, T, nt_max, BT=span, BC=BC,
         BN=min(64, _pow2(N)), num_warps=4)
     return (chunk_indices, chunk_offsets, nt_max) + ((first,) if starts else ())
@@ -419,9 +418,9 @@ def state_launch(N: int, HV: int, K: int, V: int, itemsize: int = 2, n_sm: int |
     ``from_a``: the pass reads k, A and v tiles instead of w, k and u; ``fused``: q tiles too."""
     n_sm, smem_per_sm = n_sm or sm_count(), smem_per_sm or shared_memory_per_sm()
     bv = min(64, _pow2(V))
-    while bv > 16 and N * HV * triton.cdiv(V, bv) < STATE_FILL * n_sm:
+    while bv > 16 and N * HV * cdiv(V, bv) < STATE_FILL * n_sm:
         bv //= 2
-    per_sm = 1 if varlen else triton.cdiv(N * HV * triton.cdiv(V, bv), n_sm)   # programs each SM must hold
+    per_sm = 1 if varlen else cdiv(N * HV * cdiv(V, bv), n_sm)   # programs each SM must hold
     cols = _pow2(K) + (CHUNK if from_a else _pow2(K)) + bv + (_pow2(K) if fused else 0)
     stage = CHUNK * cols * itemsize                # one chunk's tiles: k, w (A) and u (v), q when fused
     ns = 3 if per_sm * (3 * stage + _SMEM_PER_PROGRAM) <= smem_per_sm else 2
@@ -439,7 +438,7 @@ def fuse_o_rule(N: int, HV: int, K: int, V: int, itemsize: int = 2, n_sm: int | 
 
 def _previous_state_cfg(N: int, HV: int, V: int) -> dict:
     """STATE_PREVIOUS, kept with ``{"state": {"RULE": False}}`` (the benchmark records it beside the rule's pick)."""
-    bv = next((b for b in (64, 32) if N * HV * triton.cdiv(V, b) >= 256), 16)
+    bv = next((b for b in (64, 32) if N * HV * cdiv(V, b) >= 256), 16)
     return {"BV": min(bv, _pow2(V)), "num_warps": 4, "num_stages": 2}
 
 
@@ -466,7 +465,7 @@ def _launch_state(c3, k, w, u, G, h, v_new, q, o, initial_state, ht, cu_seqlens,
     ``A``, ``beta`` given (w None, u the values): v' from A in the pass (FROM_A). Shared by the launcher and the
     benchmark's timing of the state pass alone (:func:`workbook.benchmarks.gdn.state_pass_alone`)."""
     H, K, HV, VU, V = k.shape[-2], k.shape[-1], u.shape[-2], u.shape[-1], width or u.shape[-1]
-    kern.chunk_gdn_state_kernel[(triton.cdiv(V, c3["BV"]), N * HV)](
+    kern.chunk_gdn_state_kernel[(cdiv(V, c3["BV"]), N * HV)](
         k, w, u, A, beta, G, h, v_new, q, o, initial_state, ht, cu_seqlens, chunk_offsets, scale, T, max(NT, 1),
         H=H, HV=HV, K=K, V=V, VU=VU, BT=CHUNK, BK=_pow2(K), BV=c3["BV"], USE_Q_L2NORM=l2, EMULATE=emulate, H0_EYE=eye,
         num_warps=c3["num_warps"], num_stages=c3["num_stages"])
@@ -486,7 +485,7 @@ def _chunk_config(config) -> dict:
 def _chunks(cu_seqlens, N: int, B: int, T: int):
     """(chunk_indices, chunk_offsets, NT): the varlen chunk table (NT a bound), or (None, None, the chunk count)."""
     varlen = cu_seqlens is not None and B * T
-    return _chunk_table(cu_seqlens, N, B * T) if varlen else (None, None, B * triton.cdiv(T, CHUNK))
+    return _chunk_table(cu_seqlens, N, B * T) if varlen else (None, None, B * cdiv(T, CHUNK))
 
 
 def _fuse_wu(c1: dict, K: int, emulate: bool) -> bool:
@@ -515,7 +514,7 @@ def _launch_output(co, q, k, v_new, h, G, o, cu_seqlens, chunk_indices, scale, T
     """Kernel 4 (outputs) on a (V block, chunk, value head) grid, launch configuration ``co``; ``k`` as kernel 3's."""
     H, K, HV, V = q.shape[-2], q.shape[-1], o.shape[-2], o.shape[-1]
     BV = min(co["BV"], _pow2(V))
-    kern.chunk_gdn_output_kernel[(triton.cdiv(V, BV), NT, HV)](
+    kern.chunk_gdn_output_kernel[(cdiv(V, BV), NT, HV)](
         q, k, v_new, h, G, o, cu_seqlens, chunk_indices, scale, T,
         H=H, HV=HV, K=K, V=V, BT=CHUNK, BK=_pow2(K), BV=BV, USE_Q_L2NORM=l2, EMULATE=emulate,
         num_warps=co["num_warps"], num_stages=co["num_stages"])
@@ -733,7 +732,7 @@ def _segmented(cfg, q, k, v, g, beta, scale, h0, ht, cu_seqlens, N, *, l2, emula
     cs = cfg["scan"]
     BV = min(cs["BV"], _pow2(V))
     require_launchable(kern.segment_scan_kernel)
-    kern.segment_scan_kernel[(triton.cdiv(V, BV), N * HV)](
+    kern.segment_scan_kernel[(cdiv(V, BV), N * HV)](
         bm, s0, h0, ht, seg_offsets, N, NS, HV=HV, K=K, V=V, BK=_pow2(K), BV=BV, EMULATE=emulate,
         num_warps=cs["num_warps"], num_stages=cs["num_stages"])
     o, _ = _state_and_output(cfg, q1, v1, inter, scale, s0, None, cu_seg, NS, l2=l2, emulate=emulate)
@@ -779,7 +778,7 @@ def gated_rmsnorm(x, z, weight, eps=1e-6, config=None):
     BM = cfg["BM"] or max(1, min(16, 4096 // BD))
     require_launchable(kern.gated_rmsnorm_kernel)
     if M:
-        kern.gated_rmsnorm_kernel[(triton.cdiv(M, BM),)](x, z, weight, y, M, float(eps), D=D, BD=BD, BM=BM,
+        kern.gated_rmsnorm_kernel[(cdiv(M, BM),)](x, z, weight, y, M, float(eps), D=D, BD=BD, BM=BM,
                                                          num_warps=cfg["num_warps"])
     return y
 

@@ -36,10 +36,10 @@ import ctypes
 import numpy as np
 import torch
 
-import triton
 
 from . import device, nvcc
-from .device import DEVICE, ON_GPU, check_tensor, require_launchable, resolve_config, resolve_emulate
+from .device import (DEVICE, ON_GPU, cdiv, check_tensor, next_pow2, require_launchable, resolve_config,
+                     resolve_emulate)
 from .coverage import Coverage, coverage
 from .kernels.nvfp4 import e4m3_cast_kernel, nvfp4_quant_kernel, nvfp4_quant_plain_kernel
 
@@ -242,7 +242,7 @@ def launch_tile(M: int, K: int, config=None) -> tuple[int, int]:
     the largest tile up to ``_INTERPRETER_MAX_BLOCK_S`` blocks."""
     if config is None:
         if not ON_GPU:
-            return min(_INTERPRETER_MAX_BLOCK_S, triton.next_power_of_2(max(M * (K // 16), 1))), CONFIG["num_warps"]
+            return min(_INTERPRETER_MAX_BLOCK_S, next_pow2(max(M * (K // 16), 1))), CONFIG["num_warps"]
         return launch_rule(M, K)
     cfg = resolve_config(config, CONFIG, pow2=("BLOCK_S", "num_warps"))
     if cfg["BLOCK_S"] is None:
@@ -458,7 +458,7 @@ def nvfp4_quant(x: torch.Tensor, global_scale, *, swizzled: bool = True, write_p
         _launchable = True
     # programs 0..n_data-1 quantize BLOCK_S blocks each (rows end to end); the padding programs after
     # them write every padded scale entry (only when the padding is written, i.e. not for the lesson)
-    n_data = triton.cdiv(M * n, bs)
+    n_data = cdiv(M * n, bs)
     n_rowpad_tiles, n_pad = _padding_programs(M, n, swizzled and write_padding)
     grid = (n_data + n_pad,)
     # the kernel reads element pairs as int32 words (needs a 4-byte aligned start)
@@ -485,7 +485,7 @@ def nvfp4_quant_plain(x: torch.Tensor, global_scale, *, block_m: int = 128, chec
     sf = torch.empty((Mp, Kp), dtype=torch.uint8, device=x.device)
     if M:
         require_launchable(nvfp4_quant_plain_kernel)
-        nvfp4_quant_plain_kernel[(triton.cdiv(Mp, block_m), Kp)](
+        nvfp4_quant_plain_kernel[(cdiv(Mp, block_m), Kp)](
             x, global_scale, codes, sf, M, K, Mp, Kp, BLOCK_M=block_m)
     return codes, sf.view(torch.float8_e4m3fn)
 
@@ -496,7 +496,7 @@ def e4m3_cast_errors(n: int = 4096, seed: int = 0) -> dict:
     is). Returns {"n", "wrong", "examples": [(value, got byte, want byte), ...], "where"}."""
     v = torch.rand(n, generator=torch.Generator().manual_seed(seed)) * E4M3_MAX
     out = torch.empty(n, dtype=torch.uint8, device=DEVICE)
-    e4m3_cast_kernel[(triton.cdiv(n, 1024),)](v.to(DEVICE), out, n, BLOCK=1024)
+    e4m3_cast_kernel[(cdiv(n, 1024),)](v.to(DEVICE), out, n, BLOCK=1024)
     got, want = out.cpu(), v.to(torch.float8_e4m3fn).view(torch.uint8)
     bad = (got != want).nonzero().flatten()
     return {"n": n, "wrong": int(bad.numel()), "where": "GPU" if ON_GPU else "Triton interpreter",

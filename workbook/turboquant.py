@@ -31,11 +31,10 @@ import math
 from dataclasses import dataclass
 
 import torch
-import triton
 
 from . import nvcc
-from .device import (DEVICE, ON_GPU, check_tensor, require_launchable, resolve_config, resolve_emulate,
-                     same_device, sm_count)
+from .device import (DEVICE, ON_GPU, cdiv, check_tensor, next_pow2, require_launchable, resolve_config,
+                     resolve_emulate, same_device, sm_count)
 from .kernels import turboquant as kern
 
 __all__ = [
@@ -416,7 +415,7 @@ def make_batch(query_lens, seq_lens, block_table, num_decode_reqs: int, *, block
         if sl[r] < ql[r]:
             raise ValueError(f"seq_lens[{r}] = {sl[r]} is smaller than its query_lens[{r}] = {ql[r]}: the "
                              "context includes the new tokens")
-        need = triton.cdiv(sl[r], block_size)
+        need = cdiv(sl[r], block_size)
         if need > bt.shape[1]:
             raise ValueError(f"seq_lens[{r}] = {sl[r]} needs {need} pages of {block_size} tokens but the "
                              f"block table has {bt.shape[1]} columns")
@@ -424,7 +423,7 @@ def make_batch(query_lens, seq_lens, block_table, num_decode_reqs: int, *, block
         if (pages < 0).any() or (pages >= num_blocks).any():
             bad = [int(p) for p in pages if p < 0 or p >= num_blocks][:4]
             raise ValueError(f"block_table[{r}] holds page ids {bad} outside [0, num_blocks={num_blocks})")
-    used = torch.cat([btc[r, : triton.cdiv(sl[r], block_size)] for r in range(R)]) if R else btc.new_empty(0)
+    used = torch.cat([btc[r, : cdiv(sl[r], block_size)] for r in range(R)]) if R else btc.new_empty(0)
     if used.unique().numel() != used.numel():
         raise ValueError("two requests (or two positions of one request) share a cache page in block_table: "
                          "their stores would overwrite each other")
@@ -549,7 +548,7 @@ def store_kv(k: torch.Tensor, v: torch.Tensor, cache: TurboQuantCache, slot_mapp
         return
     cfg = resolve_config(config, CONFIG["store"])
     require_launchable(kern.tq_store_kernel)
-    kern.tq_store_kernel[(triton.cdiv(rows, cfg["BLOCK_R"]),)](
+    kern.tq_store_kernel[(cdiv(rows, cfg["BLOCK_R"]),)](
         k, v, slot_mapping, cache.rotation, cache.centroids, cache.boundaries, *cache.tensors(), rows,
         HKV=cache.num_kv_heads, D=cache.head_dim, BLOCK_SIZE=cache.block_size, BLOCK_R=cfg["BLOCK_R"],
         num_warps=cfg["num_warps"])
@@ -643,14 +642,10 @@ def _num_splits(cfg, capacity, pairs: int, max_len: int, step: int, whole_rounds
             raise ValueError(f"config NUM_SPLITS must be >= 1, got {s}")
     else:
         pairs = max(pairs, 1)
-        s = capacity // pairs if whole_rounds else _cdiv(capacity, pairs)
-        s = max(1, min(s, max(cfg.get("SMALL_WARPS", 0) // pairs, _cdiv(max_len, cfg["MIN_SPLIT"]))))
-    split_len = _cdiv(_cdiv(max(max_len, 1), s), step) * step
-    return _cdiv(max(max_len, 1), split_len), split_len
-
-
-def _cdiv(a: int, b: int) -> int:   # on every decode call's host path (triton.cdiv is a JIT function call)
-    return -(-a // b)
+        s = capacity // pairs if whole_rounds else cdiv(capacity, pairs)
+        s = max(1, min(s, max(cfg.get("SMALL_WARPS", 0) // pairs, cdiv(max_len, cfg["MIN_SPLIT"]))))
+    split_len = cdiv(cdiv(max(max_len, 1), s), step) * step
+    return cdiv(max(max_len, 1), split_len), split_len
 
 
 def _check_cuda_decode(q, cache: TurboQuantCache, hq: int, d: int) -> None:
@@ -780,12 +775,12 @@ def decode_attention(q: torch.Tensor, cache: TurboQuantCache, batch: MixedBatch,
         cache.v_codes.view(torch.int32), cache.v_scale, cache.v_zero, cache.centroids_half,
         *cache.key_table_words, out, part_out, part_lse, batch.block_table.stride(0), split_len,
         HQ=hq, HKV=hkv, D=d, BLOCK_SIZE=cache.block_size,
-        BLOCK_G=max(cfg["BLOCK_G"], triton.next_power_of_2(hq // hkv)), BLOCK_N=cfg["BLOCK_N"], NUM_SPLITS=S,
+        BLOCK_G=max(cfg["BLOCK_G"], next_pow2(hq // hkv)), BLOCK_N=cfg["BLOCK_N"], NUM_SPLITS=S,
         EMULATE=em, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
         **({"maxnreg": cfg["maxnreg"]} if cfg["maxnreg"] and ON_GPU else {}))
     if S > 1:
         kern.tq_merge_kernel[(B, hq)](part_out, part_lse, out, HQ=hq, D=d, NUM_SPLITS=S,
-                                      BLOCK_S=triton.next_power_of_2(S), EMULATE=em, num_warps=4)
+                                      BLOCK_S=next_pow2(S), EMULATE=em, num_warps=4)
     return out
 
 
@@ -801,7 +796,7 @@ def prefill_attention(q, k, v, q_rot, cache: TurboQuantCache, batch: MixedBatch,
     hq, d = q.shape[1], q.shape[2]
     scale = (sm_scale if sm_scale is not None else d ** -0.5) * math.log2(math.e)
     require_launchable(kern.tq_prefill_kernel)
-    grid = (n_pre, hq, triton.cdiv(batch.max_prefill_query_len, cfg["BLOCK_M"]))
+    grid = (n_pre, hq, cdiv(batch.max_prefill_query_len, cfg["BLOCK_M"]))
     kern.tq_prefill_kernel[grid](
         q, q_rot, k, v, batch.query_start_loc, batch.seq_lens, batch.block_table, *cache.tensors(),
         cache.centroids_half, out, batch.num_decode_reqs, batch.block_table.stride(0), scale,
@@ -873,7 +868,7 @@ def make_example(query_lens, seq_lens, num_decode_reqs, *, hq=4, hkv=1, d=32, bl
     dev = torch.device(device or DEVICE)
     g = torch.Generator().manual_seed(seed)
     R = len(query_lens)
-    pages = [triton.cdiv(s, block_size) for s in seq_lens]
+    pages = [cdiv(s, block_size) for s in seq_lens]
     num_blocks = sum(pages) + spare_blocks
     perm = torch.randperm(num_blocks, generator=g)
     width = max(pages + [1])
