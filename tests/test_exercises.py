@@ -545,3 +545,13 @@ def test_the_output_check_is_nbvals_and_can_fail(tmp_path):
     assert PASSED.fullmatch(run["exercises"]["A"]["solved"]), run
     assert run["checked"] == 3, run
     assert len(run["mismatches"]) == 1 and "what it printed once" in run["mismatches"][0], run["mismatches"]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_cell_with_outputs_has_an_execution_count(path):
+    """nbval (README: run a notebook you will teach with pytest --nbval-lax) refuses a code cell that carries outputs
+    but no execution count ("unrun reference cell has outputs"): a cell re-run by hand must be given one."""
+    nb = json.loads(path.read_text())
+    bad = [i for i, c in enumerate(nb["cells"]) if c["cell_type"] == "code" and c["outputs"]
+           and c.get("execution_count") is None]
+    assert not bad, f"{path.name}: code cells {bad} have outputs but no execution_count"
