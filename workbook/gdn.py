@@ -55,7 +55,8 @@ CONFIG = {
     # tile), GV value heads per program sharing one K K^T (the launcher uses gcd(GV, HV // H)),
     # PREC the precision of the merge products with 16-bit storage (fp32 storage always uses "tf32x3").
     # FUSE_WU: kernel 2 (w, u) folded into kernel 1; default from the record's fusion table (measure_fusion)
-    "chunk": {"solve": {"BC": 16, "GV": 1, "PREC": "tf32", "num_warps": 4, "num_stages": 2, "FUSE_WU": True},
+    "chunk": {"solve": {"BC": 16, "GV": 1, "PREC": "tf32", "num_warps": 4, "num_stages": 2, "FUSE_WU": True,
+                        "INV": "merge"},   # "blocks": chunk_gdn_solve_blocks_kernel where only A is stored (WIP)
               "wu": {"num_warps": 4, "num_stages": 2},
               # state: FUSE_O folds kernel 4 (outputs) into the state pass (h and v' never stored; None:
               # fuse_o_rule); BV / num_warps / num_stages None: state_launch()'s pick from the grid (RULE True;
@@ -476,9 +477,10 @@ def _chunk_config(config) -> dict:
     cfg = resolve_config(config, CONFIG["chunk"], name="config of chunk_gated_delta_rule")
     c1 = cfg["solve"]
     if c1["BC"] not in (2, 4, 8, 16, 32, 64) or not (isinstance(c1["GV"], int) and c1["GV"] >= 1) \
-            or c1["PREC"] not in ("tf32", "tf32x3"):
-        raise ValueError(f"config['solve'] needs BC a power of two in 2..64, GV >= 1 and PREC 'tf32' or "
-                         f"'tf32x3'; got BC={c1['BC']!r}, GV={c1['GV']!r}, PREC={c1['PREC']!r}")
+            or c1["PREC"] not in ("tf32", "tf32x3") or c1["INV"] not in ("merge", "blocks"):
+        raise ValueError(f"config['solve'] needs BC a power of two in 2..64, GV >= 1, PREC 'tf32' or 'tf32x3' and "
+                         f"INV 'merge' or 'blocks'; got BC={c1['BC']!r}, GV={c1['GV']!r}, PREC={c1['PREC']!r}, "
+                         f"INV={c1['INV']!r}")
     return cfg
 
 
@@ -500,6 +502,11 @@ def _launch_solve_wu(c1, c2, k, v, g, beta, G, A, kn, w, u, cu_seqlens, chunk_in
     value-head group) grid, then without FUSE_WU kernel 2 (w, u) on a (chunk, value head) grid (``c1``, ``c2``)."""
     H, K, HV, V = k.shape[-2], k.shape[-1], v.shape[-2], v.shape[-1]
     gv, fuse = math.gcd(c1["GV"], HV // H), bool(c1["FUSE_WU"])
+    if c1["INV"] == "blocks" and not fuse and w is None and CHUNK == 64:   # A only (FROM_A): the 16 x 16 form
+        kern.chunk_gdn_solve_blocks_kernel[(NT, HV)](
+            k, g, beta, G, A, kn, cu_seqlens, chunk_indices, T, H=H, HV=HV, K=K, BT=CHUNK, BK=_pow2(K),
+            PREC=c1["PREC"], EMULATE=emulate, num_warps=c1["num_warps"], num_stages=c1["num_stages"])
+        return
     kern.chunk_gdn_solve_kernel[(NT, HV // gv)](
         k, v, g, beta, G, A, kn, w if fuse else None, u if fuse else None, cu_seqlens, chunk_indices, T,
         H=H, HV=HV, K=K, V=V, BT=CHUNK, BK=_pow2(K), BV=_pow2(V), BC=c1["BC"], GV=gv, PREC=c1["PREC"],
@@ -521,7 +528,7 @@ def _launch_output(co, q, k, v_new, h, G, o, cu_seqlens, chunk_indices, scale, T
 
 
 _CHUNK_KERNELS = (kern.chunk_gdn_solve_kernel, kern.chunk_gdn_wu_kernel, kern.chunk_gdn_state_kernel,
-                  kern.chunk_gdn_output_kernel)
+                  kern.chunk_gdn_output_kernel, kern.chunk_gdn_solve_blocks_kernel)
 
 
 def _chunk_core(cfg, q, k, v, g, beta, scale, h0, ht, cu_seqlens, N, *, l2, emulate, keep=False):
