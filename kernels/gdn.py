@@ -199,7 +199,9 @@ def chunk_table_kernel(
 # the matrix units. With FUSE_WU kernel 1 computes w and u itself from A still in registers (A is then
 # stored only for a caller who asks for it): one launch and no A round trip, at the price of the solve's
 # 64x64 fp32 tiles and the 64-row products sharing one program's registers (workbook.gdn.CONFIG says
-# which form is the default, and why).
+# which form is the default, and why). Where only A is stored (FROM_A), chunk_gdn_solve_blocks_kernel
+# forms the same A by 16 x 16 blocks (CONFIG INV "blocks": opt-in, checked in the interpreter, not yet
+# timed on a GPU).
 # --------------------------------------------------------------------------------------------------
 
 @triton.jit

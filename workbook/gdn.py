@@ -233,8 +233,7 @@ def naive_recurrent_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state
 
 
 def chunk_gated_delta_rule_ref(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
-                               cu_seqlens=None, use_qk_l2norm_in_kernel=False, chunk_size=CHUNK,
-                               dtype=torch.float32):
+                               cu_seqlens=None, use_qk_l2norm_in_kernel=False, chunk_size=CHUNK, dtype=torch.float32):
     """The chunked form in pure torch (Yang, Kautz, Hatamizadeh, arXiv 2412.06464; as flash-linear-attention
     computes it): per chunk of ``chunk_size`` tokens,
     A = (I + strict_lower(diag(beta)(K K^T * Gamma)))^-1, W = A diag(beta exp(G)) K, U = A diag(beta) V,
@@ -266,8 +265,7 @@ def chunk_gated_delta_rule_ref(q, k, v, g, beta, scale=None, initial_state=None,
             Gl = G[:, -1:]
             h = h * Gl.exp()[:, :, None] + (Kc * (Gl - G).exp()[:, :, None]).transpose(1, 2) @ Vn
         finals.append(h)
-    return (o.transpose(0, 1).reshape(B, T, HV, V),
-            torch.stack(finals) if output_final_state else None)
+    return (o.transpose(0, 1).reshape(B, T, HV, V), torch.stack(finals) if output_final_state else None)
 
 
 # Launchers -----------------------------------------------------------------------------------------------------------
@@ -357,8 +355,7 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=Non
     # into the constexpr flags USE_H0, STORE_HT, IS_VARLEN (no placeholder tensor anywhere).
     kern.fused_recurrent_gdn_fwd_kernel[(cdiv(V, BV), N * HV)](
         q, k, v, g, beta, o, initial_state, ht, cu_seqlens, scale, T,
-        H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, USE_QK_L2NORM=bool(use_qk_l2norm_in_kernel),
-        num_warps=cfg["num_warps"])
+        H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, USE_QK_L2NORM=bool(use_qk_l2norm_in_kernel), num_warps=cfg["num_warps"])
     return o.to(out_dtype), ht
 
 
@@ -478,9 +475,8 @@ def _chunk_config(config) -> dict:
     c1 = cfg["solve"]
     if c1["BC"] not in (2, 4, 8, 16, 32, 64) or not (isinstance(c1["GV"], int) and c1["GV"] >= 1) \
             or c1["PREC"] not in ("tf32", "tf32x3") or c1["INV"] not in ("merge", "blocks"):
-        raise ValueError(f"config['solve'] needs BC a power of two in 2..64, GV >= 1, PREC 'tf32' or 'tf32x3' and "
-                         f"INV 'merge' or 'blocks'; got BC={c1['BC']!r}, GV={c1['GV']!r}, PREC={c1['PREC']!r}, "
-                         f"INV={c1['INV']!r}")
+        raise ValueError(f"config['solve'] needs BC a power of two in 2..64, GV >= 1, PREC 'tf32' or 'tf32x3' and INV "
+                         f"'merge' or 'blocks'; got {({n: c1[n] for n in ('BC', 'GV', 'PREC', 'INV')})}")
     return cfg
 
 
@@ -521,8 +517,7 @@ def _launch_output(co, q, k, v_new, h, G, o, cu_seqlens, chunk_indices, scale, T
     """Kernel 4 (outputs) on a (V block, chunk, value head) grid, launch configuration ``co``; ``k`` as kernel 3's."""
     H, K, HV, V = q.shape[-2], q.shape[-1], o.shape[-2], o.shape[-1]
     BV = min(co["BV"], _pow2(V))
-    kern.chunk_gdn_output_kernel[(cdiv(V, BV), NT, HV)](
-        q, k, v_new, h, G, o, cu_seqlens, chunk_indices, scale, T,
+    kern.chunk_gdn_output_kernel[(cdiv(V, BV), NT, HV)](q, k, v_new, h, G, o, cu_seqlens, chunk_indices, scale, T,
         H=H, HV=HV, K=K, V=V, BT=CHUNK, BK=_pow2(K), BV=BV, USE_Q_L2NORM=l2, EMULATE=emulate,
         num_warps=co["num_warps"], num_stages=co["num_stages"])
 
@@ -597,8 +592,7 @@ def _state_and_output(cfg, q, v, inter, scale, h0, ht, cu_seqlens, N, *, l2, emu
     o = torch.empty_like(v)
     # absent optional inputs go in as None (the kernels' heuristics turn them into constexpr flags)
     _launch_state(_state_cfg(cfg["state"], N, HV, K, V, q.element_size(), cu_seqlens is not None, fuse, bool(src)),
-                  kc, w, u, G, h,
-                  v_new, q if fuse else None, o if fuse else None, h0, ht, cu_seqlens, chunk_offsets,
+                  kc, w, u, G, h, v_new, q if fuse else None, o if fuse else None, h0, ht, cu_seqlens, chunk_offsets,
                   scale, T, NT, N=N, l2=l2, emulate=emulate, **src)
     if NT and not fuse:
         _launch_output(cfg["output"], q, kc, v_new, h, G, o, cu_seqlens, chunk_indices, scale, T, NT, l2=l2,
