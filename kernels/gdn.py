@@ -425,7 +425,7 @@ def chunk_gdn_solve_blocks_kernel(
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
     PREC: tl.constexpr, EMULATE: tl.constexpr, IS_VARLEN: tl.constexpr, USE_QK_L2NORM: tl.constexpr,
 ):
-    """Kernel 1 when only A is stored (FROM_A; a work in progress, not timed on a GPU): the same G, A (all 64
+    """Kernel 1 when only A is stored (FROM_A; opt-in, not yet timed on a GPU): the same G, A (all 64
     columns, zeros above the diagonal) and kn as chunk_gdn_solve_kernel, by 16 x 16 blocks. Each diagonal block's
     inverse by substitution (_inv16), then the blocks below it by block forward substitution,
     X_ij = -X_ii sum_{k=j}^{i-1} L_ik X_kj: sixteen 16 x 16 products where the other form merges 64 x 64 tiles,

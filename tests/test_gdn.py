@@ -173,7 +173,7 @@ def test_chunk_intermediates_fully_written_under_poison(form):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_solve_by_16_row_blocks_gives_the_merged_inverse(dtype):
-    # INV "blocks" (work in progress, not timed on a GPU): with FROM_A the solve stores A only, and
+    # INV "blocks" (opt-in, not yet timed on a GPU): with FROM_A the solve stores A only, and
     # chunk_gdn_solve_blocks_kernel forms it from 16 x 16 blocks; the same A (all 64 columns, zeros above the
     # diagonal) and G up to rounding as the merged 64 x 64 form, on a varlen batch with a one-token sequence, one
     # across a chunk boundary and a partial last chunk, GQA, keys normalised in the kernel; A, G, kn and o poisoned

@@ -56,7 +56,7 @@ CONFIG = {
     # PREC the precision of the merge products with 16-bit storage (fp32 storage always uses "tf32x3").
     # FUSE_WU: kernel 2 (w, u) folded into kernel 1; default from the record's fusion table (measure_fusion)
     "chunk": {"solve": {"BC": 16, "GV": 1, "PREC": "tf32", "num_warps": 4, "num_stages": 2, "FUSE_WU": True,
-                        "INV": "merge"},   # "blocks": chunk_gdn_solve_blocks_kernel where only A is stored (WIP)
+                        "INV": "merge"},   # "blocks": chunk_gdn_solve_blocks_kernel (A only; not yet timed)
               "wu": {"num_warps": 4, "num_stages": 2},
               # state: FUSE_O folds kernel 4 (outputs) into the state pass (h and v' never stored; None:
               # fuse_o_rule); BV / num_warps / num_stages None: state_launch()'s pick from the grid (RULE True;
