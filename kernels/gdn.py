@@ -38,6 +38,15 @@ def _dot(a, b, F32: tl.constexpr, EMULATE: tl.constexpr):
 
 
 @triton.jit
+def _pdot(a, b, P: tl.constexpr, EMULATE: tl.constexpr):
+    """a @ b of fp32 tiles on the matrix units at precision P (IEEE fp32 in the interpreter)."""
+    if EMULATE:
+        return tl.dot(a, b, input_precision="ieee")
+    else:
+        return tl.dot(a, b, input_precision=P)
+
+
+@triton.jit
 def _l2norm_rows(b_x):
     """Each row of an fp32 tile times rsqrt(sum of squares + 1e-6)."""
     return b_x * tl.rsqrt(tl.sum(b_x * b_x, axis=1) + 1e-6)[:, None]
@@ -251,10 +260,7 @@ def _merge_pairs(b_x, b_l, S: tl.constexpr, BT: tl.constexpr, PREC: tl.constexpr
     o_i = tl.arange(0, BT)
     m_e = ((o_i[:, None] // (2 * S)) == (o_i[None, :] // (2 * S))) & ((o_i[:, None] // S) != (o_i[None, :] // S))
     b_e = tl.where(m_e, b_l, 0.)
-    if EMULATE:
-        return b_x - tl.dot(b_x, tl.dot(b_e, b_x, input_precision="ieee"), input_precision="ieee")
-    else:
-        return b_x - tl.dot(b_x, tl.dot(b_e, b_x, input_precision=PREC), input_precision=PREC)
+    return b_x - _pdot(b_x, _pdot(b_e, b_x, PREC, EMULATE), PREC, EMULATE)
 
 
 @triton.jit
@@ -352,15 +358,6 @@ def chunk_gdn_solve_kernel(
 
 
 @triton.jit
-def _pdot(a, b, P: tl.constexpr, EMULATE: tl.constexpr):
-    """a @ b of fp32 tiles on the matrix units at precision P (IEEE fp32 in the interpreter)."""
-    if EMULATE:
-        return tl.dot(a, b, input_precision="ieee")
-    else:
-        return tl.dot(a, b, input_precision=P)
-
-
-@triton.jit
 def _inv16(b_l):
     """(I + L)^-1 of a strictly lower [16, 16] fp32 tile by right-looking forward substitution (as
     _inv_diag_blocks, on one block held as a 2-D tile: no reshape, no layout change)."""
@@ -375,7 +372,7 @@ def _inv16(b_l):
 
 @triton.jit
 def _rows16(k, g, beta, G, kn, t16, eos, i_h, i_hv, carry, H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr,
-            BK: tl.constexpr, dt: tl.constexpr, USE_QK_L2NORM: tl.constexpr, STORE_KN):
+            BK: tl.constexpr, dt: tl.constexpr, USE_QK_L2NORM: tl.constexpr, store_kn):
     """Rows t16 .. t16 + 15 of a chunk: keys (normalised and stored when asked), beta, and G continued from
     ``carry`` (the chunk's sum of g before these rows), G stored. Returns (k, beta, G, carry after them)."""
     o_t = t16 + tl.arange(0, 16)
@@ -385,7 +382,7 @@ def _rows16(k, g, beta, G, kn, t16, eos, i_h, i_hv, carry, H: tl.constexpr, HV: 
     b_k = tl.load(k + (o_t[:, None] * H + i_h) * K + o_k[None, :], mask=m_tk, other=0)
     if USE_QK_L2NORM:
         b_k = _l2norm_rows(b_k.to(tl.float32)).to(dt)
-        if STORE_KN:
+        if store_kn:   # one value head per key head stores the normalised keys
             tl.store(kn + (o_t[:, None] * H + i_h) * K + o_k[None, :], b_k.to(kn.dtype.element_ty), mask=m_tk)
     b_g = tl.load(g + o_t * HV + i_hv, mask=m_t, other=0).to(tl.float32)
     b_b = tl.load(beta + o_t * HV + i_hv, mask=m_t, other=0).to(tl.float32)

@@ -498,7 +498,7 @@ def _launch_solve_wu(c1, c2, k, v, g, beta, G, A, kn, w, u, cu_seqlens, chunk_in
     value-head group) grid, then without FUSE_WU kernel 2 (w, u) on a (chunk, value head) grid (``c1``, ``c2``)."""
     H, K, HV, V = k.shape[-2], k.shape[-1], v.shape[-2], v.shape[-1]
     gv, fuse = math.gcd(c1["GV"], HV // H), bool(c1["FUSE_WU"])
-    if c1["INV"] == "blocks" and not fuse and w is None and CHUNK == 64:   # A only (FROM_A): the 16 x 16 form
+    if c1["INV"] == "blocks" and not fuse and w is None:   # A only (FROM_A): the 16 x 16 form
         kern.chunk_gdn_solve_blocks_kernel[(NT, HV)](
             k, g, beta, G, A, kn, cu_seqlens, chunk_indices, T, H=H, HV=HV, K=K, BT=CHUNK, BK=_pow2(K),
             PREC=c1["PREC"], EMULATE=emulate, num_warps=c1["num_warps"], num_stages=c1["num_stages"])
@@ -545,9 +545,9 @@ def _intermediates(cfg, k, v, g, beta, cu_seqlens, N, *, l2, emulate, keep=False
     # and the chunks of all sequences tile [0, T_all) (cu_seqlens: 0 .. T, non-decreasing), so each
     # per-row buffer below is written row by row by its chunk's program before anyone reads it.
     G = torch.empty(TA, HV, dtype=torch.float32, device=dev)   # kernel 1, program (chunk, hv)
-    # kernel 1, program (chunk, value heads hv .. hv + GV - 1): its rows x all 64 columns (zeros above the
-    # diagonal); with FUSE_WU A stays in registers and is stored only for a caller who keeps it. With FROM_A the
-    # state pass forms v' from A itself: no kernel 2, no w and u, and the solve stores A for the pass to read
+    # kernel 1, program (chunk, value heads hv .. hv + GV - 1; INV "blocks": its 16 blocks of 16 x 16): its rows x all
+    # 64 columns, zeros above the diagonal included; with FUSE_WU A stays in registers, stored only for a caller who
+    # keeps it. With FROM_A the state pass forms v' from A: no kernel 2, no w and u, the solve stores A for the pass
     forms = _forms(cfg["state"], N, HV, K, V, k.element_size(), keep)
     fuse_wu = not forms[1] and _fuse_wu(cfg["solve"], K, emulate)
     A = torch.empty(TA, HV, CHUNK, dtype=dt, device=dev) if keep or not fuse_wu else None
