@@ -13,7 +13,8 @@ prefill, :data:`MIXED_STEP`), the CUDA kernel's default configuration over :data
 copy ceiling, and what sustained load does to each timer at :data:`SUSTAINED_POINTS`
 (:func:`sustained_point`). :func:`key_table_ab` (not part of ``run``) re-measures the CUDA kernel's
 key-table threshold on the GPU at hand (turboquant.json: run 10 chose one on an H100, run 11 another on
-the H200, within its spread). A full run keeps the tables other runs added to the record (:data:`KEPT_TABLES`:
+the H200, within its spread); :func:`merge_ab` times the merge kernel against the decode grid's own merge.
+A full run keeps the tables other runs added to the record (:data:`KEPT_TABLES`:
 profiles, SASS counts, A/B runs) when the record it replaces was measured on the same GPU model (:func:`kept_tables`).
 
 ``smoke=True`` is what notebook 04 times live: batch 8 x 4k, each backend's default configuration
@@ -40,7 +41,7 @@ from ..turboquant import (CONFIG, MixedBatch, allocate_cache, decode_attention, 
 
 __all__ = ["run", "table", "grid_table", "GRID", "decode_point", "key_mse", "mse_table", "PAPER_MSE", "SHAPES", "SMOKE_SHAPES", "CONFIGS", "SMOKE_CONFIGS", "HEADS",
            "MIXED_STEP", "TIMERS", "SUSTAINED_POINTS", "sustained_point",
-           "KEY_TABLE_POINTS", "key_table_ab", "choose_key_table_threshold", "KEPT_TABLES", "RUN_TABLES",
+           "KEY_TABLE_POINTS", "key_table_ab", "merge_ab", "decode_forms_ab", "choose_key_table_threshold", "KEPT_TABLES", "RUN_TABLES",
            "kept_tables"]
 
 HEADS = {"hq": 32, "hkv": 8, "d": 128, "block_size": 16}
@@ -350,20 +351,19 @@ def choose_key_table_threshold(points) -> int:
     return min(sorted({n for n, _, _ in points} | {10 ** 9}), key=lambda c: (cost(c), c))
 
 
-def key_table_ab(points=KEY_TABLE_POINTS, variant: str = "T", timer=None, eager=time_us, seed: int = 0) -> dict:
-    """The CUDA decode by its rule and with each form forced (KEY_TABLE True / False) against SDPA at each
-    (batch, context) of ``points`` (:data:`HEADS`), each form timed twice in turn and the faster kept (``timer``:
-    graph replay of 10 calls, median of 3 windows); returns ``{"run": {"<variant>[-table|-regs] B<b> T<t>":
-    [[sdpa_us, ours_us, eager_us or None, speedup, None, "split_len <n>"]]}, "threshold": the one
-    :func:`choose_key_table_threshold` picks, "table_equals_regs_bitwise": {point: bool}}`` (the format of
-    turboquant.json's cuda_variants_measured runs; eager time of the rule's launch only). GPU only."""
+def decode_forms_ab(points, forms: dict, timer=None, eager=time_us, seed: int = 0):
+    """The CUDA decode in each of ``forms`` ({name: config or None}; the first is the default's, the only
+    one timed eagerly too) against SDPA at each (batch, context) of ``points`` (:data:`HEADS`), each form
+    timed twice in turn and the faster kept (``timer``: graph replay of 10 calls, median of 3 windows).
+    Returns (run, same, times): run = ``{"<form> B<b> T<t>": [[sdpa_us, ours_us, eager_us or None, speedup,
+    None, "split_len <n>"]]}`` (the format of turboquant.json's cuda_variants_measured runs), same =
+    {point: whether every form gave the first form's bits}, times = [(split_len, {form: us})]. GPU only."""
     import torch.nn.functional as F
     from ..turboquant import cuda_decode_launch
 
-    require_gpu("workbook.benchmarks.turboquant.key_table_ab")
+    require_gpu("workbook.benchmarks.turboquant.decode_forms_ab")
     timer = timer or _graph10
-    forms = {variant: None, f"{variant}-table": {"KEY_TABLE": True}, f"{variant}-regs": {"KEY_TABLE": False}}
-    run, same, pts = {}, {}, []
+    run, same, times = {}, {}, []
     for B, T in points:
         q16, k16, v16, cache, batch, out = _decode_setup(B, T, HEADS["hq"], HEADS["hkv"], HEADS["d"],
                                                          HEADS["block_size"], seed)
@@ -378,15 +378,34 @@ def key_table_ab(points=KEY_TABLE_POINTS, variant: str = "T", timer=None, eager=
         for f, fn in calls.items():
             fn()
             outs[f] = out.clone()
-        pt = f"B{B} T{T}"
-        same[pt] = bool(torch.equal(outs[f"{variant}-table"], outs[f"{variant}-regs"]))
+        pt, first = f"B{B} T{T}", next(iter(forms))
+        same[pt] = all(torch.equal(outs[first], o) for o in outs.values())
         for f, fn in calls.items():
-            run[f"{f} {pt}"] = [[round(t_sdpa, 1), round(best[f], 1), round(eager(fn), 1) if f == variant else None,
+            run[f"{f} {pt}"] = [[round(t_sdpa, 1), round(best[f], 1), round(eager(fn), 1) if f == first else None,
                                  round(t_sdpa / best[f], 3), None, f"split_len {n}"]]
-        pts.append((n, best[f"{variant}-table"], best[f"{variant}-regs"]))
+        times.append((n, dict(best)))
         del q16, k16, v16, q, cache, batch, out, outs, calls, fn   # the lambdas hold the cache too
         torch.cuda.empty_cache()
+    return run, same, times
+
+
+def key_table_ab(points=KEY_TABLE_POINTS, variant: str = "T", timer=None, eager=time_us, seed: int = 0) -> dict:
+    """The CUDA decode by its rule and with each key form forced (KEY_TABLE True / False) against SDPA
+    (:func:`decode_forms_ab`); returns ``{"run": ..., "threshold": the one :func:`choose_key_table_threshold`
+    picks, "table_equals_regs_bitwise": {point: bool}}``. GPU only."""
+    forms = {variant: None, f"{variant}-table": {"KEY_TABLE": True}, f"{variant}-regs": {"KEY_TABLE": False}}
+    run, same, times = decode_forms_ab(points, forms, timer, eager, seed)
+    pts = [(n, t[f"{variant}-table"], t[f"{variant}-regs"]) for n, t in times]
     return {"run": run, "threshold": choose_key_table_threshold(pts), "table_equals_regs_bitwise": same}
+
+
+def merge_ab(points=KEY_TABLE_POINTS, variant: str = "T", timer=None, eager=time_us, seed: int = 0) -> dict:
+    """The CUDA decode with its merge kernel (MERGE "kernel") and with the decode grid merging
+    (MERGE "grid") against SDPA (:func:`decode_forms_ab`), the rule's key form in both; returns
+    ``{"run": ..., "grid_equals_kernel_bitwise": {point: bool}}``. GPU only."""
+    forms = {f"{variant}-kernel": {"MERGE": "kernel"}, f"{variant}-grid": {"MERGE": "grid"}}
+    run, same, _ = decode_forms_ab(points, forms, timer, eager, seed)
+    return {"run": run, "grid_equals_kernel_bitwise": same}
 
 
 def _sustained_timers() -> dict:
