@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -39,12 +40,12 @@ from .kernels import turboquant as kern
 
 __all__ = [
     "hadamard", "coordinate_density", "lloyd_max_centroids", "centroid_boundaries", "sign_magnitude",
-    "sign_magnitude_table", "QuantizedKeys", "quantize_keys", "dequantize_keys", "QuantizedValues",
-    "quantize_values", "dequantize_values", "pack_nibbles", "unpack_nibbles",
-    "TurboQuantCache", "allocate_cache", "slot_bytes", "MixedBatch", "make_batch", "CoverageError",
-    "prove_coverage", "store_kv", "store_kv_reference", "dequantize_cache", "reference_attention",
-    "reference_mixed_attention", "rotate_queries", "decode_attention", "prefill_attention", "mixed_attention",
-    "write_attention", "tq_decode_resident_warps", "cuda_decode_launch", "CONFIG", "EMULATE_WHY", "make_example",
+    "sign_magnitude_table", "QuantizedKeys", "quantize_keys", "dequantize_keys", "QuantizedValues", "quantize_values",
+    "dequantize_values", "pack_nibbles", "unpack_nibbles", "TurboQuantCache", "allocate_cache", "slot_bytes",
+    "MixedBatch", "make_batch", "CoverageError", "prove_coverage", "store_kv", "store_kv_reference",
+    "dequantize_cache", "reference_attention", "reference_mixed_attention", "rotate_queries", "decode_attention",
+    "prefill_attention", "mixed_attention", "write_attention", "tq_decode_resident_warps", "cuda_decode_launch",
+    "CONFIG", "EMULATE_WHY", "make_example",
 ]
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
@@ -427,13 +428,9 @@ def make_batch(query_lens, seq_lens, block_table, num_decode_reqs: int, *, block
     if used.unique().numel() != used.numel():
         raise ValueError("two requests (or two positions of one request) share a cache page in block_table: "
                          "their stores would overwrite each other")
-    qsl = [0]
-    for n in ql:
-        qsl.append(qsl[-1] + n)
-    slots = []
-    for r in range(R):
-        for pos in range(sl[r] - ql[r], sl[r]):
-            slots.append(int(btc[r, pos // block_size]) * block_size + pos % block_size)
+    qsl = [0, *itertools.accumulate(ql)]
+    slots = [int(btc[r, pos // block_size]) * block_size + pos % block_size
+             for r in range(R) for pos in range(sl[r] - ql[r], sl[r])]
     return MixedBatch(ql, sl, qsl, num_decode_reqs, block_size,
                       torch.tensor(sl, dtype=torch.int32, device=dev),
                       torch.tensor(qsl, dtype=torch.int32, device=dev),
@@ -446,7 +443,6 @@ def prove_coverage(batch: MixedBatch, num_rows: int) -> list[tuple[str, int, int
     disjoint and cover [0, num_rows). Returns [(writer, start, end), ...]; raises CoverageError."""
     nd, nt = batch.num_decode_tokens, batch.num_actual_tokens
     qsl = batch.query_start_host
-    plan = [("decode", 0, nd), ("prefill", nd, nt)]
     # decode request r writes row qsl[r] = r; prefill request r writes rows [qsl[r], qsl[r+1])
     if qsl[0] != 0 or any(b <= a for a, b in zip(qsl, qsl[1:])):
         raise CoverageError(f"query_start_loc must start at 0 and increase strictly, got {qsl}")
@@ -461,7 +457,7 @@ def prove_coverage(batch: MixedBatch, num_rows: int) -> list[tuple[str, int, int
                 "torch.empty left there (e.g. a batch padded for a CUDA graph). Slice the inputs to the "
                 f"{nt} real tokens, or give the padding rows a writer.")
         raise CoverageError(f"the batch has {nt} tokens but attn_out only {num_rows} rows")
-    return plan
+    return [("decode", 0, nd), ("prefill", nd, nt)]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -516,8 +512,7 @@ def _check_qkv(q, k, v, cache, batch):
 # contexts: a warp's fixed cost and the merge outweigh its steps; turboquant.json "launch_rule"). KEY_TABLE:
 # True the kernel's shared-memory key table, False its register table, None the rule: the table for splits
 # of KEY_TABLE_MIN_SPLIT tokens or more, where its 64 KB fill paid (benchmarks.turboquant.key_table_ab).
-# MERGE: "kernel" the merge kernel after the grid (its programmatic dependent), "grid" the decode grid's
-# last block of each (request, KV head) merges it (one launch; _merge_counters); the same bits either way.
+# MERGE: "kernel" a merge kernel after the grid, "grid" the grid's last block per (request, KV head) merges.
 CONFIG = {
     "store": {"BLOCK_R": 16, "num_warps": 4},
     "decode": {"BLOCK_N": 64, "BLOCK_G": 16, "NUM_SPLITS": None, "WAVES": 8, "MIN_SPLIT": 256,
@@ -594,8 +589,7 @@ def reference_attention(q, keys, values, causal_offset: int | None = None, sm_sc
     """float32 softmax attention, q [M, Hq, D] over keys/values [L, Hkv, D] (GQA: query head h reads
     KV head h // (Hq // Hkv)); with ``causal_offset`` P, query m sees keys [0, P + m]."""
     m, hq, d = q.shape
-    hkv = keys.shape[1]
-    g = hq // hkv
+    g = hq // keys.shape[1]
     kk = keys.float().repeat_interleave(g, dim=1)
     vv = values.float().repeat_interleave(g, dim=1)
     s = torch.einsum("mhd,lhd->hml", q.float(), kk) * (sm_scale if sm_scale is not None else d ** -0.5)
@@ -613,8 +607,7 @@ def reference_mixed_attention(q, k, v, cache: TurboQuantCache, batch: MixedBatch
     out = torch.empty(batch.num_actual_tokens, q.shape[1], q.shape[2], dtype=torch.float32, device=q.device)
     for r in range(batch.num_reqs):
         a, b = batch.query_start_host[r], batch.query_start_host[r + 1]
-        L = batch.seq_lens_host[r]
-        row = batch.block_table[r]
+        L, row = batch.seq_lens_host[r], batch.block_table[r]
         if r < batch.num_decode_reqs:
             keys, vals = dequantize_cache(cache, row, L)
             out[a:b] = reference_attention(q[a:b], keys, vals, sm_scale=sm_scale)
@@ -671,20 +664,17 @@ def _check_cuda_decode(q, cache: TurboQuantCache, hq: int, d: int) -> None:
 
 # ----------------------------- The CUDA C++ decode kernel (kernels/cuda/turboquant.cu) -----------------------------
 _Q_DTYPES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
-
-
-_counters: dict = {}
+_counters: dict = {}   # device index -> the grid merge's counter buffers (_merge_counters)
 
 
 def _merge_counters(pairs: int, device_index: int) -> torch.Tensor:
-    """The grid merge's counters (MERGE "grid"): one int32 per (request, KV head), one buffer per device.
-    ``zeros`` is right here, once: each call's atomicAdd reads its counter before the call writes it, so
-    the first call needs a producer before it (this fill); every later call finds them zero again because
-    the block that completes a pair writes it back. So two such calls on one device must not run at once
-    (as with any shared workspace). A larger batch gets a larger buffer; the old one stays alive, since a
-    captured CUDA graph may hold it (a buffer first made during a capture is zeroed by each replay)."""
+    """The grid merge's counters (MERGE "grid"): one int32 per (request, KV head), one buffer per device, so
+    two such calls on one device must not run at once. A larger batch gets a larger buffer; the old one stays
+    alive (a captured CUDA graph may hold it; one first made during a capture is zeroed by each replay)."""
     kept = _counters.setdefault(device_index, [])
     if not kept or kept[-1].numel() < pairs:
+        # zeros is right, once: each call's atomicAdd reads a counter before the call writes it, so the first
+        # call needs a producer before it (this fill); the block that completes a pair writes its zero back
         kept.append(torch.zeros(max(pairs, 1024), dtype=torch.int32, device=f"cuda:{device_index}"))
     return kept[-1]
 
@@ -692,14 +682,10 @@ def _merge_counters(pairs: int, device_index: int) -> torch.Tensor:
 def _cuda_tq_decode(q: torch.Tensor, q_scale: float, cache, batch, num_splits: int, split_len: int,
                     part_out: torch.Tensor, part_lse: torch.Tensor, out: torch.Tensor, key_table: bool,
                     merge: str = "kernel") -> None:
-    """The CUDA half of ``workbook.turboquant.decode_attention(..., backend='cuda')`` (inputs checked
-    and buffers allocated there): the decode kernel rotates the raw queries ``q`` [B, Hq, D]
-    (fp32/fp16/bf16, [Hq, D] dense, 16-byte aligned rows) times ``q_scale`` and fills part_out
-    [B, Hq, S, D] and part_lse [B, Hq, S] for every request, head and split; the merge kernel, launched
-    as its programmatic dependent, writes rows [0, B) of ``out`` ([N, Hq, D] dense, q's dtype)
-    (kernels/cuda/turboquant.cu). ``key_table``: the kernel that unpacks keys through its shared-memory
-    table (else through the register table; the outputs are the same bits). ``merge``: "kernel", or
-    "grid" (the decode grid merges, through :func:`_merge_counters`; the same bits)."""
+    """The CUDA half of :func:`decode_attention` (inputs checked, buffers allocated there): the decode kernel
+    rotates the raw queries ``q`` [B, Hq, D] (fp32/fp16/bf16, [Hq, D] dense, 16-byte aligned rows) times
+    ``q_scale``, fills part_out and part_lse for every request, head and split, and rows [0, B) of ``out`` are
+    merged by a kernel after it or (``merge`` "grid") by the grid itself; ``key_table``: the key form. Same bits."""
     nvcc.check_backend("cuda")
     lib = nvcc.build()
     B, hq = part_out.shape[0], part_out.shape[1]
@@ -772,27 +758,23 @@ def decode_attention(q: torch.Tensor, cache: TurboQuantCache, batch: MixedBatch,
         _check_cuda_decode(q, cache, hq, d)
         index = out.device.index if out.device.index is not None else torch.cuda.current_device()
         S, split_len, table = cuda_decode_launch(cfg, B * hkv, batch.max_decode_seq_len, index)
-        # empty is right: warp (b, KV head, s) of the CUDA kernel writes part_out/part_lse[b, its G
-        # heads, s] for every b < B, KV head and split, an empty split included (lse -inf, output 0);
-        # the merge reads exactly those entries (the tests poison both buffers).
+    else:
+        q_rot = rotate_queries(q[:B], cache, sm_scale) if q_rot is None else q_rot
+        S, split_len = _num_splits(cfg, cfg["WAVES"] * sm_count(), B * hkv, batch.max_decode_seq_len, cfg["BLOCK_N"])
+    part_out = part_lse = None   # Triton's one split writes out directly
+    if use_cuda or S > 1:
+        # empty is right: the decode kernel's program / warp (b, KV head, s) writes part_out/part_lse[b, its
+        # G heads, s] for every b < B, KV head and split, an empty split included (lse -inf, output 0); the
+        # merge reads exactly those entries (the tests poison both buffers).
         part_out = torch.empty(B, hq, S, d, dtype=torch.float32, device=out.device)
         part_lse = torch.empty(B, hq, S, dtype=torch.float32, device=out.device)
+    if use_cuda:
         qd = q[:B]   # the kernel loads 16 bytes at a time from [Hq, D]-dense rows: else a fresh (aligned) copy
         if qd.stride(2) != 1 or qd.stride(1) != d or qd.data_ptr() % 16 or qd.stride(0) * qd.element_size() % 16:
             qd = qd.clone(memory_format=torch.contiguous_format)
         scale = (sm_scale if sm_scale is not None else d ** -0.5) * math.log2(math.e) / math.sqrt(d)
         _cuda_tq_decode(qd, scale, cache, batch, S, split_len, part_out, part_lse, out, table, cfg["MERGE"])
         return out
-    q_rot = rotate_queries(q[:B], cache, sm_scale) if q_rot is None else q_rot
-    S, split_len = _num_splits(cfg, cfg["WAVES"] * sm_count(), B * hkv, batch.max_decode_seq_len, cfg["BLOCK_N"])
-    if S > 1:
-        # empty is right: program (b, kv head, s) writes part_out/part_lse[b, its G heads, s] for every
-        # b < B, every head and every split, an empty split included (lse = -inf, output 0); the merge
-        # reads exactly those entries. The tests poison both buffers.
-        part_out = torch.empty(B, hq, S, d, dtype=torch.float32, device=out.device)
-        part_lse = torch.empty(B, hq, S, dtype=torch.float32, device=out.device)
-    else:
-        part_out = part_lse = None
     require_launchable(kern.tq_decode_kernel)
     kern.tq_decode_kernel[(B, hkv, S)](
         q_rot, batch.block_table, batch.seq_lens, cache.k_codes.view(torch.int32), cache.k_scale,
@@ -897,10 +879,9 @@ def make_example(query_lens, seq_lens, num_decode_reqs, *, hq=4, hkv=1, d=32, bl
     perm = torch.randperm(num_blocks, generator=g)
     width = max(pages + [1])
     bt = torch.full((R, width), -1, dtype=torch.int32)
-    i = 0
+    first = [0, *itertools.accumulate(pages)]
     for r in range(R):
-        bt[r, : pages[r]] = perm[i: i + pages[r]].to(torch.int32)
-        i += pages[r]
+        bt[r, : pages[r]] = perm[first[r]: first[r + 1]].to(torch.int32)
     bt[bt < 0] = perm[-1].to(torch.int32)  # unused columns: any page id (never read)
     cache = allocate_cache(num_blocks, block_size, hkv, d, dev)
     hist = [s - n for s, n in zip(seq_lens, query_lens)]
