@@ -10,10 +10,11 @@
 //
 // One warp = one (decode request b, KV head h, split s): it attends the G = HQ / HKV query heads of
 // head h (G <= 8) over tokens [s * split_len, min((s + 1) * split_len, seq_len)), 32 tokens (two MMA
-// tiles of 16, one softmax step) at a time, and writes that split's normalised output and log2-sum-exp2 for the merge
-// kernel. It reads the raw queries and rotates them itself (Walsh-Hadamard butterflies in registers, the
-// last two levels through shuffles), scaled by sm_scale * log2(e) / sqrt(D). The merge kernel (one block
-// per (request, head)) is launched as the decode grid's programmatic dependent (PDL).
+// tiles of 16, one softmax step) at a time, and writes that split's normalised output and log2-sum-exp2 for the
+// merge. It reads the raw queries and rotates them itself (Walsh-Hadamard butterflies in registers, the
+// last two levels through shuffles), scaled by sm_scale * log2(e) / sqrt(D). The merge: either a kernel (one
+// block per (request, head)) launched as the decode grid's programmatic dependent (PDL), or the decode grid
+// itself, whose last block to finish a (request, KV head) merges it (counters; merge_in_grid).
 //
 // Both products use mma.sync.m16n8k16 (fp16 in, fp32 accumulate), the G heads as the n = 8 side:
 //   scores^T [16 tokens, 8 heads] = K [16, 128] . Q^T [128, 8]        (A = K, 8 k-steps over D)
@@ -57,7 +58,8 @@
 // Coverage (why `empty` is right for part_out and part_lse): warp (b, h, s) writes row (b, h G + head, s)
 // of both for each of its G heads, all D coordinates (16 per thread), an empty split included (output 0,
 // lse -inf); the grid's B x HKV x S warps cover every such row, and the merge reads exactly those rows.
-// The merge block (b, head) writes out[b, head, :] whole, for the rows [0, B) of out.
+// Either merge writes out[b, head, :] whole, for the rows [0, B) of out. The grid merge's counters are the
+// one buffer here that is read before this call writes it: zeros, once (merge_in_grid).
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -524,19 +526,21 @@ __device__ __forceinline__ void attend_split(const Args& a, Stage* st, const uin
   }
 }
 
-// The log-sum-exp merge of the splits (the same computation as the Triton tq_merge_kernel), row (b, head)
-// by MERGE_WARPS warps: lane l of warp w sums coordinates 4l..4l+3 over splits w, w + MERGE_WARPS, ...
-// (every load of a lane independent, all in flight at once; merge_sum), then one warp adds the MERGE_WARPS
-// sums up (merge_store): out[b, head, :] = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M); an empty split
-// (lse -inf) weighs 0. out is [B.., HQ, D] dense, fp32 / fp16 / bf16 (round to nearest even). The loads go
-// to L2 (ld.global.cg): in the grid's own merge they read what other blocks wrote during this launch.
-// Both merges (the kernel below, the decode grid's last blocks) run this code in this order: same bits.
+// The log-sum-exp merge of the splits (the same computation as the Triton tq_merge_kernel) of row
+// (b, head): out[b, head, :] = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M); an empty split (lse -inf)
+// weighs 0. Lane l sums coordinates 4l..4l+3 into MERGE_WARPS partial sums, sum w over the splits
+// s = w, w + MERGE_WARPS, ... in increasing s (every load of a lane independent, all in flight at once),
+// then adds the partial sums in order w = 0, 1, ... (merge_store). The merge kernel spreads a row's partial
+// sums over MERGE_WARPS warps (one each, added through shared memory); the grid's own merge keeps all of a
+// row's in one warp. The same operations in the same order: the same bits. Loads go to L2 (ld.global.cg):
+// in the grid's merge they read what other blocks wrote during this launch. out is [B.., HQ, D] dense,
+// fp32 / fp16 / bf16 (round to nearest even).
 constexpr int MERGE_WARPS = 4;
-constexpr int MAX_G = 8;   // query heads per KV head (one MMA's n = 8)
-static_assert(REG_WARPS * STAGES * sizeof(Stage) >= MAX_G * MERGE_WARPS * (32 * sizeof(float4) + sizeof(float)),
-              "the grid's merge keeps its sums in the block's rings");
 
-__device__ __forceinline__ void merge_sum(const Args& a, long long row, int w, int lane, float4& num, float& den) {
+// Partial sums w0 .. w0 + NW - 1 of row `row` into num[], den[].
+template <int NW>
+__device__ __forceinline__ void merge_sums(const Args& a, long long row, int w0, int lane, float4 num[NW],
+                                           float den[NW]) {
   const int S = a.num_splits;
   const float* lse = a.part_lse + row * S;
   float mx = -INFINITY;
@@ -544,27 +548,34 @@ __device__ __forceinline__ void merge_sum(const Args& a, long long row, int w, i
 #pragma unroll
   for (int o = 16; o; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
   const float4* po = reinterpret_cast<const float4*>(a.part_out + row * S * D) + lane;
-  num = make_float4(0.f, 0.f, 0.f, 0.f);
-  den = 0.f;
+#pragma unroll
+  for (int j = 0; j < NW; ++j) {
+    num[j] = make_float4(0.f, 0.f, 0.f, 0.f);
+    den[j] = 0.f;
+  }
 #pragma unroll 8
-  for (int s = w; s < S; s += MERGE_WARPS) {
-    const float wt = exp2f(__ldcg(lse + s) - mx);
-    const float4 x = __ldcg(po + (long long)s * (D / 4));
-    den += wt;
-    num.x += wt * x.x; num.y += wt * x.y; num.z += wt * x.z; num.w += wt * x.w;
+  for (int s0 = w0; s0 < S; s0 += MERGE_WARPS) {
+#pragma unroll
+    for (int j = 0; j < NW; ++j) {
+      const int s = s0 + j;
+      if (NW > 1 && s >= S) break;
+      const float wt = exp2f(__ldcg(lse + s) - mx);
+      const float4 x = __ldcg(po + (long long)s * (D / 4));
+      den[j] += wt;
+      num[j].x += wt * x.x; num[j].y += wt * x.y; num[j].z += wt * x.z; num[j].w += wt * x.w;
+    }
   }
 }
 
-// num_s[w * 32 + lane], den_s[w]: the MERGE_WARPS sums of row `row` -> out[row, 4 lane .. 4 lane + 3]
-__device__ __forceinline__ void merge_store(const Args& a, const float4* num_s, const float* den_s, long long row,
-                                            int lane) {
+// The MERGE_WARPS partial sums of row `row` (num[w], den[w]), added in order -> out[row, 4 lane .. 4 lane + 3]
+__device__ __forceinline__ void merge_store(const Args& a, const float4 num_w[MERGE_WARPS],
+                                            const float den_w[MERGE_WARPS], long long row, int lane) {
   float dsum = 0.f;
   float4 num = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
   for (int w = 0; w < MERGE_WARPS; ++w) {
-    const float4 x = num_s[w * 32 + lane];
-    num.x += x.x; num.y += x.y; num.z += x.z; num.w += x.w;
-    dsum += den_s[w];
+    num.x += num_w[w].x; num.y += num_w[w].y; num.z += num_w[w].z; num.w += num_w[w].w;
+    dsum += den_w[w];
   }
   const float o[4] = {num.x / dsum, num.y / dsum, num.z / dsum, num.w / dsum};
   const long long base = row * D + 4 * lane;
@@ -581,28 +592,32 @@ __device__ __forceinline__ void merge_store(const Args& a, const float4* num_s, 
   }
 }
 
+// Block (b, head) of MERGE_WARPS warps, launched as the decode grid's programmatic dependent.
 __global__ void __launch_bounds__(MERGE_WARPS * 32) tq_merge_cuda_kernel(const Args a) {
-  __shared__ float4 num_s[MERGE_WARPS * 32];
+  __shared__ float4 num_s[MERGE_WARPS][32];
   __shared__ float den_s[MERGE_WARPS];
   asm volatile("griddepcontrol.wait;" ::: "memory");   // the decode grid's partials are complete
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  float4 num;
-  float den;
-  merge_sum(a, blockIdx.x, warp, lane, num, den);     // row blockIdx.x = b * HQ + head
-  num_s[warp * 32 + lane] = num;
-  if (lane == 0) den_s[warp] = den;
+  float4 num[1];
+  float den[1];
+  merge_sums<1>(a, blockIdx.x, warp, lane, num, den);     // row blockIdx.x = b * HQ + head
+  num_s[warp][lane] = num[0];
+  if (lane == 0) den_s[warp] = den[0];
   __syncthreads();
-  if (warp == 0) merge_store(a, num_s, den_s, blockIdx.x, lane);
+  if (warp) return;
+  float4 num_w[MERGE_WARPS];
+#pragma unroll
+  for (int w = 0; w < MERGE_WARPS; ++w) num_w[w] = num_s[w][lane];
+  merge_store(a, num_w, den_s, blockIdx.x, lane);
 }
 
 // The merge inside the decode grid (a.counters set): each block counts the splits it wrote into the
 // counters of the (request, KV head) pairs its warps covered; the block whose count completes a pair
-// merges that pair's G rows with all its warps (the rows its warps wrote and the rows other blocks wrote),
-// then sets the counter back to zero for the next call. The counters' one zeros (at their allocation, by
+// merges that pair's G rows, one warp a row (the rows its warps wrote and the rows other blocks wrote),
+// and sets the counter back to zero for the next call. The counters' one zeros (at their allocation, by
 // the launcher) is the rule at work: each call's atomicAdd reads a counter before this call writes it.
-// Scratch: the block's rings, free once every warp has waited for its copies (attend_split's last wait).
 template <int WARPS>
-__device__ __forceinline__ void merge_in_grid(const Args& a, uint8_t* scratch) {
+__device__ __forceinline__ void merge_in_grid(const Args& a) {
   __shared__ int completes[WARPS];   // a block's WARPS consecutive jobs span at most WARPS pairs
   int tid, cta;   // read again here (volatile): else the compiler keeps them live through the decode loop
   asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tid));
@@ -624,22 +639,15 @@ __device__ __forceinline__ void merge_in_grid(const Args& a, uint8_t* scratch) {
     completes[tid] = done;
   }
   __syncthreads();
-  float4* num_s = reinterpret_cast<float4*>(scratch);   // [G * MERGE_WARPS][32]
-  float* den_s = reinterpret_cast<float*>(num_s + MAX_G * MERGE_WARPS * 32);
   for (int k = 0; k < np; ++k) {
     if (!completes[k]) continue;   // block-uniform
     const long long row0 = (long long)(p0 + k) * a.G;   // pair b * HKV + h: rows b * HQ + h * G + head
-    for (int it = warp; it < a.G * MERGE_WARPS; it += WARPS) {
-      float4 num;
-      float den;
-      merge_sum(a, row0 + it / MERGE_WARPS, it % MERGE_WARPS, lane, num, den);
-      num_s[it * 32 + lane] = num;
-      if (lane == 0) den_s[it] = den;
+    for (int head = warp; head < a.G; head += WARPS) {
+      float4 num[MERGE_WARPS];
+      float den[MERGE_WARPS];
+      merge_sums<MERGE_WARPS>(a, row0 + head, 0, lane, num, den);
+      merge_store(a, num, den, row0 + head, lane);
     }
-    __syncthreads();
-    for (int head = warp; head < a.G; head += WARPS)
-      merge_store(a, num_s + head * MERGE_WARPS * 32, den_s + head * MERGE_WARPS, row0 + head, lane);
-    __syncthreads();   // the scratch is reused by the next pair
   }
 }
 
@@ -675,7 +683,7 @@ __global__ void TQ_DECODE_REGS(LUT ? LUT_WARPS : REG_WARPS) tq_decode_cuda_kerne
     rings = &ring[0][0];
   }
   attend_split<LUT>(a, rings + warp * STAGES, tq_smem, blockIdx.x * WARPS + warp);   // job (b, h, s), s fastest
-  if (a.counters != nullptr) merge_in_grid<WARPS>(a, reinterpret_cast<uint8_t*>(rings));
+  if (a.counters != nullptr) merge_in_grid<WARPS>(a);
 }
 
 // Once per device: the table kernel's shared memory above the default 48 KB, and the largest carveout
