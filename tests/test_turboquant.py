@@ -905,7 +905,7 @@ def test_cuda_decode_key_table_and_register_table_give_the_same_bits():
 @pytest.mark.parametrize("key_table", [True, False])
 def test_cuda_grid_merge_gives_the_merge_kernels_bits_and_leaves_its_counters_zero(key_table):
     """MERGE "grid" (the decode grid's last block of each request and KV head merges) against the merge
-    kernel, both key unpackings: the same bits for G = 1, 3, 4 and 8 (two rounds of a 2-warp block), one
+    kernel, both key unpackings: the same bits for G = 1, 3, 4 and 8 (four rows a warp in a 2-warp block), one
     split (a 16-warp block completes 16 pairs), 3 and 7 (blocks straddle pairs), empty splits, partials
     poisoned two ways; every counter back to zero after each call, so a CUDA graph replays it twice right."""
     for hq, hkv in ((8, 8), (12, 4), (32, 8), (16, 2)):
