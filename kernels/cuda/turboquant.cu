@@ -12,9 +12,8 @@
 // head h (G <= 8) over tokens [s * split_len, min((s + 1) * split_len, seq_len)), 32 tokens (two MMA
 // tiles of 16, one softmax step) at a time, and writes that split's normalised output and log2-sum-exp2 for the
 // merge. It reads the raw queries and rotates them itself (Walsh-Hadamard butterflies in registers, the
-// last two levels through shuffles), scaled by sm_scale * log2(e) / sqrt(D). The merge: either a kernel (one
-// block per (request, head)) launched as the decode grid's programmatic dependent (PDL), or the decode grid
-// itself, whose last block to finish a (request, KV head) merges it (counters; merge_in_grid).
+// last two levels through shuffles), scaled by sm_scale * log2(e) / sqrt(D). The merge: a kernel launched as
+// the grid's programmatic dependent (PDL), or the grid's last block per (request, KV head) (merge_in_grid).
 //
 // Both products use mma.sync.m16n8k16 (fp16 in, fp32 accumulate), the G heads as the n = 8 side:
 //   scores^T [16 tokens, 8 heads] = K [16, 128] . Q^T [128, 8]        (A = K, 8 k-steps over D)
@@ -58,8 +57,7 @@
 // Coverage (why `empty` is right for part_out and part_lse): warp (b, h, s) writes row (b, h G + head, s)
 // of both for each of its G heads, all D coordinates (16 per thread), an empty split included (output 0,
 // lse -inf); the grid's B x HKV x S warps cover every such row, and the merge reads exactly those rows.
-// Either merge writes out[b, head, :] whole, for the rows [0, B) of out. The grid merge's counters are the
-// one buffer here that is read before this call writes it: zeros, once (merge_in_grid).
+// Either merge writes out[b, head, :] whole, rows [0, B). The grid merge's counters: zeros, once (merge_in_grid).
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
