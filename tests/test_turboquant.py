@@ -901,42 +901,6 @@ def test_cuda_decode_key_table_and_register_table_give_the_same_bits():
         tq.decode_attention(q, cache, batch, torch.empty_like(q), backend="cuda", config={"KEY_TABLE": "yes"})
 
 
-@needs_cuda_backend
-@pytest.mark.parametrize("key_table", [True, False])
-def test_cuda_grid_merge_gives_the_merge_kernels_bits_and_leaves_its_counters_zero(key_table):
-    """MERGE "grid" (the decode grid's last block of each request and KV head merges) against the merge
-    kernel, both key unpackings: the same bits for G = 1, 3, 4 and 8 (four rows a warp in a 2-warp block), one
-    split (a 16-warp block completes 16 pairs), 3 and 7 (blocks straddle pairs), empty splits, partials
-    poisoned two ways; every counter back to zero after each call, so a CUDA graph replays it twice right."""
-    for hq, hkv in ((8, 8), (12, 4), (32, 8), (16, 2)):
-        q, k, v, cache, batch = tq.make_example([1] * 5, [1, 17, 300, 1000, 2100], 5, hq=hq, hkv=hkv, d=128,
-                                                dtype=torch.bfloat16, seed=hq)
-        for splits in (1, 3, 7, None):
-            outs = []
-            for merge, which in (("kernel", 0), ("grid", 0), ("grid", 1)):
-                with poisoned_empty(which):
-                    out = torch.empty_like(q)
-                    cfg = {"NUM_SPLITS": splits, "KEY_TABLE": key_table, "MERGE": merge}
-                    tq.decode_attention(q, cache, batch, out, backend="cuda", config=cfg)
-                outs.append(out)
-            assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2]), (hq, hkv, splits)
-            counters = tq._counters[q.device.index if q.device.index is not None else torch.cuda.current_device()][-1]
-            assert not counters.any(), (hq, hkv, splits)
-    cfg = {"KEY_TABLE": key_table, "MERGE": "grid"}
-    out, want = torch.empty_like(q), torch.empty_like(q)
-    tq.decode_attention(q, cache, batch, out, backend="cuda", config=cfg)   # warm-up
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        tq.decode_attention(q, cache, batch, out, backend="cuda", config=cfg)
-    for seed in (1, 2):
-        q.copy_(torch.randn(q.shape, generator=torch.Generator().manual_seed(seed)).to(q))
-        g.replay()
-        tq.decode_attention(q, cache, batch, want, backend="cuda", config={**cfg, "MERGE": "kernel"})
-        assert torch.equal(out, want), seed
-    with pytest.raises(ValueError, match="MERGE must be 'kernel' or 'grid'"):
-        tq.decode_attention(q, cache, batch, out, backend="cuda", config={"MERGE": "fused"})
-
-
 @pytest.mark.parametrize("resident", [2112, 1056, 64])
 def test_cuda_launch_rule_small_grids_cut_splits_to_steps(resident):
     """The CUDA decode's split rule (CONFIG["cuda_decode"]): the splits tile the context in whole 32-token
@@ -1007,7 +971,7 @@ def test_key_table_threshold_is_the_one_measured():
 def test_cuda_decode_launch_rule_on_the_cpu(monkeypatch):
     """The CUDA decode's launch rule (the launcher's and key_table_ab's), with an H200's 2112 resident warps
     stood in: whole rounds of splits, the key table from KEY_TABLE_MIN_SPLIT tokens, KEY_TABLE forcing
-    either form, NUM_SPLITS fixing the split count, and a bad KEY_TABLE or MERGE refused with its name."""
+    either form, NUM_SPLITS fixing the split count, and a bad KEY_TABLE refused with its name."""
     monkeypatch.setattr(tq, "tq_decode_resident_warps", lambda index: 2112)
     cfg = dict(tq.CONFIG["cuda_decode"])
     thr = cfg["KEY_TABLE_MIN_SPLIT"]
@@ -1021,9 +985,6 @@ def test_cuda_decode_launch_rule_on_the_cpu(monkeypatch):
     for bad in ("yes", 1):
         with pytest.raises(ValueError, match="KEY_TABLE"):
             tq.cuda_decode_launch({**cfg, "KEY_TABLE": bad}, 64, 65536, 0)
-    for bad in ("fused", None):
-        with pytest.raises(ValueError, match="MERGE must be 'kernel' or 'grid'"):
-            tq.cuda_decode_launch({**cfg, "MERGE": bad}, 64, 65536, 0)
 
 
 def test_key_table_points_are_distinct_and_cover_the_grid():
@@ -1046,18 +1007,14 @@ def test_choose_key_table_threshold_on_known_cases():
 
 
 def test_key_table_ab_code_path():
-    """The key-table and merge A/Bs' plumbing (GPU timing aside): every form at every point, the record's run
-    format, the forms' bits compared, a threshold among the split lengths seen; refused without a GPU."""
+    """The key-table A/B's plumbing (GPU timing aside): every form at every point, the record's run format,
+    both forms' bits compared, a threshold among the split lengths seen; refused without a GPU."""
     if not ON_GPU:
-        for ab in (tq_bench.key_table_ab, tq_bench.merge_ab):
-            with pytest.raises(RuntimeError, match="GPU"):
-                ab(points=[(1, 1024)])
+        with pytest.raises(RuntimeError, match="GPU"):
+            tq_bench.key_table_ab(points=[(1, 1024)])
         return
     ab = tq_bench.key_table_ab(points=[(1, 1024), (8, 4096)], timer=_calls, eager=_calls)
     assert set(ab["run"]) == {f"{f} B{b} T{t}" for f in ("T", "T-table", "T-regs") for b, t in ((1, 1024), (8, 4096))}
     assert all(ab["table_equals_regs_bitwise"].values())
     splits = {int(v[0][5].split()[1]) for v in ab["run"].values()}
     assert ab["threshold"] in splits | {10 ** 9}
-    ab = tq_bench.merge_ab(points=[(1, 1024), (8, 4096)], timer=_calls, eager=_calls)
-    assert set(ab["run"]) == {f"{f} B{b} T{t}" for f in ("T-kernel", "T-grid") for b, t in ((1, 1024), (8, 4096))}
-    assert all(ab["grid_equals_kernel_bitwise"].values())

@@ -512,13 +512,12 @@ def _check_qkv(q, k, v, cache, batch):
 # contexts: a warp's fixed cost and the merge outweigh its steps; turboquant.json "launch_rule"). KEY_TABLE:
 # True the kernel's shared-memory key table, False its register table, None the rule: the table for splits
 # of KEY_TABLE_MIN_SPLIT tokens or more, where its 64 KB fill paid (benchmarks.turboquant.key_table_ab).
-# MERGE: "kernel" a merge kernel after the grid, "grid" the grid's last block per (request, KV head) merges.
 CONFIG = {
     "store": {"BLOCK_R": 16, "num_warps": 4},
     "decode": {"BLOCK_N": 64, "BLOCK_G": 16, "NUM_SPLITS": None, "WAVES": 8, "MIN_SPLIT": 256,
                "num_warps": 4, "num_stages": 1, "maxnreg": 128},
     "cuda_decode": {"NUM_SPLITS": None, "WAVES": 1, "MIN_SPLIT": 256, "SMALL_WARPS": 512, "KEY_TABLE": None,
-                    "KEY_TABLE_MIN_SPLIT": 512, "MERGE": "kernel"},
+                    "KEY_TABLE_MIN_SPLIT": 512},
     "prefill": {"BLOCK_M": 64, "BLOCK_N": 64, "LOOKUP": 0, "num_warps": 4, "num_stages": 1},
 }
 if not ON_GPU:  # the interpreter pays per operation, not per element: few, large programs
@@ -664,39 +663,23 @@ def _check_cuda_decode(q, cache: TurboQuantCache, hq: int, d: int) -> None:
 
 # ----------------------------- The CUDA C++ decode kernel (kernels/cuda/turboquant.cu) -----------------------------
 _Q_DTYPES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
-_counters: dict = {}   # device index -> the grid merge's counter buffers (_merge_counters)
-
-
-def _merge_counters(pairs: int, device_index: int) -> torch.Tensor:
-    """The grid merge's counters (MERGE "grid"): one int32 per (request, KV head), one buffer per device, so
-    two such calls on one device must not run at once. A larger batch gets a larger buffer; the old one stays
-    alive (a captured CUDA graph may hold it; one first made during a capture is zeroed by each replay)."""
-    kept = _counters.setdefault(device_index, [])
-    if not kept or kept[-1].numel() < pairs:
-        # zeros is right, once: each call's atomicAdd reads a counter before the call writes it, so the first
-        # call needs a producer before it (this fill); the block that completes a pair writes its zero back
-        kept.append(torch.zeros(max(pairs, 1024), dtype=torch.int32, device=f"cuda:{device_index}"))
-    return kept[-1]
 
 
 def _cuda_tq_decode(q: torch.Tensor, q_scale: float, cache, batch, num_splits: int, split_len: int,
-                    part_out: torch.Tensor, part_lse: torch.Tensor, out: torch.Tensor, key_table: bool,
-                    merge: str = "kernel") -> None:
+                    part_out: torch.Tensor, part_lse: torch.Tensor, out: torch.Tensor, key_table: bool) -> None:
     """The CUDA half of :func:`decode_attention` (inputs checked, buffers allocated there): the decode kernel
     rotates the raw queries ``q`` [B, Hq, D] (fp32/fp16/bf16, [Hq, D] dense, 16-byte aligned rows) times
-    ``q_scale``, fills part_out and part_lse for every request, head and split, and rows [0, B) of ``out`` are
-    merged by a kernel after it or (``merge`` "grid") by the grid itself; ``key_table``: the key form. Same bits."""
+    ``q_scale`` and fills part_out and part_lse for every request, head and split; the merge kernel, launched as
+    its programmatic dependent, writes rows [0, B) of ``out``. ``key_table``: the key form (the same bits)."""
     nvcc.check_backend("cuda")
     lib = nvcc.build()
     B, hq = part_out.shape[0], part_out.shape[1]
-    device, stream = nvcc.device_stream(q)
-    counters = _merge_counters(B * cache.num_kv_heads, device).data_ptr() if merge == "grid" else None
     err = lib.tq_decode_cuda(
         q.data_ptr(), _Q_DTYPES[q.dtype], q.stride(0), ctypes.c_float(q_scale), batch.block_table.data_ptr(),
         batch.seq_lens.data_ptr(), *(t.data_ptr() for t in cache.tensors()), part_out.data_ptr(),
         part_lse.data_ptr(), out.data_ptr(), _Q_DTYPES[out.dtype], *cache.key_table_words, B, hq, cache.num_kv_heads,
         cache.block_size, batch.block_table.stride(0), batch.block_table.shape[1], num_splits, split_len,
-        device, stream, int(key_table), counters)
+        *nvcc.device_stream(q), int(key_table))
     nvcc.check_error(lib, err, "tq_decode_cuda")
 
 
@@ -723,8 +706,6 @@ def cuda_decode_launch(cfg: dict, pairs: int, max_len: int, device_index: int) -
     table = split_len >= cfg["KEY_TABLE_MIN_SPLIT"] if cfg["KEY_TABLE"] is None else cfg["KEY_TABLE"]
     if not isinstance(table, bool):
         raise ValueError(f"config KEY_TABLE must be None (the rule), True or False, got {table!r}")
-    if cfg["MERGE"] not in ("kernel", "grid"):
-        raise ValueError(f"config MERGE must be 'kernel' or 'grid', got {cfg['MERGE']!r}")
     return S, split_len, table
 
 
@@ -773,7 +754,7 @@ def decode_attention(q: torch.Tensor, cache: TurboQuantCache, batch: MixedBatch,
         if qd.stride(2) != 1 or qd.stride(1) != d or qd.data_ptr() % 16 or qd.stride(0) * qd.element_size() % 16:
             qd = qd.clone(memory_format=torch.contiguous_format)
         scale = (sm_scale if sm_scale is not None else d ** -0.5) * math.log2(math.e) / math.sqrt(d)
-        _cuda_tq_decode(qd, scale, cache, batch, S, split_len, part_out, part_lse, out, table, cfg["MERGE"])
+        _cuda_tq_decode(qd, scale, cache, batch, S, split_len, part_out, part_lse, out, table)
         return out
     require_launchable(kern.tq_decode_kernel)
     kern.tq_decode_kernel[(B, hkv, S)](

@@ -13,7 +13,7 @@ prefill, :data:`MIXED_STEP`), the CUDA kernel's default configuration over :data
 copy ceiling, and what sustained load does to each timer at :data:`SUSTAINED_POINTS`
 (:func:`sustained_point`). :func:`key_table_ab` (not part of ``run``) re-measures the CUDA kernel's
 key-table threshold on the GPU at hand (turboquant.json: run 10 chose one on an H100, run 11 another on
-the H200, within its spread); :func:`merge_ab` times the merge kernel against the decode grid's own merge.
+the H200, within its spread); :func:`decode_forms_ab` times any configurations of it side by side.
 A full run keeps the tables other runs added to the record (:data:`KEPT_TABLES`:
 profiles, SASS counts, A/B runs) when the record it replaces was measured on the same GPU model (:func:`kept_tables`).
 
@@ -41,7 +41,7 @@ from ..turboquant import (CONFIG, MixedBatch, allocate_cache, decode_attention, 
 
 __all__ = ["run", "table", "grid_table", "GRID", "decode_point", "key_mse", "mse_table", "PAPER_MSE", "SHAPES", "SMOKE_SHAPES", "CONFIGS", "SMOKE_CONFIGS", "HEADS",
            "MIXED_STEP", "TIMERS", "SUSTAINED_POINTS", "sustained_point",
-           "KEY_TABLE_POINTS", "key_table_ab", "merge_ab", "decode_forms_ab", "choose_key_table_threshold", "KEPT_TABLES", "RUN_TABLES",
+           "KEY_TABLE_POINTS", "key_table_ab", "decode_forms_ab", "choose_key_table_threshold", "KEPT_TABLES", "RUN_TABLES",
            "kept_tables"]
 
 HEADS = {"hq": 32, "hkv": 8, "d": 128, "block_size": 16}
@@ -397,15 +397,6 @@ def key_table_ab(points=KEY_TABLE_POINTS, variant: str = "T", timer=None, eager=
     run, same, times = decode_forms_ab(points, forms, timer, eager, seed)
     pts = [(n, t[f"{variant}-table"], t[f"{variant}-regs"]) for n, t in times]
     return {"run": run, "threshold": choose_key_table_threshold(pts), "table_equals_regs_bitwise": same}
-
-
-def merge_ab(points=KEY_TABLE_POINTS, variant: str = "T", timer=None, eager=time_us, seed: int = 0) -> dict:
-    """The CUDA decode with its merge kernel (MERGE "kernel") and with the decode grid merging
-    (MERGE "grid") against SDPA (:func:`decode_forms_ab`), the rule's key form in both; returns
-    ``{"run": ..., "grid_equals_kernel_bitwise": {point: bool}}``. GPU only."""
-    forms = {f"{variant}-kernel": {"MERGE": "kernel"}, f"{variant}-grid": {"MERGE": "grid"}}
-    run, same, _ = decode_forms_ab(points, forms, timer, eager, seed)
-    return {"run": run, "grid_equals_kernel_bitwise": same}
 
 
 def _sustained_timers() -> dict:
