@@ -208,9 +208,7 @@ def chunk_table_kernel(
 # the matrix units. With FUSE_WU kernel 1 computes w and u itself from A still in registers (A is then
 # stored only for a caller who asks for it): one launch and no A round trip, at the price of the solve's
 # 64x64 fp32 tiles and the 64-row products sharing one program's registers (workbook.gdn.CONFIG says
-# which form is the default, and why). Where only A is stored (FROM_A), chunk_gdn_solve_blocks_kernel
-# forms the same A by 16 x 16 blocks (CONFIG INV "blocks": opt-in, checked in the interpreter, not yet
-# timed on a GPU).
+# which form is the default, and why).
 # --------------------------------------------------------------------------------------------------
 
 @triton.jit
@@ -355,127 +353,6 @@ def chunk_gdn_solve_kernel(
             b_v = tl.load(v + (o_t[:, None] * HV + i_hv) * V + o_v[None, :], mask=m_tv, other=0).to(tl.float32)
             tl.store(u + (o_t[:, None] * HV + i_hv) * V + o_v[None, :],
                      _dot(b_a, (b_v * b_beta[:, None]).to(dt), F32, EMULATE).to(dt), mask=m_tv)
-
-
-@triton.jit
-def _inv16(b_l):
-    """(I + L)^-1 of a strictly lower [16, 16] fp32 tile by right-looking forward substitution (as
-    _inv_diag_blocks, on one block held as a 2-D tile: no reshape, no layout change)."""
-    o_r = tl.arange(0, 16)
-    b_x = (o_r[:, None] == o_r[None, :]).to(tl.float32)
-    for j in tl.static_range(15):
-        b_xj = tl.sum(tl.where((o_r == j)[:, None], b_x, 0.), axis=0)     # row j (final)
-        b_lj = tl.sum(tl.where((o_r == j)[None, :], b_l, 0.), axis=1)     # column j of L
-        b_x -= b_lj[:, None] * b_xj[None, :]
-    return b_x
-
-
-@triton.jit
-def _rows16(k, g, beta, G, kn, t16, eos, i_h, i_hv, carry, H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr,
-            BK: tl.constexpr, dt: tl.constexpr, USE_QK_L2NORM: tl.constexpr, store_kn):
-    """Rows t16 .. t16 + 15 of a chunk: keys (normalised and stored when asked), beta, and G continued from
-    ``carry`` (the chunk's sum of g before these rows), G stored. Returns (k, beta, G, carry after them)."""
-    o_t = t16 + tl.arange(0, 16)
-    m_t = o_t < eos
-    o_k = tl.arange(0, BK)
-    m_tk = m_t[:, None] & (o_k < K)[None, :]
-    b_k = tl.load(k + (o_t[:, None] * H + i_h) * K + o_k[None, :], mask=m_tk, other=0)
-    if USE_QK_L2NORM:
-        b_k = _l2norm_rows(b_k.to(tl.float32)).to(dt)
-        if store_kn:   # one value head per key head stores the normalised keys
-            tl.store(kn + (o_t[:, None] * H + i_h) * K + o_k[None, :], b_k.to(kn.dtype.element_ty), mask=m_tk)
-    b_g = tl.load(g + o_t * HV + i_hv, mask=m_t, other=0).to(tl.float32)
-    b_b = tl.load(beta + o_t * HV + i_hv, mask=m_t, other=0).to(tl.float32)
-    b_G = tl.cumsum(b_g, axis=0) + carry
-    tl.store(G + o_t * HV + i_hv, b_G, mask=m_t)
-    return b_k.to(dt), b_b, b_G, carry + tl.sum(b_g, axis=0)
-
-
-@triton.jit
-def _l16(k_i, k_j, b_i, G_i, G_j, DIAG: tl.constexpr, F32: tl.constexpr, EMULATE: tl.constexpr):
-    """Block (i, j) of L = strict_lower(beta_i k_i k_j^T exp(G_i - G_j)), [16, 16] fp32 (DIAG: i == j, the
-    strict lower part only, the exponent masked first)."""
-    b_s = _dot(k_i, tl.trans(k_j), F32, EMULATE)
-    if DIAG:
-        o_r = tl.arange(0, 16)
-        m = o_r[:, None] > o_r[None, :]
-        return tl.where(m, b_i[:, None] * b_s * tl.exp(tl.where(m, G_i[:, None] - G_j[None, :], 0.)), 0.)
-    else:
-        return b_i[:, None] * b_s * tl.exp(G_i[:, None] - G_j[None, :])
-
-
-@triton.jit
-def _store16(A, x, t16, eos, i_hv, j: tl.constexpr, HV: tl.constexpr, BT: tl.constexpr):
-    """Block (row block of t16, column block j) of the chunk's A rows, [16, 16], rounded to A's dtype."""
-    o_t = t16 + tl.arange(0, 16)
-    tl.store(A + (o_t[:, None] * HV + i_hv) * BT + 16 * j + tl.arange(0, 16)[None, :], x.to(A.dtype.element_ty),
-             mask=(o_t < eos)[:, None])
-
-
-@triton.heuristics({
-    "IS_VARLEN": lambda args: args["cu_seqlens"] is not None,
-    "USE_QK_L2NORM": lambda args: args["kn"] is not None,
-})
-@triton.jit
-def chunk_gdn_solve_blocks_kernel(
-    k, g, beta, G, A, kn, cu_seqlens, chunk_indices, T,
-    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
-    PREC: tl.constexpr, EMULATE: tl.constexpr, IS_VARLEN: tl.constexpr, USE_QK_L2NORM: tl.constexpr,
-):
-    """Kernel 1 when only A is stored (FROM_A; opt-in, not yet timed on a GPU): the same G, A (all 64
-    columns, zeros above the diagonal) and kn as chunk_gdn_solve_kernel, by 16 x 16 blocks. Each diagonal block's
-    inverse by substitution (_inv16), then the blocks below it by block forward substitution,
-    X_ij = -X_ii sum_{k=j}^{i-1} L_ik X_kj: sixteen 16 x 16 products where the other form merges 64 x 64 tiles,
-    and no reshape of a 64 x 64 tile. Program (chunk, value head)."""
-    tl.static_assert(BT == 64, "four blocks of 16 rows")
-    i_c, i_hv = tl.program_id(0), tl.program_id(1)
-    i_h = i_hv // (HV // H)
-    i_n, bos, eos, t0 = _chunk_position(i_c, cu_seqlens, chunk_indices, T, BT, IS_VARLEN)
-    if i_n < 0:
-        return
-    dt: tl.constexpr = k.dtype.element_ty
-    F32: tl.constexpr = dt == tl.float32
-    P: tl.constexpr = "tf32x3" if F32 else PREC
-    first = i_hv % (HV // H) == 0
-    c = tl.zeros([], dtype=tl.float32)
-    k0, b0, G0, c = _rows16(k, g, beta, G, kn, t0, eos, i_h, i_hv, c, H, HV, K, BK, dt, USE_QK_L2NORM, first)
-    k1, b1, G1, c = _rows16(k, g, beta, G, kn, t0 + 16, eos, i_h, i_hv, c, H, HV, K, BK, dt, USE_QK_L2NORM, first)
-    k2, b2, G2, c = _rows16(k, g, beta, G, kn, t0 + 32, eos, i_h, i_hv, c, H, HV, K, BK, dt, USE_QK_L2NORM, first)
-    k3, b3, G3, c = _rows16(k, g, beta, G, kn, t0 + 48, eos, i_h, i_hv, c, H, HV, K, BK, dt, USE_QK_L2NORM, first)
-    x00 = _inv16(_l16(k0, k0, b0, G0, G0, True, F32, EMULATE))
-    x11 = _inv16(_l16(k1, k1, b1, G1, G1, True, F32, EMULATE))
-    x22 = _inv16(_l16(k2, k2, b2, G2, G2, True, F32, EMULATE))
-    x33 = _inv16(_l16(k3, k3, b3, G3, G3, True, F32, EMULATE))
-    l10 = _l16(k1, k0, b1, G1, G0, False, F32, EMULATE)
-    l21 = _l16(k2, k1, b2, G2, G1, False, F32, EMULATE)
-    l32 = _l16(k3, k2, b3, G3, G2, False, F32, EMULATE)
-    l20 = _l16(k2, k0, b2, G2, G0, False, F32, EMULATE)
-    l31 = _l16(k3, k1, b3, G3, G1, False, F32, EMULATE)
-    l30 = _l16(k3, k0, b3, G3, G0, False, F32, EMULATE)
-    x10 = -_pdot(x11, _pdot(l10, x00, P, EMULATE), P, EMULATE)
-    x21 = -_pdot(x22, _pdot(l21, x11, P, EMULATE), P, EMULATE)
-    x32 = -_pdot(x33, _pdot(l32, x22, P, EMULATE), P, EMULATE)
-    x20 = -_pdot(x22, _pdot(l20, x00, P, EMULATE) + _pdot(l21, x10, P, EMULATE), P, EMULATE)
-    x31 = -_pdot(x33, _pdot(l31, x11, P, EMULATE) + _pdot(l32, x21, P, EMULATE), P, EMULATE)
-    x30 = -_pdot(x33, _pdot(l30, x00, P, EMULATE) + _pdot(l31, x10, P, EMULATE) + _pdot(l32, x20, P, EMULATE),
-                 P, EMULATE)
-    z = tl.zeros([16, 16], dtype=tl.float32)   # above the diagonal: the state pass's A X reads them
-    _store16(A, x00, t0, eos, i_hv, 0, HV, BT)
-    _store16(A, z, t0, eos, i_hv, 1, HV, BT)
-    _store16(A, z, t0, eos, i_hv, 2, HV, BT)
-    _store16(A, z, t0, eos, i_hv, 3, HV, BT)
-    _store16(A, x10, t0 + 16, eos, i_hv, 0, HV, BT)
-    _store16(A, x11, t0 + 16, eos, i_hv, 1, HV, BT)
-    _store16(A, z, t0 + 16, eos, i_hv, 2, HV, BT)
-    _store16(A, z, t0 + 16, eos, i_hv, 3, HV, BT)
-    _store16(A, x20, t0 + 32, eos, i_hv, 0, HV, BT)
-    _store16(A, x21, t0 + 32, eos, i_hv, 1, HV, BT)
-    _store16(A, x22, t0 + 32, eos, i_hv, 2, HV, BT)
-    _store16(A, z, t0 + 32, eos, i_hv, 3, HV, BT)
-    _store16(A, x30, t0 + 48, eos, i_hv, 0, HV, BT)
-    _store16(A, x31, t0 + 48, eos, i_hv, 1, HV, BT)
-    _store16(A, x32, t0 + 48, eos, i_hv, 2, HV, BT)
-    _store16(A, x33, t0 + 48, eos, i_hv, 3, HV, BT)
 
 
 @triton.heuristics({"IS_VARLEN": lambda args: args["cu_seqlens"] is not None})

@@ -171,36 +171,6 @@ def test_chunk_intermediates_fully_written_under_poison(form):
     assert_fully_written(run, names=[n for n in names if form != "from_a" or n not in ("w", "u")])
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_solve_by_16_row_blocks_gives_the_merged_inverse(dtype):
-    # INV "blocks" (opt-in, not yet timed on a GPU): with FROM_A the solve stores A only, and
-    # chunk_gdn_solve_blocks_kernel forms it from 16 x 16 blocks; the same A (all 64 columns, zeros above the
-    # diagonal) and G up to rounding as the merged 64 x 64 form, on a varlen batch with a one-token sequence, one
-    # across a chunk boundary and a partial last chunk, GQA, keys normalised in the kernel; A, G, kn and o poisoned
-    cu = torch.tensor([0, 1, 70, 70, 133], device=DEVICE)
-    x = gdn.make_inputs(1, 133, 2, 48, V=40, HV=4, gate="mixed", normalize_qk=False, seed=17, dtype=dtype)
-    kw = dict(cu_seqlens=cu, use_qk_l2norm_in_kernel=True, return_intermediates=True, segments=None)
-    cfg = {"state": {"FROM_A": True, "FUSE_O": False}}
-    o1, _, i1 = gdn.chunk_gated_delta_rule(**x, **kw, config=cfg)
-    blocks = {**cfg, "solve": {"INV": "blocks"}}
-    runs = []
-
-    def run():
-        o, _, inter = gdn.chunk_gated_delta_rule(**x, **kw, config=blocks)
-        runs.append((o, inter))
-        return o, inter["A"], inter["G"], inter["kn"]
-
-    assert_fully_written(run, names=["o", "A", "G", "kn"])
-    o2, i2 = runs[-1]
-    tol = 1e-5 if dtype == torch.float32 else 2e-2
-    assert_rel_close(i2["A"], i1["A"], tol, "A: 16-row blocks vs merged")
-    assert_rel_close(i2["G"], i1["G"], 1e-5, "G: per-block sums vs one cumulative sum")
-    assert torch.equal(i2["kn"], i1["kn"])
-    assert_rel_close(o2, o1, tol, "o: 16-row blocks vs merged")
-    with pytest.raises(ValueError, match="INV"):
-        gdn.chunk_gated_delta_rule(**x, config={"solve": {"INV": "tiles"}})
-
-
 @pytest.mark.parametrize("dtype,K,V", [(torch.float32, 48, 40), (torch.bfloat16, 48, 40), (torch.bfloat16, 16, 64)])
 def test_state_pass_forms_v_from_A(dtype, K, V):
     # FROM_A: no kernel 2; the state pass forms v' = A diag(beta) (V - exp(G) K h) from A, the values and the keys,
@@ -1613,7 +1583,7 @@ def test_measure_fusion_rehearsed_without_a_gpu(monkeypatch):
     assert row["from_a_o_rel_err_vs_split_o"] > 0, "FROM_A rounds v' elsewhere: bits equal to the split form's?"
     assert set(k for k in row if k.endswith("_kernels_profiler_us")) == {
         "split_kernels_profiler_us", "fuse_wu_kernels_profiler_us", "fuse_wu_o_kernels_profiler_us",
-        "from_a_o_kernels_profiler_us", "from_a_o_blocks_kernels_profiler_us"}
+        "from_a_o_kernels_profiler_us"}
     text = bench.fusion_table({"results": {"fusion": table}})
     assert "fuse_wu      2.0 us" in text and "B=1 T=70 H=1/4" in text, text
     assert "not recorded yet" in bench.fusion_table({"results": {}})

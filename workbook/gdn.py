@@ -55,8 +55,7 @@ CONFIG = {
     # tile), GV value heads per program sharing one K K^T (the launcher uses gcd(GV, HV // H)),
     # PREC the precision of the merge products with 16-bit storage (fp32 storage always uses "tf32x3").
     # FUSE_WU: kernel 2 (w, u) folded into kernel 1; default from the record's fusion table (measure_fusion)
-    "chunk": {"solve": {"BC": 16, "GV": 1, "PREC": "tf32", "num_warps": 4, "num_stages": 2, "FUSE_WU": True,
-                        "INV": "merge"},   # "blocks": chunk_gdn_solve_blocks_kernel (A only; not yet timed)
+    "chunk": {"solve": {"BC": 16, "GV": 1, "PREC": "tf32", "num_warps": 4, "num_stages": 2, "FUSE_WU": True},
               "wu": {"num_warps": 4, "num_stages": 2},
               # state: FUSE_O folds kernel 4 (outputs) into the state pass (h and v' never stored; None:
               # fuse_o_rule); BV / num_warps / num_stages None: state_launch()'s pick from the grid (RULE True;
@@ -474,9 +473,9 @@ def _chunk_config(config) -> dict:
     cfg = resolve_config(config, CONFIG["chunk"], name="config of chunk_gated_delta_rule")
     c1 = cfg["solve"]
     if c1["BC"] not in (2, 4, 8, 16, 32, 64) or not (isinstance(c1["GV"], int) and c1["GV"] >= 1) \
-            or c1["PREC"] not in ("tf32", "tf32x3") or c1["INV"] not in ("merge", "blocks"):
-        raise ValueError(f"config['solve'] needs BC a power of two in 2..64, GV >= 1, PREC 'tf32' or 'tf32x3' and INV "
-                         f"'merge' or 'blocks'; got {({n: c1[n] for n in ('BC', 'GV', 'PREC', 'INV')})}")
+            or c1["PREC"] not in ("tf32", "tf32x3"):
+        raise ValueError(f"config['solve'] needs BC a power of two in 2..64, GV >= 1 and PREC 'tf32' or 'tf32x3'; "
+                         f"got {({n: c1[n] for n in ('BC', 'GV', 'PREC')})}")
     return cfg
 
 
@@ -498,11 +497,6 @@ def _launch_solve_wu(c1, c2, k, v, g, beta, G, A, kn, w, u, cu_seqlens, chunk_in
     value-head group) grid, then without FUSE_WU kernel 2 (w, u) on a (chunk, value head) grid (``c1``, ``c2``)."""
     H, K, HV, V = k.shape[-2], k.shape[-1], v.shape[-2], v.shape[-1]
     gv, fuse = math.gcd(c1["GV"], HV // H), bool(c1["FUSE_WU"])
-    if c1["INV"] == "blocks" and not fuse and w is None:   # A only (FROM_A): the 16 x 16 form
-        kern.chunk_gdn_solve_blocks_kernel[(NT, HV)](
-            k, g, beta, G, A, kn, cu_seqlens, chunk_indices, T, H=H, HV=HV, K=K, BT=CHUNK, BK=_pow2(K),
-            PREC=c1["PREC"], EMULATE=emulate, num_warps=c1["num_warps"], num_stages=c1["num_stages"])
-        return
     kern.chunk_gdn_solve_kernel[(NT, HV // gv)](
         k, v, g, beta, G, A, kn, w if fuse else None, u if fuse else None, cu_seqlens, chunk_indices, T,
         H=H, HV=HV, K=K, V=V, BT=CHUNK, BK=_pow2(K), BV=_pow2(V), BC=c1["BC"], GV=gv, PREC=c1["PREC"],
@@ -523,7 +517,7 @@ def _launch_output(co, q, k, v_new, h, G, o, cu_seqlens, chunk_indices, scale, T
 
 
 _CHUNK_KERNELS = (kern.chunk_gdn_solve_kernel, kern.chunk_gdn_wu_kernel, kern.chunk_gdn_state_kernel,
-                  kern.chunk_gdn_output_kernel, kern.chunk_gdn_solve_blocks_kernel)
+                  kern.chunk_gdn_output_kernel)
 
 
 def _chunk_core(cfg, q, k, v, g, beta, scale, h0, ht, cu_seqlens, N, *, l2, emulate, keep=False):
@@ -545,7 +539,7 @@ def _intermediates(cfg, k, v, g, beta, cu_seqlens, N, *, l2, emulate, keep=False
     # and the chunks of all sequences tile [0, T_all) (cu_seqlens: 0 .. T, non-decreasing), so each
     # per-row buffer below is written row by row by its chunk's program before anyone reads it.
     G = torch.empty(TA, HV, dtype=torch.float32, device=dev)   # kernel 1, program (chunk, hv)
-    # kernel 1, program (chunk, value heads hv .. hv + GV - 1; INV "blocks": its 16 blocks of 16 x 16): its rows x all
+    # kernel 1, program (chunk, value heads hv .. hv + GV - 1): its rows x all
     # 64 columns, zeros above the diagonal included; with FUSE_WU A stays in registers, stored only for a caller who
     # keeps it. With FROM_A the state pass forms v' from A: no kernel 2, no w and u, the solve stores A for the pass
     forms = _forms(cfg["state"], N, HV, K, V, k.element_size(), keep)

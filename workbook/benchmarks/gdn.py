@@ -805,7 +805,6 @@ FUSION_FORMS = {
     "fuse_wu_o": {"solve": {"FUSE_WU": True}, "state": {"FUSE_O": True, "FROM_A": False}},
     "from_a": {"state": {"FUSE_O": False, "FROM_A": True}},      # w, u formed in the state pass from A
     "from_a_o": {"state": {"FUSE_O": True, "FROM_A": True}},     # and the outputs there too
-    "from_a_o_blocks": {"solve": {"INV": "blocks"}, "state": {"FUSE_O": True, "FROM_A": True}},   # A by 16 x 16 blocks
 }
 FUSION_SHAPES = SEGMENT_SHAPES + [(1, 8192, 16, 16), (4, 4096, 32, 32)]
 FUSION_PROFILED = {(2, 4096, 16, 64), (1, 65536, 2, 8)}   # per-kernel times recorded for these
@@ -835,7 +834,7 @@ def _fusion_row(shape, fla_chunk, ceilings: dict) -> dict:
             row[f"{who}_error"] = f"{type(e).__name__}: {e}"[:300]
             continue
         _time_into(row, who, lambda: chunk_gated_delta_rule(**args, config=cfg, segments=None))
-        if tuple(shape) in FUSION_PROFILED and who in ("split", "fuse_wu", "fuse_wu_o", "from_a_o", "from_a_o_blocks"):
+        if tuple(shape) in FUSION_PROFILED and who in ("split", "fuse_wu", "fuse_wu_o", "from_a_o"):
             row[f"{who}_kernels_profiler_us"] = timing.kernel_times_us(
                 lambda: chunk_gated_delta_rule(**args, config=cfg, segments=None))
     if fla_chunk is not None:
