@@ -466,6 +466,45 @@ def test_bad_inputs():
         tq.store_kv(k, v, cache, batch.slot_mapping.int())
 
 
+
+def test_refusals_come_before_the_store_writes_the_cache():
+    """Everything the decode and prefill launchers would refuse (backend, emulate, a config part's names and
+    sizes) is refused before the store kernel writes the step's tokens: the cache keeps its bytes (compared as
+    bytes: its unwritten slots hold whatever torch.empty left, NaN included)."""
+    q, k, v, cache, batch = tq.make_example([1, 1, 5], [20, 33, 40], 2, hq=4, hkv=2, d=32, seed=3)
+    before = [t.clone() for t in cache.tensors()]
+    bad = [(dict(backend="cutlass"), "backend must be"), (dict(config={"decode": {"X": 1}}), "unknown keys"),
+           (dict(config={"decode": {"BLOCK_N": 48}}), r"config\['decode'\]\['BLOCK_N'\] must be a positive power"),
+           (dict(config={"prefill": {"BLOCK_M": 24}}), r"\['BLOCK_M'\] must be a positive power of two"),
+           (dict(config={"decode": {"NUM_SPLITS": 2.5}}), "NUM_SPLITS must be None or an integer")]
+    if not ON_GPU:
+        bad += [(dict(backend="cuda"), "need a GPU"), (dict(emulate=False), "emulate=False")]
+    for kw, msg in bad:
+        with pytest.raises(ValueError, match=msg):
+            tq.mixed_attention(q, k, v, cache, batch, **kw)
+        assert all(torch.equal(a.view(torch.uint8), b.view(torch.uint8)) for a, b in zip(cache.tensors(), before)), kw
+
+
+def test_a_batch_whose_pages_lie_past_the_cache_is_refused():
+    """make_batch checks page ids against the num_blocks it is given; the launch checks them against the
+    cache it writes (else the store kernel writes outside the cache), before anything is launched."""
+    q, k, v, cache, _ = tq.make_example([1, 5], [20, 20], 1, hq=4, hkv=2, d=32)
+    batch = tq.make_batch([1, 5], [20, 20], torch.tensor([[0, 1], [40, 41]]), 1, block_size=16, num_blocks=64)
+    assert batch.max_page == 41 and cache.num_blocks < 42
+    with pytest.raises(ValueError, match=f"uses page 41 but the cache holds {cache.num_blocks} pages"):
+        tq.mixed_attention(q, k, v, cache, batch)
+    bt = torch.tensor([[0, 1], [2, 3]])
+    for kw, msg in ((dict(block_size=0), "block_size must be a positive integer"),
+                    (dict(num_blocks=2.0), "num_blocks must be a positive integer")):
+        with pytest.raises(ValueError, match=msg):
+            tq.make_batch([1, 2], [8, 8], bt, 1, **{"block_size": 4, "num_blocks": 4, **kw})
+    with pytest.raises(ValueError, match="query_lens must hold integers"):
+        tq.make_batch([1, 2.5], [8, 8], bt, 1, block_size=4, num_blocks=4)
+    for dev, msg in (("gpu", "device must name a torch device"), ("meta", "device is 'meta' but the kernels")):
+        with pytest.raises(ValueError, match=msg):
+            tq.allocate_cache(2, 16, 1, 32, device=dev)
+
+
 # ---------------------------------------------------------------------------------------------- graders
 
 def _stub(*a):

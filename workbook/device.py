@@ -18,8 +18,8 @@ import torch
 
 __all__ = [
     "DEVICE", "ON_GPU", "INTERPRETED", "TritonImportOrderError",
-    "describe", "require_launchable", "check_tensor", "same_device", "resolve_config", "resolve_emulate",
-    "sm_count", "shared_memory_per_sm", "SM_COUNT_WITHOUT_GPU", "cdiv", "next_pow2",
+    "describe", "require_launchable", "check_tensor", "same_device", "kernel_device", "resolve_config",
+    "resolve_emulate", "sm_count", "shared_memory_per_sm", "SM_COUNT_WITHOUT_GPU", "cdiv", "next_pow2",
 ]
 
 
@@ -102,6 +102,17 @@ def same_device(a, b) -> bool:
     # a launch path calls this per argument: is_initialized() is a flag, is_available() reads the environment
     current = torch.cuda.current_device() if torch.cuda.is_initialized() else 0
     return (a.index if a.index is not None else current) == (b.index if b.index is not None else current)
+
+
+def kernel_device(device, name: str = "device") -> torch.device:
+    """``device`` (None: :data:`DEVICE`) as a torch.device where the kernels run, else a ValueError naming it."""
+    try:
+        dev = torch.device(device or DEVICE)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"{name} must name a torch device such as {str(DEVICE)!r}, got {device!r}") from None
+    if not same_device(dev, DEVICE):
+        raise ValueError(f"{name} is {device!r} but the kernels run on {DEVICE}: allocate there (or pass None)")
+    return dev
 
 
 def check_tensor(name: str, t, *, dtypes=None, ndim=None, device=None, contiguous=True) -> None:

@@ -10,7 +10,8 @@ The quantizer (Zandieh et al. 2025, arXiv 2504.19874, MSE variant; the preset as
   (:func:`lloyd_max_centroids`, computed here by Lloyd iteration, cached). The fp16 norm is kept.
   *Norm correction* (``nc``): the centroid vector ``c`` is renormalized to unit length before the
   inverse rotation, so the dequantized key ``||k|| (c / ||c||) H`` has exactly the key's norm. The
-  cache folds the correction into its one fp16 scalar per key: ``k_scale = ||k|| / ||c||``.
+  cache folds the correction into its one fp16 scalar per key: ``k_scale = ||k|| / ||c||`` (so a key's
+  norm must stay within fp16's range, 65504; the prefill kernel also reads new keys as fp16).
 * **Values**: 4-bit uniform per (token, head): ``scale = (max - min) / 15``, ``zero = min``, both
   fp16; ``code = round((v - zero) / scale)`` with the fp16-rounded scale and zero.
 * A slot per (token, KV head) at D = 128: 64 + 2 bytes of key, 64 + 4 bytes of value (bf16: 512).
@@ -34,8 +35,8 @@ from dataclasses import dataclass
 import torch
 
 from . import nvcc
-from .device import (DEVICE, ON_GPU, cdiv, check_tensor, next_pow2, require_launchable, resolve_config,
-                     resolve_emulate, same_device, sm_count)
+from .device import (DEVICE, ON_GPU, cdiv, check_tensor, kernel_device, next_pow2, require_launchable,
+                     resolve_config, resolve_emulate, same_device, sm_count)
 from .kernels import turboquant as kern
 
 __all__ = [
@@ -66,9 +67,7 @@ def _check_dim(name: str, d, lo: int = 2) -> None:
                          f"for powers of two), got {d}")
 
 
-# --------------------------------------------------------------------------------------------------
-# Rotation and codebook
-# --------------------------------------------------------------------------------------------------
+# ----------------------------- Rotation and codebook ---------------------------------------------------------------
 
 @functools.lru_cache(maxsize=None)
 def _hadamard_cpu(d: int) -> torch.Tensor:
@@ -158,9 +157,7 @@ def centroid_boundaries(centroids: torch.Tensor) -> torch.Tensor:
     return (c[1:] + c[:-1]) / 2
 
 
-# --------------------------------------------------------------------------------------------------
-# Pure-torch quantizers (the reference path; any device)
-# --------------------------------------------------------------------------------------------------
+# ----------------------------- Pure-torch quantizers (the reference path; any device) ------------------------------
 
 @dataclass
 class QuantizedKeys:
@@ -250,9 +247,7 @@ def unpack_nibbles(packed: torch.Tensor) -> torch.Tensor:
     return torch.stack([lo, hi], -1).flatten(-2)
 
 
-# --------------------------------------------------------------------------------------------------
-# The paged cache
-# --------------------------------------------------------------------------------------------------
+# ----------------------------- The paged cache ---------------------------------------------------------------------
 
 @dataclass
 class TurboQuantCache:
@@ -331,7 +326,7 @@ def allocate_cache(num_blocks: int, block_size: int, num_kv_heads: int, head_dim
     for name, val in (("num_blocks", num_blocks), ("block_size", block_size), ("num_kv_heads", num_kv_heads)):
         if not isinstance(val, int) or val < 1:
             raise ValueError(f"{name} must be a positive integer, got {val!r}")
-    dev = torch.device(device or DEVICE)
+    dev = kernel_device(device)
     shape = (num_blocks, num_kv_heads, block_size)
     c = lloyd_max_centroids(KEY_BITS, head_dim)
     bnd = torch.cat([centroid_boundaries(c), torch.tensor([float("inf")])])
@@ -344,9 +339,7 @@ def allocate_cache(num_blocks: int, block_size: int, num_kv_heads: int, head_dim
         centroids=sign_magnitude_table(c).to(dev), boundaries=bnd.to(dev), rotation=hadamard(head_dim, dev))
 
 
-# --------------------------------------------------------------------------------------------------
-# Batch metadata and the coverage proof (host side)
-# --------------------------------------------------------------------------------------------------
+# ----------------------------- Batch metadata and the coverage proof (host side) -----------------------------------
 
 class CoverageError(ValueError):
     """The rows of attn_out written by the decode and prefill paths are not a disjoint cover of [0, N)."""
@@ -365,6 +358,7 @@ class MixedBatch:
     query_start_loc: torch.Tensor  # int32 [R + 1]
     block_table: torch.Tensor      # int32 [R, max_pages]
     slot_mapping: torch.Tensor     # int64 [num_actual_tokens]
+    max_page: int | None = None    # the largest page id the step uses (make_batch; None: not known)
 
     @property
     def num_reqs(self) -> int:
@@ -394,9 +388,15 @@ def make_batch(query_lens, seq_lens, block_table, num_decode_reqs: int, *, block
     ``query_lens[r]``: new tokens of request r (1 for a decode request); ``seq_lens[r]``: its context
     length including the new tokens; ``block_table``: [R, max_pages] page ids (int); the first
     ``num_decode_reqs`` requests are the decode requests."""
-    dev = torch.device(device or DEVICE)
-    ql = [int(x) for x in (query_lens.tolist() if isinstance(query_lens, torch.Tensor) else query_lens)]
-    sl = [int(x) for x in (seq_lens.tolist() if isinstance(seq_lens, torch.Tensor) else seq_lens)]
+    dev = kernel_device(device)
+    for name, val in (("block_size", block_size), ("num_blocks", num_blocks)):
+        if isinstance(val, bool) or not isinstance(val, int) or val < 1:
+            raise ValueError(f"{name} must be a positive integer, got {val!r}")
+    ql, sl = (x.tolist() if isinstance(x, torch.Tensor) else list(x) for x in (query_lens, seq_lens))
+    for name, xs in (("query_lens", ql), ("seq_lens", sl)):
+        if any(isinstance(x, bool) or int(x) != x for x in xs):
+            raise ValueError(f"{name} must hold integers (token counts), got {xs}")
+    ql, sl = [int(x) for x in ql], [int(x) for x in sl]
     R = len(ql)
     if len(sl) != R:
         raise ValueError(f"seq_lens has {len(sl)} entries but query_lens has {R}: one per request")
@@ -435,7 +435,7 @@ def make_batch(query_lens, seq_lens, block_table, num_decode_reqs: int, *, block
                       torch.tensor(sl, dtype=torch.int32, device=dev),
                       torch.tensor(qsl, dtype=torch.int32, device=dev),
                       bt.to(device=dev, dtype=torch.int32).contiguous(),
-                      torch.tensor(slots, dtype=torch.int64, device=dev))
+                      torch.tensor(slots, dtype=torch.int64, device=dev), int(used.max()) if used.numel() else -1)
 
 
 def prove_coverage(batch: MixedBatch, num_rows: int) -> list[tuple[str, int, int]]:
@@ -460,9 +460,7 @@ def prove_coverage(batch: MixedBatch, num_rows: int) -> list[tuple[str, int, int
     return [("decode", 0, nd), ("prefill", nd, nt)]
 
 
-# --------------------------------------------------------------------------------------------------
-# Launchers: input checks, launch configurations, the Triton and CUDA halves
-# --------------------------------------------------------------------------------------------------
+# ----------------------------- Launchers: input checks, launch configurations, the Triton and CUDA halves ----------
 
 def _check_cache(cache):
     if not isinstance(cache, TurboQuantCache):
@@ -496,6 +494,9 @@ def _check_qkv(q, k, v, cache, batch):
         raise ValueError(f"the batch was planned for pages of {batch.block_size} tokens, the cache has {cache.block_size}")
     if not same_device(batch.block_table.device, DEVICE):
         raise ValueError(f"the batch's tensors are on {batch.block_table.device}, the kernels on {DEVICE}")
+    if batch.max_page is not None and batch.max_page >= cache.num_blocks:
+        raise ValueError(f"the batch's block_table uses page {batch.max_page} but the cache holds {cache.num_blocks} "
+                         f"pages: its stores would land outside the cache (make_batch num_blocks={cache.num_blocks})")
     return n, hq, hkv, d
 
 
@@ -524,6 +525,17 @@ if not ON_GPU:  # the interpreter pays per operation, not per element: few, larg
     CONFIG["decode"].update(BLOCK_N=128, BLOCK_G=1, MIN_SPLIT=128, WAVES=1)
     CONFIG["store"].update(BLOCK_R=256)
 _CUDA_STEP = 32   # the CUDA decode kernel's tokens per softmax step: its splits are whole steps
+_POW2 = {"store": ("BLOCK_R", "num_warps"), "decode": ("BLOCK_N", "BLOCK_G", "num_warps"), "cuda_decode": (),
+         "prefill": ("BLOCK_M", "BLOCK_N", "num_warps")}   # each part's keys that must be powers of two
+
+
+def _part_config(config, part: str, name: str = "config") -> dict:
+    """CONFIG[part] updated with ``config``: names checked, tile sizes powers of two, NUM_SPLITS None or >= 1."""
+    cfg = resolve_config(config, CONFIG[part], name=name, pow2=_POW2[part])
+    s = cfg.get("NUM_SPLITS")
+    if s is not None and (isinstance(s, bool) or not isinstance(s, int) or s < 1):
+        raise ValueError(f"{name} NUM_SPLITS must be None or an integer >= 1, got {s!r}")
+    return cfg
 
 
 def store_kv(k: torch.Tensor, v: torch.Tensor, cache: TurboQuantCache, slot_mapping: torch.Tensor, *,
@@ -542,7 +554,7 @@ def store_kv(k: torch.Tensor, v: torch.Tensor, cache: TurboQuantCache, slot_mapp
     rows = k.shape[0] * cache.num_kv_heads
     if rows == 0:
         return
-    cfg = resolve_config(config, CONFIG["store"])
+    cfg = _part_config(config, "store")
     require_launchable(kern.tq_store_kernel)
     kern.tq_store_kernel[(cdiv(rows, cfg["BLOCK_R"]),)](
         k, v, slot_mapping, cache.rotation, cache.centroids, cache.boundaries, *cache.tensors(), rows,
@@ -631,9 +643,7 @@ def _num_splits(cfg, capacity, pairs: int, max_len: int, step: int, whole_rounds
     """(splits, split_len): NUM_SPLITS if given, else ``capacity`` programs shared by the ``pairs`` rounded up
     (Triton) or down (CUDA), at most max(SMALL_WARPS // pairs, one per MIN_SPLIT tokens); whole ``step``s."""
     if cfg["NUM_SPLITS"] is not None:
-        s = int(cfg["NUM_SPLITS"])
-        if s < 1:
-            raise ValueError(f"config NUM_SPLITS must be >= 1, got {s}")
+        s = cfg["NUM_SPLITS"]   # checked by _part_config
     else:
         pairs = max(pairs, 1)
         s = capacity // pairs if whole_rounds else cdiv(capacity, pairs)
@@ -724,7 +734,7 @@ def decode_attention(q: torch.Tensor, cache: TurboQuantCache, batch: MixedBatch,
     kernel."""
 
     use_cuda = nvcc.check_backend(backend, triton_only=("emulate",) if emulate is not None else ())
-    cfg = resolve_config(config, CONFIG["cuda_decode" if use_cuda else "decode"])
+    cfg = _part_config(config, "cuda_decode" if use_cuda else "decode")
     em = False if use_cuda else resolve_emulate(emulate, EMULATE_WHY)
     check_tensor("out", out, dtypes=(torch.float32, torch.float16, torch.bfloat16), ndim=3, device=DEVICE)
     B = batch.num_decode_reqs
@@ -775,7 +785,7 @@ def prefill_attention(q, k, v, q_rot, cache: TurboQuantCache, batch: MixedBatch,
                       *, sm_scale=None, config=None, emulate: bool | None = None) -> torch.Tensor:
     """Rows [num_decode_tokens, num_actual_tokens) of ``out`` (and nothing else): causal attention of
     each prefill request's new tokens over its cached prefix (quantized) and its own new tokens."""
-    cfg = resolve_config(config, CONFIG["prefill"])
+    cfg = _part_config(config, "prefill")
     em = resolve_emulate(emulate, EMULATE_WHY)
     n_pre = batch.num_reqs - batch.num_decode_reqs
     if n_pre == 0:
@@ -832,6 +842,12 @@ def write_attention(q, k, v, cache: TurboQuantCache, batch: MixedBatch, attn_out
         raise ValueError(f"attn_out must be [>= {batch.num_actual_tokens}, {q.shape[1]}, {q.shape[2]}], got "
                          f"{tuple(attn_out.shape)}")
     cfg = dict(config or {})
+    # what the decode and prefill launchers would refuse, refused before the store writes the cache
+    use_cuda = nvcc.check_backend(backend, triton_only=("emulate",) if emulate is not None else ())
+    for part, name in (("decode", "cuda_decode" if use_cuda else "decode"), ("prefill", "prefill")):
+        _part_config(cfg.get(part), name, name=f"config[{part!r}]")
+    if not use_cuda:
+        resolve_emulate(emulate, EMULATE_WHY)
     store_kv(k[: batch.num_actual_tokens], v[: batch.num_actual_tokens], cache, batch.slot_mapping,
              config=cfg.get("store"))
     # the Triton kernels read the rotated queries; the CUDA decode kernel rotates its own
@@ -844,15 +860,13 @@ def write_attention(q, k, v, cache: TurboQuantCache, batch: MixedBatch, attn_out
     return attn_out
 
 
-# --------------------------------------------------------------------------------------------------
-# Examples for tests and notebooks
-# --------------------------------------------------------------------------------------------------
+# ----------------------------- Examples for tests and notebooks ----------------------------------------------------
 
 def make_example(query_lens, seq_lens, num_decode_reqs, *, hq=4, hkv=1, d=32, block_size=16,
                  dtype=torch.float32, seed=0, spare_blocks=3, device=None):
     """A cache holding every request's history (positions [0, seq_len - query_len), stored with the
     store kernel), shuffled pages, and the step's q, k, v. Returns (q, k, v, cache, batch)."""
-    dev = torch.device(device or DEVICE)
+    dev = kernel_device(device)
     g = torch.Generator().manual_seed(seed)
     R = len(query_lens)
     pages = [cdiv(s, block_size) for s in seq_lens]
