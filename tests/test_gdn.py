@@ -77,6 +77,13 @@ def test_empty_sequence_keeps_its_state(kind):
     x["initial_state"] = torch.randn(3, 1, 32, 32, device=DEVICE)
     _, ht = fn(**x, output_final_state=True, cu_seqlens=cu)
     assert torch.equal(ht[1], x["initial_state"][1]), "a zero-length sequence must hand back its initial state"
+    for cu in ([0, 0], [0, 0, 0]):   # every sequence empty (no token at all): nothing to launch but the states
+        x = gdn.make_inputs(1, 0, 1, 32, HV=2, seed=4)
+        x["initial_state"] = torch.randn(len(cu) - 1, 2, 32, 32, device=DEVICE)
+        for seg in ((None, 3) if kind == "chunk" else (None,)):
+            kw = {"segments": seg} if kind == "chunk" else {}
+            o, ht = fn(**x, output_final_state=True, cu_seqlens=torch.tensor(cu, device=DEVICE), **kw)
+            assert o.shape == (1, 0, 2, 32) and torch.equal(ht, x["initial_state"]), (cu, seg)
 
 
 @pytest.mark.parametrize("kind", list(KERNELS))
@@ -566,6 +573,25 @@ def test_host_offsets_are_checked_on_the_host(kind, cu, match):
     fn, _ = KERNELS[kind]
     with pytest.raises(ValueError, match=match):
         fn(**_good(), cu_seqlens=torch.tensor(cu))
+    # a valid host copy that differs from the host tensor it copies: refused (the copy alone passes the checks)
+    with pytest.raises(ValueError, match="cu_seqlens_cpu must be cu_seqlens' host copy"):
+        copy = torch.tensor({4: [0, 3, 5, 8], 3: [0, 3, 8], 2: [0, 8]}[len(cu)])
+        fn(**_good(), cu_seqlens=torch.tensor(cu), cu_seqlens_cpu=copy)
+
+
+@pytest.mark.parametrize("kind", list(KERNELS))
+def test_forward_only_inputs_and_scale_checked(kind):
+    """The kernels have no backward: an input that requires a gradient, with grad mode on, is refused (else the
+    output would silently carry none); under no_grad it runs. A bool scale is refused like any non-number."""
+    fn, _ = KERNELS[kind]
+    x = _good()
+    x["q"] = x["q"].clone().requires_grad_()
+    with pytest.raises(ValueError, match="forward only"):
+        fn(**x)
+    with torch.no_grad():
+        fn(**x)
+    with pytest.raises(ValueError, match="scale must be"):
+        fn(**_good(), scale=True)
 
 
 @pytest.mark.parametrize("kind", list(KERNELS))

@@ -38,9 +38,9 @@ from .kernels import gdn as kern
 __all__ = [
     "compute_dtype", "l2norm", "naive_recurrent_gated_delta_rule", "chunk_gated_delta_rule_ref",
     "fused_recurrent_gated_delta_rule", "chunk_gated_delta_rule", "gated_rmsnorm", "gated_rmsnorm_ref",
-    "GDNBlockParams", "make_block_params", "qwen3_next_linear_attention", "z_handoff_zero_then_copy",
-    "make_inputs", "chunk_count_bound", "state_launch", "fuse_o_rule", "CHUNK", "CONFIG", "EMULATE_WHY", "STATE_FILL",
-    "STATE_RULE", "STATE_PREVIOUS", "segment_rule", "SEGMENT_RULE",
+    "GDNBlockParams", "make_block_params", "qwen3_next_linear_attention", "z_handoff_zero_then_copy", "make_inputs",
+    "chunk_count_bound", "state_launch", "fuse_o_rule", "CHUNK", "CONFIG", "EMULATE_WHY", "STATE_FILL", "STATE_RULE",
+    "STATE_PREVIOUS", "segment_rule", "SEGMENT_RULE",
 ]
 
 CHUNK = 64
@@ -99,8 +99,7 @@ def _check_bounds(bounds, T, name="cu_seqlens"):
 
 
 def _host_offsets(cu_seqlens, cu_seqlens_cpu):
-    """The host tensor whose values the checks read: ``cu_seqlens_cpu`` when given, else ``cu_seqlens``
-    on the host (a CPU run: free to read), else None (a GPU trusts the values: a graph cannot wait)."""
+    """The host offsets the checks read: cu_seqlens_cpu, else a host cu_seqlens, else None (a graph cannot wait)."""
     return cu_seqlens_cpu if cu_seqlens_cpu is not None else cu_seqlens if cu_seqlens.device.type == "cpu" else None
 
 
@@ -127,6 +126,9 @@ def _check(q, k, v, g, beta, scale, initial_state, cu_seqlens, *, device=None, i
     a device tensor without a host copy is trusted (:func:`_host_offsets`)."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         check_tensor(name, t, dtypes=_FLOATS, ndim=4, device=device)
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, g, beta, initial_state)):
+        raise ValueError("these kernels are forward only (inference): no gradient would reach inputs that require "
+                         "one; call under torch.no_grad() (or torch.inference_mode()) or pass detached tensors")
     dev = q.device
     for name, t in (("k", k), ("v", v)):
         if not same_device(t.device, dev):
@@ -152,7 +154,8 @@ def _check(q, k, v, g, beta, scale, initial_state, cu_seqlens, *, device=None, i
         if tuple(t.shape) != (B, T, HV):
             raise ValueError(f"{name} must be [B, T, HV] = {[B, T, HV]} (one value per token and value "
                              f"head), got {list(t.shape)}")
-    if scale is not None and not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
+    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float))
+                              or not math.isfinite(scale) or scale <= 0):
         raise ValueError(f"scale must be None (K^-0.5) or a positive finite number, got {scale!r}")
     if cu_seqlens is not None:
         check_tensor("cu_seqlens", cu_seqlens, dtypes=(torch.int32, torch.int64), ndim=1, device=dev)
@@ -169,6 +172,9 @@ def _check(q, k, v, g, beta, scale, initial_state, cu_seqlens, *, device=None, i
         host = _host_offsets(cu_seqlens, cu_seqlens_cpu)
         if host is not None:
             _check_bounds(host.tolist(), T, "cu_seqlens")   # a host tensor: no device sync
+        if cu_seqlens_cpu is not None and cu_seqlens.device.type == "cpu" and cu_seqlens.tolist() != host.tolist():
+            raise ValueError(f"cu_seqlens_cpu must be cu_seqlens' host copy, got {host.tolist()} "
+                             f"and {cu_seqlens.tolist()}")
     else:
         if cu_seqlens_cpu is not None:
             raise ValueError("cu_seqlens_cpu is a host copy of cu_seqlens: give cu_seqlens too")
@@ -481,8 +487,9 @@ def _chunk_config(config) -> dict:
 
 def _chunks(cu_seqlens, N: int, B: int, T: int):
     """(chunk_indices, chunk_offsets, NT): the varlen chunk table (NT a bound), or (None, None, the chunk count)."""
-    varlen = cu_seqlens is not None and B * T
-    return _chunk_table(cu_seqlens, N, B * T) if varlen else (None, None, B * cdiv(T, CHUNK))
+    if cu_seqlens is not None and not B * T:   # every sequence empty: no chunk; the state pass reads the offsets
+        return None, torch.zeros(N + 1, dtype=torch.int32, device=cu_seqlens.device), 0   # (zeros: they are the values)
+    return _chunk_table(cu_seqlens, N, B * T) if cu_seqlens is not None else (None, None, B * cdiv(T, CHUNK))
 
 
 def _fuse_wu(c1: dict, K: int, emulate: bool) -> bool:
