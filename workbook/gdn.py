@@ -173,8 +173,7 @@ def _check(q, k, v, g, beta, scale, initial_state, cu_seqlens, *, device=None, i
         if host is not None:
             _check_bounds(host.tolist(), T, "cu_seqlens")   # a host tensor: no device sync
         if cu_seqlens_cpu is not None and cu_seqlens.device.type == "cpu" and cu_seqlens.tolist() != host.tolist():
-            raise ValueError(f"cu_seqlens_cpu must be cu_seqlens' host copy, got {host.tolist()} "
-                             f"and {cu_seqlens.tolist()}")
+            raise ValueError(f"cu_seqlens_cpu must be cu_seqlens' host copy: {host.tolist()} vs {cu_seqlens.tolist()}")
     else:
         if cu_seqlens_cpu is not None:
             raise ValueError("cu_seqlens_cpu is a host copy of cu_seqlens: give cu_seqlens too")
