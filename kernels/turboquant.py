@@ -357,7 +357,7 @@ def tq_decode_kernel(
     stride_bt,    # row stride of block_table
     split_len,    # tokens per split (a multiple of BLOCK_N)
     HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-    BLOCK_G: tl.constexpr,     # next power of two >= max(HQ // HKV, 8): the query heads of one KV head
+    BLOCK_G: tl.constexpr,     # power of two >= HQ // HKV (the launcher: at least CONFIG's BLOCK_G, 16 on a GPU)
     BLOCK_N: tl.constexpr,     # cache tokens per tile
     NUM_SPLITS: tl.constexpr,
     SPLIT: tl.constexpr,       # from NUM_SPLITS (heuristic): write partials for the merge kernel
@@ -367,8 +367,9 @@ def tq_decode_kernel(
     """Split-KV decode: program (request b, KV head, split s) attends the G = HQ // HKV query heads of
     that KV head (each cache byte read once per KV head) over tokens [s * split_len, ...).
 
-    Tokens are the rows of both matrix multiplies, the G heads their narrow side (padded to 8, the
-    tensor cores' smallest N): scores^T [BLOCK_N, G] = K [BLOCK_N, D] @ Q^T [D, G], and
+    Tokens are the rows of both matrix multiplies, the G heads their narrow side (padded to BLOCK_G: 16 on a
+    GPU, the narrowest for which Triton 3.6 emits Hopper's wgmma):
+    scores^T [BLOCK_N, G] = K [BLOCK_N, D] @ Q^T [D, G], and
     out^T [D, G] += V^T [D, BLOCK_N] @ (p * v_scale) [BLOCK_N, G]. K and V are dequantized once per tile,
     as whole [BLOCK_N, D] fp16 tiles (``words_to_tile``), and Q^T is loaded once, in the tile's column
     order. The softmax sums l and sum p * (v_zero + 8 v_scale) stay per (token row, head) and are reduced
@@ -376,9 +377,7 @@ def tq_decode_kernel(
 
     Precision: values go in centred (code - 8), so on a flat softmax the output is not a small
     difference of two large sums, and each tile's p @ V starts from zero and is added to the running sum
-    in fp32 (``_COPY_ASM`` keeps the two apart), so the tensor cores' accumulator only ever sums one tile.
-    (A 3.2% miss of the 20k-token GPU check, once blamed on accumulation, was the test's own: its
-    reference read the new token's cache slot before the step stored it.)"""
+    in fp32 (``_COPY_ASM`` keeps the two apart), so the tensor cores' accumulator only ever sums one tile."""
     G: tl.constexpr = HQ // HKV
     W: tl.constexpr = D // 8
     b = tl.program_id(0)

@@ -15,11 +15,11 @@ q, k ``[B, T, H, K]``; v ``[B, T, HV, V]``; g, beta ``[B, T, HV]``; states ``[N,
 
 Kernels (``kernels/gdn.py``): the recurrent form is one kernel, one program per (value block, sequence, value head)
 walking the tokens; the chunked form (chunks of ``CHUNK`` = 64 tokens) is solve -> state pass (the one sequential
-part, :func:`state_launch`'s rule) -> output, where :func:`fuse_o_rule` says the state pass forms w/u from A and the
-outputs itself (:func:`_forms`), else with w/u folded into the solve. Where :func:`segment_rule` measured a gain (few
-sequence-heads, long sequences) it runs parallel over the sequence too (:func:`_segmented`; ``segments=`` overrides
-the rule). Every buffer a launcher allocates is ``torch.empty``, next to a comment that says which program writes each
-row. Benchmark: :mod:`workbook.benchmarks.gdn`; pictures: :mod:`workbook.plots.gdn`; graders:
+part, :func:`state_launch`'s rule) -> output, where :func:`fuse_o_rule` says the state pass forms v' from A (no w/u)
+and the outputs itself (:func:`_forms`), else with w/u folded into the solve. Where :func:`segment_rule` measured a
+gain (few sequence-heads, long sequences) it runs parallel over the sequence too (:func:`_segmented`; ``segments=``
+overrides the rule). Every buffer a launcher allocates is ``torch.empty``, next to a comment that says which program
+writes each row. Benchmark: :mod:`workbook.benchmarks.gdn`; pictures: :mod:`workbook.plots.gdn`; graders:
 :mod:`workbook.graders.gdn`.
 """
 from __future__ import annotations
@@ -607,9 +607,9 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
                            inplace_final_state=False, config=None, return_intermediates=False,
                            emulate: bool | None = None, segments="auto"):
     """Chunked Gated DeltaNet (prefill), chunks of 64 tokens, Triton kernels: solve (G and A = (I + L)^-1 per chunk;
-    w/u from A in its registers, or in a kernel of their own, or in the state pass: FUSE_WU, FROM_A) -> state pass
-    (sequential over chunks) -> output (parallel over chunks, or in the state pass: FUSE_O). Arguments in fla's
-    order; returns as :func:`fused_recurrent_gated_delta_rule`. With ``use_qk_l2norm_in_kernel`` the solve
+    w/u from A in its registers or in a kernel of their own, or v' from A in the state pass: FUSE_WU, FROM_A) ->
+    state pass (sequential over chunks) -> output (parallel over chunks, or in the state pass: FUSE_O). Arguments in
+    fla's order; returns as :func:`fused_recurrent_gated_delta_rule`. With ``use_qk_l2norm_in_kernel`` the solve
     kernel normalises the keys once and stores them for the later kernels.
 
     Varlen (``cu_seqlens`` on the device) never waits for the device nor copies from it: the chunk
