@@ -466,7 +466,6 @@ def test_bad_inputs():
         tq.store_kv(k, v, cache, batch.slot_mapping.int())
 
 
-
 def test_refusals_come_before_the_store_writes_the_cache():
     """Everything the decode and prefill launchers would refuse (backend, emulate, a config part's names and
     sizes) is refused before the store kernel writes the step's tokens: the cache keeps its bytes (compared as
@@ -977,6 +976,22 @@ def test_recorded_grid_is_issue_34s_grid_and_never_slower_than_sdpa():
         assert r["speedup_vs_sdpa"] == pytest.approx(r["sdpa_graph_us"] / r["ours_graph_us"])
         assert r["speedup_vs_sdpa"] >= 1.0, r   # issue 34, item 2: never slower than SDPA
     assert len(tq_bench.grid_table(rec).splitlines()) == len(tq_bench.GRID) + 2
+
+
+def test_run15_outcome_states_what_its_run_measured():
+    """The grid-merge run's outcome line (notebook 04 prints it) quotes figures from its own table: the range
+    at 16+ requests and 16k+ tokens, the largest slowdown and its point; every form gave the same bits."""
+    from workbook.records import load_record
+    r15 = load_record("turboquant")["results"]["cuda_variants_measured"]["run15"]
+    rows = {k.split(" ", 1)[1]: (v[0][1], r15["run"]["T-grid " + k.split(" ", 1)[1]][0][1])
+            for k, v in r15["run"].items() if k.startswith("T-kernel ")}
+    ratio = {pt: g / k for pt, (k, g) in rows.items()}
+    big = [ratio[pt] - 1 for pt in ratio if int(pt.split()[0][1:]) >= 16 and int(pt.split()[1][1:]) >= 16384]
+    assert all(r > 1 for r in ratio.values()) and all(r15["grid_equals_kernel_bitwise"].values())
+    assert f"by {100 * min(big):.1f}% to {100 * max(big):.1f}% with 16 requests or more" in r15["outcome"]
+    worst = max(ratio, key=ratio.get)
+    k_us, g_us = rows[worst]
+    assert f"up to {ratio[worst]:.1f}x as slow" in r15["outcome"] and f"{g_us} against {k_us} us" in r15["outcome"]
 
 
 def test_key_table_threshold_is_the_one_measured():

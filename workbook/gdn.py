@@ -486,8 +486,7 @@ def _chunk_config(config) -> dict:
 
 def _chunks(cu_seqlens, N: int, B: int, T: int):
     """(chunk_indices, chunk_offsets, NT): the varlen chunk table (NT a bound), or (None, None, the chunk count)."""
-    if cu_seqlens is not None and not B * T:   # every sequence empty: no chunk; the state pass reads the offsets
-        return None, torch.zeros(N + 1, dtype=torch.int32, device=cu_seqlens.device), 0   # (zeros: they are the values)
+    # varlen with no token at all too: the table kernel still writes chunk_offsets, which the state pass reads
     return _chunk_table(cu_seqlens, N, B * T) if cu_seqlens is not None else (None, None, B * cdiv(T, CHUNK))
 
 
@@ -545,9 +544,9 @@ def _intermediates(cfg, k, v, g, beta, cu_seqlens, N, *, l2, emulate, keep=False
     # and the chunks of all sequences tile [0, T_all) (cu_seqlens: 0 .. T, non-decreasing), so each
     # per-row buffer below is written row by row by its chunk's program before anyone reads it.
     G = torch.empty(TA, HV, dtype=torch.float32, device=dev)   # kernel 1, program (chunk, hv)
-    # kernel 1, program (chunk, value heads hv .. hv + GV - 1): its rows x all
-    # 64 columns, zeros above the diagonal included; with FUSE_WU A stays in registers, stored only for a caller who
-    # keeps it. With FROM_A the state pass forms v' from A: no kernel 2, no w and u, the solve stores A for the pass
+    # kernel 1, program (chunk, value heads hv .. hv + GV - 1): its rows x all 64 columns, zeros above the diagonal
+    # included; with FUSE_WU A stays in registers, stored only for a caller who keeps it. With FROM_A the state pass
+    # forms v' from A: no kernel 2, no w and u, the solve stores A for the pass
     forms = _forms(cfg["state"], N, HV, K, V, k.element_size(), keep)
     fuse_wu = not forms[1] and _fuse_wu(cfg["solve"], K, emulate)
     A = torch.empty(TA, HV, CHUNK, dtype=dt, device=dev) if keep or not fuse_wu else None
@@ -780,7 +779,7 @@ def gated_rmsnorm(x, z, weight, eps=1e-6, config=None):
     require_launchable(kern.gated_rmsnorm_kernel)
     if M:
         kern.gated_rmsnorm_kernel[(cdiv(M, BM),)](x, z, weight, y, M, float(eps), D=D, BD=BD, BM=BM,
-                                                         num_warps=cfg["num_warps"])
+                                                  num_warps=cfg["num_warps"])
     return y
 
 

@@ -36,7 +36,6 @@ import ctypes
 import numpy as np
 import torch
 
-
 from . import device, nvcc
 from .device import (DEVICE, ON_GPU, cdiv, check_tensor, next_pow2, require_launchable, resolve_config,
                      resolve_emulate)

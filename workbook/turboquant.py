@@ -61,6 +61,12 @@ def _is_pow2(n: int) -> bool:
     return isinstance(n, int) and n >= 1 and (n & (n - 1)) == 0
 
 
+def _check_counts(**counts) -> None:
+    for name, val in counts.items():
+        if isinstance(val, bool) or not isinstance(val, int) or val < 1:
+            raise ValueError(f"{name} must be a positive integer, got {val!r}")
+
+
 def _check_dim(name: str, d, lo: int = 2) -> None:
     if not _is_pow2(d) or d < lo:
         raise ValueError(f"{name} must be a power of two >= {lo} (the Hadamard rotation is defined "
@@ -323,9 +329,7 @@ def allocate_cache(num_blocks: int, block_size: int, num_kv_heads: int, head_dim
     reads positions [0, seq_len) of its own pages, and every position below seq_len was stored
     when its token was new); the tests poison every page and check that no output changes."""
     _check_dim("head_dim", head_dim, lo=2)
-    for name, val in (("num_blocks", num_blocks), ("block_size", block_size), ("num_kv_heads", num_kv_heads)):
-        if not isinstance(val, int) or val < 1:
-            raise ValueError(f"{name} must be a positive integer, got {val!r}")
+    _check_counts(num_blocks=num_blocks, block_size=block_size, num_kv_heads=num_kv_heads)
     dev = kernel_device(device)
     shape = (num_blocks, num_kv_heads, block_size)
     c = lloyd_max_centroids(KEY_BITS, head_dim)
@@ -389,9 +393,7 @@ def make_batch(query_lens, seq_lens, block_table, num_decode_reqs: int, *, block
     length including the new tokens; ``block_table``: [R, max_pages] page ids (int); the first
     ``num_decode_reqs`` requests are the decode requests."""
     dev = kernel_device(device)
-    for name, val in (("block_size", block_size), ("num_blocks", num_blocks)):
-        if isinstance(val, bool) or not isinstance(val, int) or val < 1:
-            raise ValueError(f"{name} must be a positive integer, got {val!r}")
+    _check_counts(block_size=block_size, num_blocks=num_blocks)
     ql, sl = (x.tolist() if isinstance(x, torch.Tensor) else list(x) for x in (query_lens, seq_lens))
     for name, xs in (("query_lens", ql), ("seq_lens", sl)):
         if any(isinstance(x, bool) or int(x) != x for x in xs):

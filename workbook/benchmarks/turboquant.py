@@ -41,8 +41,8 @@ from ..turboquant import (CONFIG, MixedBatch, allocate_cache, decode_attention, 
 
 __all__ = ["run", "table", "grid_table", "GRID", "decode_point", "key_mse", "mse_table", "PAPER_MSE", "SHAPES", "SMOKE_SHAPES", "CONFIGS", "SMOKE_CONFIGS", "HEADS",
            "MIXED_STEP", "TIMERS", "SUSTAINED_POINTS", "sustained_point",
-           "KEY_TABLE_POINTS", "key_table_ab", "decode_forms_ab", "choose_key_table_threshold", "KEPT_TABLES", "RUN_TABLES",
-           "kept_tables"]
+           "KEY_TABLE_POINTS", "key_table_ab", "decode_forms_ab", "choose_key_table_threshold", "KEPT_TABLES",
+           "RUN_TABLES", "kept_tables"]
 
 HEADS = {"hq": 32, "hkv": 8, "d": 128, "block_size": 16}
 SHAPES = [(8, 4096), (8, 32768), (8, 65536), (32, 4096), (32, 32768), (128, 16384)]   # (batch, context)
