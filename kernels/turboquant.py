@@ -20,9 +20,10 @@ symmetric, so this is a relabelling of the sorted codes, ``workbook.turboquant.s
 Keys: ``k ~= k_scale * (c[codes] @ H)`` with ``H`` the orthonormal (symmetric) Hadamard matrix. The
 attention kernels never rotate a key back: ``<q, c H> = <q H, c>``, so the launcher rotates each
 query once and the kernels dot it with the centroids directly. Values:
-``v ~= v_scale * codes + v_zero``, so ``sum_n p_n v_n = sum_n (p_n v_scale_n) codes_n +
-sum_n p_n v_zero_n``: the codes go into the matrix multiply as they are (small integers are exact in
-fp16; the decode kernel centres them, code - 8), the zero point is a running sum per query row.
+``v ~= v_scale * codes + v_zero``, so ``sum_n p_n v_n = sum_n (p_n v_scale_n) (codes_n - 8) +
+sum_n p_n (v_zero_n + 8 v_scale_n)``: the centred codes go into the matrix multiply (small integers are
+exact in fp16; centred, the products' rounding scales with the output, not with an offset), the rest
+is a running fp32 sum per query row.
 
 Matrix-multiply operands are fp16 on the GPU (tensor cores, fp32 accumulate). ``EMULATE`` (the
 house's one switch, ``kernels/__init__.py``): Triton's interpreter returns garbage from ``tl.dot``
@@ -87,11 +88,12 @@ def lookup_centroids(b_code, centroids, LOOKUP: tl.constexpr):
 
 
 @triton.jit
-def nibble_to_fp16(b_code):
-    """Integer codes 0..15 (int32) -> the same values in fp16 without a conversion instruction (those
-    run at a quarter of the ALU rate on Hopper): the fp16 bits 0x6400 | code are 1024 + code, exactly."""
+def centred_nibble(b_code):
+    """Integer codes 0..15 (int32) -> code - 8 in fp16 without a conversion instruction (those run at a
+    quarter of the ALU rate on Hopper): the fp16 bits 0x6400 | code are 1024 + code, exactly, and
+    subtracting 1032 leaves code - 8, exactly."""
     b_bits = (b_code | 0x6400).to(tl.int16)
-    return b_bits.to(tl.float16, bitcast=True) - tl.full([1, 1], 1024.0, tl.float16)
+    return b_bits.to(tl.float16, bitcast=True) - tl.full([1, 1], 1032.0, tl.float16)
 
 
 # PTX for the decode kernel's GPU path (EMULATE=False). One 32-bit word holds 8 codes: nibble k =
@@ -307,15 +309,15 @@ def _attend_cache(
         b_vs = tl.load(v_scale + o_slot, mask=m_t, other=0.0).to(tl.float32)
         b_vz = tl.load(v_zero + o_slot, mask=m_t, other=0.0).to(tl.float32)
         b_ps = (b_p * b_vs[None, :]).to(tl.float16).to(OP)
-        if EMULATE:
-            b_vlo = (b_vc & 15).to(OP)
-            b_vhi = (b_vc >> 4).to(OP)
+        if EMULATE:  # centred, code - 8, as in the decode kernels (the offset rides in the fp32 sum below)
+            b_vlo = ((b_vc & 15) - 8).to(OP)
+            b_vhi = ((b_vc >> 4) - 8).to(OP)
         else:
-            b_vlo = nibble_to_fp16(b_vc & 15)
-            b_vhi = nibble_to_fp16(b_vc >> 4)
+            b_vlo = centred_nibble(b_vc & 15)
+            b_vhi = centred_nibble(b_vc >> 4)
         b_acc_e = tl.dot(b_ps, b_vlo, b_acc_e * b_alpha[:, None], input_precision=PREC)
         b_acc_o = tl.dot(b_ps, b_vhi, b_acc_o * b_alpha[:, None], input_precision=PREC)
-        b_accz = b_accz * b_alpha + tl.sum(b_p * b_vz[None, :], axis=1)
+        b_accz = b_accz * b_alpha + tl.sum(b_p * (b_vz + 8.0 * b_vs)[None, :], axis=1)
         m_i = m_new
     return m_i, l_i, b_acc_e, b_acc_o, b_accz
 
