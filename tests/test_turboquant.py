@@ -695,6 +695,24 @@ def test_sustained_point_code_path_on_tiny_sizes():
                      "timers": dict(tq_bench.TIMERS), "ceilings": {}, "results": {"sustained": [row]}})
 
 
+def test_target_ab_alternates_the_order_and_keeps_every_round(monkeypatch):
+    """target_ab's plumbing on the CPU (the CUDA decode replaced by the Triton one, a tiny context): each
+    round times both, the order flips each round, every timing is kept, the median is the middle."""
+    from workbook.benchmarks import turboquant as bench
+    monkeypatch.setattr(bench, "require_gpu", lambda what: None)
+    monkeypatch.setattr(bench, "decode_attention", lambda q, cache, batch, out, backend: ("ours", backend))
+    order, fake = [], iter([10.0, 5.0, 4.0, 12.0, 10.0, 4.0, 2.0, 11.0])   # sdpa, ours, ours, sdpa, ...
+
+    def timer(fn):
+        r = fn()
+        order.append(r[0] if isinstance(r, tuple) else "sdpa")
+        return next(fake)
+    res = bench.target_ab([(1, 40)], rounds=4, pause_s=0.0, timer=timer)["B1 T40"]
+    assert order == ["sdpa", "ours", "ours", "sdpa", "sdpa", "ours", "ours", "sdpa"]
+    assert res["sdpa_us"] == [10.0, 12.0, 10.0, 11.0] and res["ours_us"] == [5.0, 4.0, 4.0, 2.0]
+    assert res["speedups"] == [2.0, 3.0, 2.5, 5.5] and res["median_speedup"] == 2.75
+
+
 def test_mixed_step_twin_code_path_on_the_cpu(monkeypatch):
     """The mixed-step benchmark's plumbing on tiny sizes (the flash call is CUDA-only: replaced by
     per-request SDPA): zeros and empty both timed, the fill alone, the bf16 twin's new tokens stored at

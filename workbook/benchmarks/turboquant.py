@@ -9,7 +9,8 @@ kernels: Triton and CUDA C++; a configuration may name its ``backend``), against
 graph of 10 calls; median of 3 windows, one window with ``smoke``) and ``eager`` (per-call time of the
 Python call, host and launches included). Read rates are each cache's bytes over its GPU time, measured
 in the same run. The full run adds zeros vs empty for ``attn_out`` in a mixed step (store + decode +
-prefill, :data:`MIXED_STEP`), the CUDA kernel's default configuration over :data:`GRID` and the
+prefill, :data:`MIXED_STEP`), issue 34's target points timed alternately (:func:`target_ab`), the CUDA
+kernel's default configuration over :data:`GRID` and the
 copy ceiling, and what sustained load does to each timer at :data:`SUSTAINED_POINTS`
 (:func:`sustained_point`). :func:`key_table_ab` (not part of ``run``) re-measures the CUDA kernel's
 key-table threshold on the GPU at hand (turboquant.json: run 10 chose one on an H100, run 11 another on
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import math
+import statistics
 import time
 
 import torch
@@ -41,7 +43,7 @@ from ..turboquant import (CONFIG, MixedBatch, allocate_cache, decode_attention, 
 
 __all__ = ["run", "table", "grid_table", "GRID", "decode_point", "key_mse", "mse_table", "PAPER_MSE", "SHAPES", "SMOKE_SHAPES", "CONFIGS", "SMOKE_CONFIGS", "HEADS",
            "MIXED_STEP", "TIMERS", "SUSTAINED_POINTS", "sustained_point",
-           "KEY_TABLE_POINTS", "key_table_ab", "decode_forms_ab", "choose_key_table_threshold", "KEPT_TABLES",
+           "KEY_TABLE_POINTS", "key_table_ab", "TARGET_POINTS", "target_ab", "decode_forms_ab", "choose_key_table_threshold", "KEPT_TABLES",
            "RUN_TABLES", "kept_tables"]
 
 HEADS = {"hq": 32, "hkv": 8, "d": 128, "block_size": 16}
@@ -71,6 +73,8 @@ TIMERS = {
 # on the H200 the CUDA decode's graph-replay time sat above its eager time there, SDPA's did not
 SUSTAINED_POINTS = [(32, 32768), (8, 65536)]
 # where key_table_ab times both forms of the CUDA kernel: issue 34's grid and six long points beyond it
+# issue 34's target: >= 3x SDPA at 32k and above for batch 8 and 32 (timed alternately by target_ab)
+TARGET_POINTS = [(8, 32768), (8, 65536), (32, 32768), (32, 65536)]
 KEY_TABLE_POINTS = GRID + [(8, 32768), (32, 32768), (16, 24576), (4, 131072), (64, 8192), (2, 5000)]
 
 
@@ -125,6 +129,9 @@ def run(*, budget_s: float | None = None, smoke: bool = False) -> Measurement:
         torch.cuda.empty_cache()
     ceilings = {}
     if not smoke:
+        if budget_s is None or time.time() - t0 <= budget_s:
+            res["target_ab"] = target_ab()
+            print("target_ab", {k: round(v["median_speedup"], 3) for k, v in res["target_ab"].items()}, flush=True)
         res["grid"] = _grid(timer, t0, budget_s, skipped)
         try:
             res["mixed_step"] = _mixed_step_point(timer, eager=time_us)
@@ -156,7 +163,7 @@ def run(*, budget_s: float | None = None, smoke: bool = False) -> Measurement:
 
 # The record's tables a full run writes, and those other runs add (Nsight Compute profiles, SASS counts, A/B runs of
 # kernel variants, the H100 record, the notes on them), which a full run carries over (kept_tables).
-RUN_TABLES = ("shapes", "configs", "cuda_decode_config", "slot_bytes", "grid", "mixed_step", "sustained", "mse",
+RUN_TABLES = ("shapes", "configs", "cuda_decode_config", "slot_bytes", "target_ab", "grid", "mixed_step", "sustained", "mse",
               "skipped", "elapsed_s")
 KEPT_TABLES = ("profile", "profile_b8", "profile_kernel_c", "profile_kernel_l", "static_sass", "static_sass_cuda",
                "previous_kernel", "previous_cuda_kernel", "cuda_variants_measured", "launch_rule", "h100_record",
@@ -387,6 +394,36 @@ def decode_forms_ab(points, forms: dict, timer=None, eager=time_us, seed: int = 
         del q16, k16, v16, q, cache, batch, out, outs, calls, fn   # the lambdas hold the cache too
         torch.cuda.empty_cache()
     return run, same, times
+
+
+def target_ab(points=TARGET_POINTS, rounds: int = 4, pause_s: float = 1.0, timer=None, seed: int = 0) -> dict:
+    """Issue 34's target points, SDPA and the CUDA decode (default configuration) timed alternately: ``rounds``
+    rounds per point, the order flipped each round, ``pause_s`` of idle card before every timing so that
+    each starts from the same state (a single pass times the second kernel on a card the first one heated:
+    the table and the grid of one run read 3.04x and 2.72x at 8 x 64k). Returns ``{"B<b> T<t>": {"sdpa_us":
+    [...], "ours_us": [...], "speedups": [...], "median_speedup": m}}``, the lists in round order. GPU only."""
+    import torch.nn.functional as F
+
+    require_gpu("workbook.benchmarks.turboquant.target_ab")
+    timer = timer or _graph10
+    res = {}
+    for B, T in points:
+        q16, k16, v16, cache, batch, out = _decode_setup(B, T, HEADS["hq"], HEADS["hkv"], HEADS["d"],
+                                                         HEADS["block_size"], seed)
+        q = q16[:, :, 0].contiguous()
+        fns = {"sdpa": lambda: F.scaled_dot_product_attention(q16, k16, v16, enable_gqa=True),
+               "ours": lambda: decode_attention(q, cache, batch, out, backend="cuda")}
+        times = {"sdpa": [], "ours": []}
+        for r in range(rounds):
+            for name in (("sdpa", "ours") if r % 2 == 0 else ("ours", "sdpa")):
+                time.sleep(pause_s)
+                times[name].append(timer(fns[name]))
+        speedups = [a / b for a, b in zip(times["sdpa"], times["ours"])]
+        res[f"B{B} T{T}"] = {"sdpa_us": times["sdpa"], "ours_us": times["ours"], "speedups": speedups,
+                             "median_speedup": statistics.median(speedups)}
+        del q16, k16, v16, q, cache, batch, out, fns
+        torch.cuda.empty_cache()
+    return res
 
 
 def key_table_ab(points=KEY_TABLE_POINTS, variant: str = "T", timer=None, eager=time_us, seed: int = 0) -> dict:
