@@ -709,7 +709,7 @@ def test_target_ab_alternates_the_order_and_keeps_every_round(monkeypatch):
         return next(fake)
     res = bench.target_ab([(1, 40)], rounds=4, pause_s=0.0, timer=timer)["B1 T40"]
     assert order == ["sdpa", "ours", "ours", "sdpa", "sdpa", "ours", "ours", "sdpa"]
-    assert res["sdpa_us"] == [10.0, 12.0, 10.0, 11.0] and res["ours_us"] == [5.0, 4.0, 4.0, 2.0]
+    assert res["sdpa_graph_us"] == [10.0, 12.0, 10.0, 11.0] and res["ours_graph_us"] == [5.0, 4.0, 4.0, 2.0]
     assert res["speedups"] == [2.0, 3.0, 2.5, 5.5] and res["median_speedup"] == 2.75
 
 
@@ -1026,6 +1026,20 @@ def test_run15_outcome_states_what_its_run_measured():
     worst = max(ratio, key=ratio.get)
     k_us, g_us = rows[worst]
     assert f"up to {ratio[worst]:.1f}x as slow" in r15["outcome"] and f"{g_us} against {k_us} us" in r15["outcome"]
+
+
+def test_run16_outcome_states_what_its_run_measured():
+    """The H100's alternate timing of the target points: the outcome quotes each median and the widest spread."""
+    from workbook.records import load_record
+    r16 = load_record("turboquant")["results"]["cuda_variants_measured"]["run16"]
+    assert {tuple(int(x[1:]) for x in k.split()) for k in r16["run"]} == set(tq_bench.TARGET_POINTS)
+    for k, v in r16["run"].items():
+        assert v["speedups"] == [a / b for a, b in zip(v["sdpa_graph_us"], v["ours_graph_us"])]
+        b, t = k.split()
+        assert f"{b} {int(t[1:]) // 1024}k {v['median_speedup']:.2f}x" in r16["outcome"]
+    spread = max((max(v["speedups"]) - min(v["speedups"])) / v["median_speedup"] for v in r16["run"].values())
+    assert f"at most {100 * spread:.1f}% of its median" in r16["outcome"]
+    assert ("Above 3x at all four" in r16["outcome"]) == all(v["median_speedup"] >= 3 for v in r16["run"].values())
 
 
 def test_key_table_threshold_is_the_one_measured():

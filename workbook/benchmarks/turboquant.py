@@ -362,7 +362,7 @@ def decode_forms_ab(points, forms: dict, timer=None, eager=time_us, seed: int = 
     """The CUDA decode in each of ``forms`` ({name: config or None}; the first is the default's, the only
     one timed eagerly too) against SDPA at each (batch, context) of ``points`` (:data:`HEADS`), each form
     timed twice in turn and the faster kept (``timer``: graph replay of 10 calls, median of 3 windows).
-    Returns (run, same, times): run = ``{"<form> B<b> T<t>": [[sdpa_us, ours_us, eager_us or None, speedup,
+    Returns (run, same, times): run = ``{"<form> B<b> T<t>": [[sdpa_graph_us, ours_graph_us, eager_us or None, speedup,
     None, "split_len <n>"]]}`` (the format of turboquant.json's cuda_variants_measured runs), same =
     {point: whether every form gave the first form's bits}, times = [(split_len, {form: us})]. GPU only."""
     import torch.nn.functional as F
@@ -400,8 +400,8 @@ def target_ab(points=TARGET_POINTS, rounds: int = 4, pause_s: float = 1.0, timer
     """Issue 34's target points, SDPA and the CUDA decode (default configuration) timed alternately: ``rounds``
     rounds per point, the order flipped each round, ``pause_s`` of idle card before every timing so that
     each starts from the same state (a single pass times the second kernel on a card the first one heated:
-    the table and the grid of one run read 3.04x and 2.72x at 8 x 64k). Returns ``{"B<b> T<t>": {"sdpa_us":
-    [...], "ours_us": [...], "speedups": [...], "median_speedup": m}}``, the lists in round order. GPU only."""
+    the table and the grid of one run read 3.04x and 2.72x at 8 x 64k). Returns ``{"B<b> T<t>": {"sdpa_graph_us":
+    [...], "ours_graph_us": [...], "speedups": [...], "median_speedup": m}}``, the lists in round order. GPU only."""
     import torch.nn.functional as F
 
     require_gpu("workbook.benchmarks.turboquant.target_ab")
@@ -419,7 +419,7 @@ def target_ab(points=TARGET_POINTS, rounds: int = 4, pause_s: float = 1.0, timer
                 time.sleep(pause_s)
                 times[name].append(timer(fns[name]))
         speedups = [a / b for a, b in zip(times["sdpa"], times["ours"])]
-        res[f"B{B} T{T}"] = {"sdpa_us": times["sdpa"], "ours_us": times["ours"], "speedups": speedups,
+        res[f"B{B} T{T}"] = {"sdpa_graph_us": times["sdpa"], "ours_graph_us": times["ours"], "speedups": speedups,
                              "median_speedup": statistics.median(speedups)}
         del q16, k16, v16, q, cache, batch, out, fns
         torch.cuda.empty_cache()
