@@ -399,8 +399,8 @@ def decode_forms_ab(points, forms: dict, timer=None, eager=time_us, seed: int = 
 def target_ab(points=TARGET_POINTS, rounds: int = 4, pause_s: float = 1.0, timer=None, seed: int = 0) -> dict:
     """Issue 34's target points, SDPA and the CUDA decode (default configuration) timed alternately: ``rounds``
     rounds per point, the order flipped each round, ``pause_s`` of idle card before every timing so that
-    each starts from the same state (a single pass times the second kernel on a card the first one heated:
-    the table and the grid of one run read 3.04x and 2.72x at 8 x 64k). Returns ``{"B<b> T<t>": {"sdpa_graph_us":
+    each starts from the same state (a single pass times each kernel right after the other, and the table
+    and the grid of one run can disagree at the same point: turboquant.json, 8 x 64k). Returns ``{"B<b> T<t>": {"sdpa_graph_us":
     [...], "ours_graph_us": [...], "speedups": [...], "median_speedup": m}}``, the lists in round order. GPU only."""
     import torch.nn.functional as F
 
