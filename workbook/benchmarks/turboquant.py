@@ -43,8 +43,8 @@ from ..turboquant import (CONFIG, MixedBatch, allocate_cache, decode_attention, 
 
 __all__ = ["run", "table", "grid_table", "GRID", "decode_point", "key_mse", "mse_table", "PAPER_MSE", "SHAPES", "SMOKE_SHAPES", "CONFIGS", "SMOKE_CONFIGS", "HEADS",
            "MIXED_STEP", "TIMERS", "SUSTAINED_POINTS", "sustained_point",
-           "KEY_TABLE_POINTS", "key_table_ab", "TARGET_POINTS", "target_ab", "decode_forms_ab", "choose_key_table_threshold", "KEPT_TABLES",
-           "RUN_TABLES", "kept_tables"]
+           "KEY_TABLE_POINTS", "key_table_ab", "decode_forms_ab", "choose_key_table_threshold", "KEPT_TABLES",
+           "RUN_TABLES", "kept_tables", "TARGET_POINTS", "target_ab"]
 
 HEADS = {"hq": 32, "hkv": 8, "d": 128, "block_size": 16}
 SHAPES = [(8, 4096), (8, 32768), (8, 65536), (32, 4096), (32, 32768), (128, 16384)]   # (batch, context)
@@ -72,9 +72,9 @@ TIMERS = {
 # long points where the full run also records what sustained load does to each timer (results["sustained"]):
 # on the H200 the CUDA decode's graph-replay time sat above its eager time there, SDPA's did not
 SUSTAINED_POINTS = [(32, 32768), (8, 65536)]
-# where key_table_ab times both forms of the CUDA kernel: issue 34's grid and six long points beyond it
 # issue 34's target: >= 3x SDPA at 32k and above for batch 8 and 32 (timed alternately by target_ab)
 TARGET_POINTS = [(8, 32768), (8, 65536), (32, 32768), (32, 65536)]
+# where key_table_ab times both forms of the CUDA kernel: issue 34's grid and six long points beyond it
 KEY_TABLE_POINTS = GRID + [(8, 32768), (32, 32768), (16, 24576), (4, 131072), (64, 8192), (2, 5000)]
 
 
@@ -163,8 +163,8 @@ def run(*, budget_s: float | None = None, smoke: bool = False) -> Measurement:
 
 # The record's tables a full run writes, and those other runs add (Nsight Compute profiles, SASS counts, A/B runs of
 # kernel variants, the H100 record, the notes on them), which a full run carries over (kept_tables).
-RUN_TABLES = ("shapes", "configs", "cuda_decode_config", "slot_bytes", "target_ab", "grid", "mixed_step", "sustained", "mse",
-              "skipped", "elapsed_s")
+RUN_TABLES = ("shapes", "configs", "cuda_decode_config", "slot_bytes", "target_ab", "grid", "mixed_step", "sustained",
+              "mse", "skipped", "elapsed_s")
 KEPT_TABLES = ("profile", "profile_b8", "profile_kernel_c", "profile_kernel_l", "static_sass", "static_sass_cuda",
                "previous_kernel", "previous_cuda_kernel", "cuda_variants_measured", "launch_rule", "h100_record",
                "notes")
@@ -362,7 +362,7 @@ def decode_forms_ab(points, forms: dict, timer=None, eager=time_us, seed: int = 
     """The CUDA decode in each of ``forms`` ({name: config or None}; the first is the default's, the only
     one timed eagerly too) against SDPA at each (batch, context) of ``points`` (:data:`HEADS`), each form
     timed twice in turn and the faster kept (``timer``: graph replay of 10 calls, median of 3 windows).
-    Returns (run, same, times): run = ``{"<form> B<b> T<t>": [[sdpa_graph_us, ours_graph_us, eager_us or None, speedup,
+    Returns (run, same, times): run = ``{"<form> B<b> T<t>": [[sdpa_us, ours_us, eager_us or None, speedup,
     None, "split_len <n>"]]}`` (the format of turboquant.json's cuda_variants_measured runs), same =
     {point: whether every form gave the first form's bits}, times = [(split_len, {form: us})]. GPU only."""
     import torch.nn.functional as F
@@ -400,8 +400,9 @@ def target_ab(points=TARGET_POINTS, rounds: int = 4, pause_s: float = 1.0, timer
     """Issue 34's target points, SDPA and the CUDA decode (default configuration) timed alternately: ``rounds``
     rounds per point, the order flipped each round, ``pause_s`` of idle card before every timing so that
     each starts from the same state (a single pass times each kernel right after the other, and the table
-    and the grid of one run can disagree at the same point: turboquant.json, 8 x 64k). Returns ``{"B<b> T<t>": {"sdpa_graph_us":
-    [...], "ours_graph_us": [...], "speedups": [...], "median_speedup": m}}``, the lists in round order. GPU only."""
+    and the grid of one run can disagree at the same point: turboquant.json, 8 x 64k). Returns
+    ``{"B<b> T<t>": {"sdpa_graph_us": [...], "ours_graph_us": [...], "speedups": [...], "median_speedup": m}}``,
+    the lists in round order. GPU only."""
     import torch.nn.functional as F
 
     require_gpu("workbook.benchmarks.turboquant.target_ab")
