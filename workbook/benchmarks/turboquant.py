@@ -34,7 +34,7 @@ import torch
 import triton
 
 from ..check import rel_err
-from ..device import DEVICE, describe
+from ..device import DEVICE, ON_GPU, describe
 from ..records import Measurement, carry_over, format_table, load_record
 from ..timing import (TIMERS as _TIMERS, copy_ceiling_GBps, graph_time_us, kernel_times_us, power_probe, require_gpu,
                       time_us)
@@ -483,9 +483,14 @@ def _mixed_step_point(timer, shape: dict = MIXED_STEP, eager=None) -> dict:
             res[f"{alloc}_eager_us"] = eager(lambda alloc=alloc: mixed_attention(q, k, v, cache, batch, alloc=alloc))
     res["zeros_over_empty"] = res["zeros_graph_us"] / res["empty_graph_us"]
     res["zero_fill_alone_graph_us"] = timer(lambda: torch.zeros_like(q))
+    if ON_GPU:   # the same step with the CUDA C++ decode (mixed_attention's default decode is Triton's)
+        res["cuda_decode_empty_graph_us"] = timer(lambda: mixed_attention(q, k, v, cache, batch, backend="cuda"))
     try:
         res["bf16_twin"] = _bf16_twin(q, k, v, batch, timer, eager)
         res["bf16_twin"]["turboquant_over_twin"] = res["empty_graph_us"] / res["bf16_twin"]["twin_graph_us"]
+        if "cuda_decode_empty_graph_us" in res:
+            res["bf16_twin"]["turboquant_cuda_decode_over_twin"] = (res["cuda_decode_empty_graph_us"]
+                                                                    / res["bf16_twin"]["twin_graph_us"])
     except (NotImplementedError, RuntimeError) as e:    # torch's flash attention is CUDA-only
         res["bf16_twin"] = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
     return res
