@@ -934,3 +934,27 @@ def test_mapping_names_real_lines_of_both_kernels(topic, notebook):
         for src, text in ((cu, c), (tri, t)):
             names = [w for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]{3,}", text) if "_" in w]
             assert all(n in src for n in names), (topic, text, [n for n in names if n not in src])
+
+
+def test_first_build_says_it_compiles_and_a_cached_one_is_silent(monkeypatch, tmp_path, capsys):
+    """build() announces the one slow compile on stderr, then loads the cached library without a word
+    (nvcc, the compile and the loader replaced: any machine)."""
+    import types
+    monkeypatch.setattr(nvcc, "_lib", None)
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    monkeypatch.setattr(nvcc, "_nvcc_or_raise", lambda: ("nvcc", []))
+    monkeypatch.setattr(nvcc, "_build_key", lambda nvcc_, extra: "k")
+    runs = []
+    monkeypatch.setattr(nvcc, "_run", lambda cmd: (runs.append(cmd), open(cmd[cmd.index("-o") + 1], "w").close()))
+
+    class Lib:   # takes the argtypes / restype assignments
+        def __getattr__(self, name):
+            fn = types.SimpleNamespace()
+            setattr(self, name, fn)
+            return fn
+    monkeypatch.setattr(nvcc.ctypes, "CDLL", lambda path: Lib())
+    nvcc.build()
+    assert len(runs) == 1 and "compiling" in capsys.readouterr().err
+    monkeypatch.setattr(nvcc, "_lib", None)
+    nvcc.build()
+    assert len(runs) == 1 and capsys.readouterr().err == ""

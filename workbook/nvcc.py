@@ -25,6 +25,7 @@ import importlib.util
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -138,7 +139,9 @@ def build(verbose: bool = False):
         nvcc, extra = _nvcc_or_raise()
         where = cache_dir() / _build_key(nvcc, extra)
         so = where / "workbook_cuda.so"
-        if not so.exists():
+        if not so.exists():   # say so once: the first compile takes about a minute, in silence otherwise
+            print(f"workbook: compiling {', '.join(p.name for p in SOURCES.values())} with nvcc (first use of "
+                  f"backend='cuda' with these sources; cached in {where})", file=sys.stderr, flush=True)
             where.mkdir(parents=True, exist_ok=True)
             with tempfile.TemporaryDirectory(dir=where) as tmp:   # build aside, then move: atomic
                 part = Path(tmp) / so.name
