@@ -668,6 +668,8 @@ def test_benchmark_code_path_on_tiny_sizes():
     assert row["rel_err_vs_sdpa_bf16"] < 0.2
     ms = tq_bench._mixed_step_point(_calls, dict(nd=2, ctx=20, pre_q=[5], pre_ctx=[7], hq=4, hkv=2, d=32))
     assert {"empty_graph_us", "zeros_graph_us", "zeros_over_empty"} <= set(ms)
+    if ON_GPU:   # head dim 32: the CUDA decode's step is refused, with its reason in the row
+        assert "head_dim 128 only" in ms["cuda_decode_error"] and "cuda_decode_empty_graph_us" not in ms
     if not ON_GPU:
         with pytest.raises(RuntimeError, match="GPU"):
             tq_bench.run(smoke=True)
@@ -696,8 +698,8 @@ def test_sustained_point_code_path_on_tiny_sizes():
 
 
 def test_target_ab_alternates_the_order_and_keeps_every_round(monkeypatch):
-    """target_ab's plumbing on the CPU (the CUDA decode replaced by the Triton one, a tiny context): each
-    round times both, the order flips each round, every timing is kept, the median is the middle."""
+    """target_ab's plumbing on any device (the CUDA decode and the timer replaced by fakes, a tiny context):
+    each round times both, the order flips each round, every timing is kept, the median is the middle."""
     from workbook.benchmarks import turboquant as bench
     monkeypatch.setattr(bench, "require_gpu", lambda what: None)
     monkeypatch.setattr(bench, "decode_attention", lambda q, cache, batch, out, backend: ("ours", backend))

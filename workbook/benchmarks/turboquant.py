@@ -484,7 +484,10 @@ def _mixed_step_point(timer, shape: dict = MIXED_STEP, eager=None) -> dict:
     res["zeros_over_empty"] = res["zeros_graph_us"] / res["empty_graph_us"]
     res["zero_fill_alone_graph_us"] = timer(lambda: torch.zeros_like(q))
     if ON_GPU:   # the same step with the CUDA C++ decode (mixed_attention's default decode is Triton's)
-        res["cuda_decode_empty_graph_us"] = timer(lambda: mixed_attention(q, k, v, cache, batch, backend="cuda"))
+        try:
+            res["cuda_decode_empty_graph_us"] = timer(lambda: mixed_attention(q, k, v, cache, batch, backend="cuda"))
+        except ValueError as e:   # a step the CUDA kernel does not take (head dim, GQA ratio, pages): its reason
+            res["cuda_decode_error"] = str(e)[:300]
     try:
         res["bf16_twin"] = _bf16_twin(q, k, v, batch, timer, eager)
         res["bf16_twin"]["turboquant_over_twin"] = res["empty_graph_us"] / res["bf16_twin"]["twin_graph_us"]
