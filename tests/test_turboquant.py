@@ -3,6 +3,7 @@ the coverage proof, poisoned buffers, bad inputs, graders, pictures, the benchma
 import contextlib
 import dataclasses
 import math
+import statistics
 
 import pytest
 import torch
@@ -924,6 +925,44 @@ def test_cuda_decode_writes_every_partial_and_never_reads_unused_slots(key_table
 
 
 @needs_cuda_backend
+@pytest.mark.parametrize("key_table", [True, False])
+def test_cuda_decode_fills_a_round_the_pairs_do_not_divide(monkeypatch, key_table):
+    """FILL with a round of 37 runs over 6 pairs (6 or 7 runs each; the 5-token request's runs past its end
+    hold no token): the output matches the reference, and in part_out / part_lse (poisoned with NaN) each
+    pair's rows [0, its runs) are written and the rows past them never touched, as the split in
+    _runs_of_pairs says (the kernel's first_run, pair_of_run and run bounds)."""
+    monkeypatch.setattr(tq, "tq_decode_resident_warps", lambda index: 37)
+    q, k, v, cache, batch = tq.make_example([1, 1, 1], [4000, 5, 1500], 3, hq=8, hkv=2, d=128, dtype=torch.bfloat16,
+                                            seed=13)
+    tq.store_kv(k, v, cache, batch.slot_mapping)
+    cfg = {"FILL": True, "KEY_TABLE": key_table}
+    plan = tq.cuda_decode_launch({**tq.CONFIG["cuda_decode"], **cfg}, 6, 4000, 0)
+    assert plan[:3] == (37, 125, 7)
+    bufs, real_empty = [], torch.empty
+
+    def empty(*args, **kwargs):
+        t = real_empty(*args, **kwargs).fill_(float("nan"))
+        bufs.append(t)
+        return t
+
+    out = torch.zeros_like(q)
+    monkeypatch.setattr(torch, "empty", empty)
+    tq.decode_attention(q, cache, batch, out, backend="cuda", config=cfg)
+    monkeypatch.setattr(torch, "empty", real_empty)
+    part_out, part_lse = bufs
+    assert part_out.shape == (3, 8, 7, 128) and part_lse.shape == (3, 8, 7)
+    assert rel_err(out, tq.reference_mixed_attention(q, k, v, cache, batch)) <= 1e-2
+    for p, runs in enumerate(_runs_of_pairs(37, 6, 125)):
+        b, heads = p // 2, slice(4 * (p % 2), 4 * (p % 2) + 4)
+        n = len(runs)
+        assert not part_out[b, heads, :n].isnan().any() and not part_lse[b, heads, :n].isnan().any(), p
+        assert part_out[b, heads, n:].isnan().all() and part_lse[b, heads, n:].isnan().all(), p
+        past_end = torch.tensor([s * 32 >= (4000, 5, 1500)[b] for s, _ in runs], device=part_lse.device)
+        assert past_end.any() == (b > 0), p   # the 5- and 1500-token requests have runs past their ends
+        assert torch.equal(part_lse[b, heads, :n] == -math.inf, past_end.expand(4, n)), p
+
+
+@needs_cuda_backend
 def test_cuda_decode_long_context_and_graph_replay():
     """20k tokens in one split and in many; queries that are a strided / misaligned view (the launcher
     copies them); then the call captured in a CUDA graph and replayed on new queries gives the eager result."""
@@ -986,7 +1025,7 @@ def test_cuda_launch_rule_small_grids_cut_splits_to_steps(resident):
     small, floor = cfg["SMALL_WARPS"], cfg["MIN_SPLIT"]
     for pairs in (1, 8, 16, 24, 64, 256, 1024, 5000):
         for L in (1, 31, 33, 1000, 1024, 4097, 16384, 65536, 131072):
-            S, n = _num_splits(cfg, resident, pairs, L, _CUDA_STEP, whole_rounds=True)
+            S, n, _ = _num_splits(cfg, resident, pairs, L, _CUDA_STEP, whole_rounds=True)
             assert n % _CUDA_STEP == 0 and S * n >= L > (S - 1) * n, (pairs, L, S, n)
             assert S * pairs <= max(resident, small, pairs), (pairs, L, S)
             if S * pairs > small and S > 1:
@@ -996,7 +1035,7 @@ def test_cuda_launch_rule_small_grids_cut_splits_to_steps(resident):
             if pairs * triton.cdiv(L, floor) >= small:
                 assert S == old, (pairs, L, S, old)   # ... and only where MIN_SPLIT's grid is below SMALL_WARPS
     # the measured cases: batch 1 x 1k over 8 KV heads takes 32 one-step splits, batch 8 x 64k a whole round
-    assert _num_splits(cfg, 2112, 8, 1024, _CUDA_STEP, whole_rounds=True) == (32, 32)
+    assert _num_splits(cfg, 2112, 8, 1024, _CUDA_STEP, whole_rounds=True) == (32, 32, False)
     assert _num_splits(cfg, 2112, 64, 65536, _CUDA_STEP, whole_rounds=True)[0] == 2112 // 64
 
 
@@ -1044,6 +1083,28 @@ def test_run16_outcome_states_what_its_run_measured():
     assert ("Above 3x at all four" in r16["outcome"]) == all(v["median_speedup"] >= 3 for v in r16["run"].values())
 
 
+def test_run17_outcome_and_the_fill_default_follow_its_run():
+    """The FILL A/B (run 17): its outcome quotes the range of the FILL / pairs x splits ratios and the four target
+    points from its own rows, and CONFIG's FILL is on only if the latest FILL run gained at every target point."""
+    from workbook.records import load_record
+    cv = load_record("turboquant")["results"]["cuda_variants_measured"]
+    r17 = cv["run17"]
+    ratio = {k: v["fill_over_nofill_median"] for k, v in r17["run"].items()}
+    name = {k: f"{k.split()[0]} {int(k.split()[1][1:]) // 1024}k" for k in ratio}
+    lo, hi = min(ratio, key=ratio.get), max(ratio, key=ratio.get)
+    assert f"from {ratio[lo]:.3f}x at {name[lo]} to {ratio[hi]:.3f}x at {name[hi]}" in r17["outcome"]
+    targets = [f"B{b} T{t}" for b, t in tq_bench.TARGET_POINTS]
+    for k in targets:
+        assert f"{name[k]} {ratio[k]:.3f}x" in r17["outcome"]
+    for row in r17["run"].values():   # each ratio is the median over rounds of nofill time / FILL time
+        rounds = zip(row["fill_graph_us"], row["nofill_graph_us"])
+        assert row["fill_over_nofill_median"] == statistics.median(b / a for a, b in rounds)
+    latest = max((k for k in cv if k.startswith("run") and k[3:].isdigit() and "fill_over_nofill_median"
+                  in next(iter(cv[k].get("run", {"": {}}).values()), {})), key=lambda k: int(k[3:]))
+    gained = all(cv[latest]["run"][k]["fill_over_nofill_median"] > 1 for k in targets)
+    assert tq.CONFIG["cuda_decode"]["FILL"] is gained
+
+
 def test_key_table_threshold_is_the_one_measured():
     """CONFIG["cuda_decode"]["KEY_TABLE_MIN_SPLIT"] is the split length that the record's latest run with both
     forms forced (keys '<variant>-table' and '<variant>-regs') chose, and recomputing that choice from the
@@ -1074,21 +1135,66 @@ def test_key_table_threshold_is_the_one_measured():
 
 def test_cuda_decode_launch_rule_on_the_cpu(monkeypatch):
     """The CUDA decode's launch rule (the launcher's and key_table_ab's), with an H200's 2112 resident warps
-    stood in: whole rounds of splits, the key table from KEY_TABLE_MIN_SPLIT tokens, KEY_TABLE forcing
-    either form, NUM_SPLITS fixing the split count, and a bad KEY_TABLE refused with its name."""
+    stood in: where whole rounds bound the splits, FILL shares the round's 2112 runs among the pairs (8 x 32k:
+    33 runs a pair, not 32 = 2048 runs; 32 x 32k: 8 or 9), without FILL pairs x splits; short contexts keep
+    the small-grid rule; the key table from KEY_TABLE_MIN_SPLIT tokens of the longest run, KEY_TABLE forcing
+    either form, NUM_SPLITS fixing the runs per pair, and a bad KEY_TABLE or FILL refused with its name."""
     monkeypatch.setattr(tq, "tq_decode_resident_warps", lambda index: 2112)
-    cfg = dict(tq.CONFIG["cuda_decode"])
+    cfg = {**tq.CONFIG["cuda_decode"], "FILL": True}
     thr = cfg["KEY_TABLE_MIN_SPLIT"]
-    S, n, table = tq.cuda_decode_launch(cfg, 64, 65536, 0)          # batch 8 x 64k
-    assert S == 2112 // 64 and S * n >= 65536 > (S - 1) * n and n % 32 == 0 and table == (n >= thr)
-    assert tq.cuda_decode_launch(cfg, 8, 1024, 0)[2] is (32 >= thr)  # batch 1 x 1k: one-step splits
-    assert tq.cuda_decode_launch(cfg, 1024, 1024, 0)[1:] == (512, 512 >= thr)   # batch 128 x 1k: the run-11 edge
-    assert tq.cuda_decode_launch({**cfg, "KEY_TABLE": True}, 8, 1024, 0)[2] is True
-    assert tq.cuda_decode_launch({**cfg, "KEY_TABLE": False}, 64, 65536, 0)[2] is False
-    assert tq.cuda_decode_launch({**cfg, "NUM_SPLITS": 4}, 64, 65536, 0)[:2] == (4, 16384)
-    for bad in ("yes", 1):
-        with pytest.raises(ValueError, match="KEY_TABLE"):
-            tq.cuda_decode_launch({**cfg, "KEY_TABLE": bad}, 64, 65536, 0)
+    plan = tq.cuda_decode_launch(cfg, 64, 32768, 0)                      # batch 8 x 32k
+    assert plan[:4] == (2112, 1024, 33, 32 * 32) and plan.key_table is (1024 >= thr)
+    assert tq.cuda_decode_launch({**cfg, "FILL": False}, 64, 32768, 0)[:4] == (2048, 1024, 32, 1024)
+    assert tq.cuda_decode_launch(cfg, 256, 32768, 0)[:4] == (2112, 1024, 9, 4096)   # batch 32 x 32k
+    assert tq.cuda_decode_launch(cfg, 64, 65536, 0)[:4] == (2112, 2048, 33, 32 * 63)   # 8 x 64k: 62 or 63 steps
+    assert tq.cuda_decode_launch(cfg, 8, 1024, 0) == (256, 32, 32, 32, 32 >= thr)   # 1 x 1k: one-step splits
+    assert tq.cuda_decode_launch(cfg, 1024, 1024, 0) == (2112, 32, 3, 512, 512 >= thr)   # 128 x 1k: 2 or 3 runs
+    assert tq.cuda_decode_launch(cfg, 3000, 4096, 0)[:3] == (3000, 128, 1)   # more pairs than a round: one each
+    assert tq.cuda_decode_launch({**cfg, "KEY_TABLE": True}, 8, 1024, 0).key_table is True
+    assert tq.cuda_decode_launch({**cfg, "KEY_TABLE": False}, 64, 65536, 0).key_table is False
+    assert tq.cuda_decode_launch({**cfg, "NUM_SPLITS": 4}, 64, 65536, 0)[:4] == (256, 2048, 4, 16384)
+    for key, bad in (("KEY_TABLE", "yes"), ("KEY_TABLE", 1), ("FILL", None), ("FILL", 1)):
+        with pytest.raises(ValueError, match=f"{key} must be|{key} True or False"):
+            tq.cuda_decode_launch({**cfg, key: bad}, 64, 65536, 0)
+
+
+def _runs_of_pairs(runs: int, pairs: int, steps: int) -> list[list[tuple[int, int]]]:
+    """The CUDA decode's work split as kernels/cuda/turboquant.cu computes it (first_run, pair_of_run and the
+    kernel's run bounds), written again in Python: pair p's runs, each [first step, end step)."""
+    first = [p * runs // pairs for p in range(pairs + 1)]
+    out = []
+    for p in range(pairs):
+        n = first[p + 1] - first[p]
+        out.append([(k * steps // n, (k + 1) * steps // n) for k in range(n)])
+    for r in range(runs):   # pair_of_run inverts first_run
+        p = ((r + 1) * pairs - 1) // runs
+        assert first[p] <= r < first[p + 1], (runs, pairs, r)
+    return out
+
+
+@pytest.mark.parametrize("pairs,max_len", [(64, 32768), (256, 32768), (24, 100000), (1024, 1024), (7, 33),
+                                          (6, 4000), (1000, 65536), (2112, 4096), (5, 1)])
+def test_cuda_decode_work_split_covers_every_step_once(monkeypatch, pairs, max_len):
+    """The work split behind part_out's `empty` (kernels/cuda/turboquant.cu, Coverage): with FILL or not, every
+    pair gets at least one run and at most `slots`; its runs tile its steps [0, pair_steps) in order, with no
+    gap and no overlap, none longer than run_len, lengths within one step of each other; and block b's warp i
+    (run i x blocks + b) takes each run exactly once. The GPU test below holds the kernel to the same split."""
+    monkeypatch.setattr(tq, "tq_decode_resident_warps", lambda index: 2112)
+    for fill in (True, False):
+        plan = tq.cuda_decode_launch({**tq.CONFIG["cuda_decode"], "FILL": fill}, pairs, max_len, 0)
+        assert plan.runs >= pairs and plan.pair_steps * 32 >= max_len
+        split = _runs_of_pairs(plan.runs, pairs, plan.pair_steps)
+        for runs in split:
+            assert 1 <= len(runs) <= plan.slots
+            assert runs[0][0] == 0 and runs[-1][1] == plan.pair_steps
+            assert all(a[1] == b[0] for a, b in zip(runs, runs[1:]))
+            lens = [e - s for s, e in runs]
+            assert max(lens) * 32 <= plan.run_len and max(lens) - min(lens) <= 1
+        assert sum(len(r) for r in split) == plan.runs
+        for warps in (16, 2):   # the table kernel's blocks, the register kernel's
+            blocks = -(-plan.runs // warps)
+            taken = sorted(i * blocks + b for b in range(blocks) for i in range(warps) if i * blocks + b < plan.runs)
+            assert taken == list(range(plan.runs))
 
 
 def test_key_table_points_are_distinct_and_cover_the_grid():

@@ -30,6 +30,7 @@ import ctypes
 import functools
 import itertools
 import math
+from collections import namedtuple
 from dataclasses import dataclass
 
 import torch
@@ -46,6 +47,7 @@ __all__ = [
     "MixedBatch", "make_batch", "CoverageError", "prove_coverage", "store_kv", "store_kv_reference",
     "dequantize_cache", "reference_attention", "reference_mixed_attention", "rotate_queries", "decode_attention",
     "prefill_attention", "mixed_attention", "write_attention", "tq_decode_resident_warps", "cuda_decode_launch",
+    "CudaDecodeLaunch",
     "CONFIG", "EMULATE_WHY", "make_example",
 ]
 
@@ -268,25 +270,11 @@ class TurboQuantCache:
     boundaries: torch.Tensor
     rotation: torch.Tensor
 
-    @property
-    def num_blocks(self) -> int:
-        return self.k_codes.shape[0]
-
-    @property
-    def num_kv_heads(self) -> int:
-        return self.k_codes.shape[1]
-
-    @property
-    def block_size(self) -> int:
-        return self.k_codes.shape[2]
-
-    @property
-    def head_dim(self) -> int:
-        return 2 * self.k_codes.shape[3]
-
-    @property
-    def device(self) -> torch.device:
-        return self.k_codes.device
+    num_blocks = property(lambda self: self.k_codes.shape[0], doc="pages")
+    num_kv_heads = property(lambda self: self.k_codes.shape[1])
+    block_size = property(lambda self: self.k_codes.shape[2], doc="tokens per page")
+    head_dim = property(lambda self: 2 * self.k_codes.shape[3])
+    device = property(lambda self: self.k_codes.device)
 
     def tensors(self) -> tuple[torch.Tensor, ...]:
         return self.k_codes, self.k_scale, self.v_codes, self.v_scale, self.v_zero
@@ -509,18 +497,20 @@ def _check_qkv(q, k, v, cache, batch):
 # the compiler's 139); WAVES chosen on the H200 from the configurations the benchmark records side by side.
 # num_stages=1: with 2, Triton 3.6's pipelining of the cached-prefix loop made an out-of-range shared-memory
 # access on the H200 (compute-sanitizer memcheck on tests/test_turboquant.py, 2026-11-30; not upstream).
-# cuda_decode (backend="cuda": one warp per request, KV head and split): NUM_SPLITS None = splits filling
-# WAVES whole rounds of the resident warps (a partly filled last round costs a whole round), at most one
-# per MIN_SPLIT tokens, but a grid of up to SMALL_WARPS warps may cut splits to one 32-token step (short
-# contexts: a warp's fixed cost and the merge outweigh its steps; turboquant.json "launch_rule"). KEY_TABLE:
-# True the kernel's shared-memory key table, False its register table, None the rule: the table for splits
-# of KEY_TABLE_MIN_SPLIT tokens or more, where its 64 KB fill paid (benchmarks.turboquant.key_table_ab).
+# cuda_decode (backend="cuda": one warp per run, a contiguous range of one (request, KV head) pair's tokens):
+# NUM_SPLITS None = splits filling WAVES whole rounds of the resident warps (a partly filled last round costs
+# a whole round), at most one per MIN_SPLIT tokens, but a grid of up to SMALL_WARPS warps may cut splits to
+# one 32-token step (short contexts: a warp's fixed cost and the merge outweigh its steps; turboquant.json
+# "launch_rule"). FILL: where whole rounds bound the splits, the pairs share the round's runs exactly (some
+# pairs one run more) instead of pairs x splits <= the round; off, as measured (cuda_variants_measured run 17).
+# KEY_TABLE: True the kernel's shared-memory key table, False its register table, None the rule: the table for
+# runs of KEY_TABLE_MIN_SPLIT tokens or more, where its 64 KB fill paid (benchmarks.turboquant.key_table_ab).
 CONFIG = {
     "store": {"BLOCK_R": 16, "num_warps": 4},
     "decode": {"BLOCK_N": 64, "BLOCK_G": 16, "NUM_SPLITS": None, "WAVES": 8, "MIN_SPLIT": 256,
                "num_warps": 4, "num_stages": 1, "maxnreg": 128},
-    "cuda_decode": {"NUM_SPLITS": None, "WAVES": 1, "MIN_SPLIT": 256, "SMALL_WARPS": 512, "KEY_TABLE": None,
-                    "KEY_TABLE_MIN_SPLIT": 512},
+    "cuda_decode": {"NUM_SPLITS": None, "WAVES": 1, "MIN_SPLIT": 256, "SMALL_WARPS": 512, "FILL": False,
+                    "KEY_TABLE": None, "KEY_TABLE_MIN_SPLIT": 512},
     "prefill": {"BLOCK_M": 64, "BLOCK_N": 64, "LOOKUP": 0, "num_warps": 4, "num_stages": 1},
 }
 if not ON_GPU:  # the interpreter pays per operation, not per element: few, large programs
@@ -642,16 +632,19 @@ def rotate_queries(q: torch.Tensor, cache: TurboQuantCache, sm_scale=None) -> to
 
 
 def _num_splits(cfg, capacity, pairs: int, max_len: int, step: int, whole_rounds: bool = False):
-    """(splits, split_len): NUM_SPLITS if given, else ``capacity`` programs shared by the ``pairs`` rounded up
-    (Triton) or down (CUDA), at most max(SMALL_WARPS // pairs, one per MIN_SPLIT tokens); whole ``step``s."""
+    """(splits, split_len, bound): NUM_SPLITS if given, else ``capacity`` programs shared by the ``pairs``
+    rounded up (Triton) or down (CUDA), at most max(SMALL_WARPS // pairs, one per MIN_SPLIT tokens); whole
+    ``step``s. bound: whether the capacity set the count (long contexts)."""
     if cfg["NUM_SPLITS"] is not None:
-        s = cfg["NUM_SPLITS"]   # checked by _part_config
+        s, bound = cfg["NUM_SPLITS"], False   # checked by _part_config
     else:
         pairs = max(pairs, 1)
         s = capacity // pairs if whole_rounds else cdiv(capacity, pairs)
-        s = max(1, min(s, max(cfg.get("SMALL_WARPS", 0) // pairs, cdiv(max_len, cfg["MIN_SPLIT"]))))
+        cap = max(cfg.get("SMALL_WARPS", 0) // pairs, cdiv(max_len, cfg["MIN_SPLIT"]))
+        bound = 1 <= s <= cap
+        s = max(1, min(s, cap))
     split_len = cdiv(cdiv(max(max_len, 1), s), step) * step
-    return cdiv(max(max_len, 1), split_len), split_len
+    return cdiv(max(max_len, 1), split_len), split_len, bound
 
 
 def _check_cuda_decode(q, cache: TurboQuantCache, hq: int, d: int) -> None:
@@ -677,48 +670,68 @@ def _check_cuda_decode(q, cache: TurboQuantCache, hq: int, d: int) -> None:
 _Q_DTYPES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
 
 
-def _cuda_tq_decode(q: torch.Tensor, q_scale: float, cache, batch, num_splits: int, split_len: int,
-                    part_out: torch.Tensor, part_lse: torch.Tensor, out: torch.Tensor, key_table: bool) -> None:
-    """The CUDA half of :func:`decode_attention` (inputs checked, buffers allocated there): the decode kernel
-    rotates the raw queries ``q`` [B, Hq, D] (fp32/fp16/bf16, [Hq, D] dense, 16-byte aligned rows) times
-    ``q_scale`` and fills part_out and part_lse for every request, head and split; the merge kernel, launched as
-    its programmatic dependent, writes rows [0, B) of ``out``. ``key_table``: the key form (the same bits)."""
+def _cuda_tq_decode(q: torch.Tensor, cfg: dict, cache, batch, out: torch.Tensor, sm_scale) -> torch.Tensor:
+    """The CUDA half of :func:`decode_attention` (``out`` checked there; ``q`` = its decode rows): the decode
+    kernel rotates the raw queries ``q`` [B, Hq, D] (fp32/fp16/bf16) times sm_scale log2(e) / sqrt(D) and
+    fills part_out and part_lse for every run of :func:`cuda_decode_launch`'s split; the merge kernel,
+    launched as its programmatic dependent, writes rows [0, B) of ``out``."""
+    (B, hq, d), hkv = q.shape, cache.num_kv_heads
+    _check_cuda_decode(q, cache, hq, d)
+    index = out.device.index if out.device.index is not None else torch.cuda.current_device()
+    plan = cuda_decode_launch(cfg, B * hkv, batch.max_decode_seq_len, index)
+    # empty is right: the warp of run k of pair (b, KV head) writes row k of part_out/part_lse[b, its G
+    # heads], a run past the sequence's end included (lse -inf, output 0); the merge reads rows [0, the
+    # pair's runs), never the rows past them (a pair with fewer runs than slots). The tests poison both.
+    part_out = torch.empty(B, hq, plan.slots, d, dtype=torch.float32, device=out.device)
+    part_lse = torch.empty(B, hq, plan.slots, dtype=torch.float32, device=out.device)
+    # the kernel loads 16 bytes at a time from [Hq, D]-dense rows: else a fresh (aligned) copy
+    if q.stride(2) != 1 or q.stride(1) != d or q.data_ptr() % 16 or q.stride(0) * q.element_size() % 16:
+        q = q.clone(memory_format=torch.contiguous_format)
+    scale = (sm_scale if sm_scale is not None else d ** -0.5) * math.log2(math.e) / math.sqrt(d)
     nvcc.check_backend("cuda")
     lib = nvcc.build()
-    B, hq = part_out.shape[0], part_out.shape[1]
     err = lib.tq_decode_cuda(
-        q.data_ptr(), _Q_DTYPES[q.dtype], q.stride(0), ctypes.c_float(q_scale), batch.block_table.data_ptr(),
+        q.data_ptr(), _Q_DTYPES[q.dtype], q.stride(0), ctypes.c_float(scale), batch.block_table.data_ptr(),
         batch.seq_lens.data_ptr(), *(t.data_ptr() for t in cache.tensors()), part_out.data_ptr(),
-        part_lse.data_ptr(), out.data_ptr(), _Q_DTYPES[out.dtype], *cache.key_table_words, B, hq, cache.num_kv_heads,
-        cache.block_size, batch.block_table.stride(0), batch.block_table.shape[1], num_splits, split_len,
-        *nvcc.device_stream(q), int(key_table))
+        part_lse.data_ptr(), out.data_ptr(), _Q_DTYPES[out.dtype], *cache.key_table_words, B, hq, hkv,
+        cache.block_size, batch.block_table.stride(0), batch.block_table.shape[1], plan.pair_steps, plan.runs,
+        plan.slots, *nvcc.device_stream(q), int(plan.key_table))
     nvcc.check_error(lib, err, "tq_decode_cuda")
+    return out
 
 
-_tq_warps: dict = {}
-
-
+@functools.cache
 def tq_decode_resident_warps(device_index: int) -> int:
     """Warps of the CUDA decode kernel that the whole GPU holds at once (per-multiprocessor occupancy
-    from the CUDA runtime, times the multiprocessors): the launcher sizes its splits to whole rounds."""
-    if device_index not in _tq_warps:
-        nvcc.check_backend("cuda")
-        lib = nvcc.build()
-        w = ctypes.c_int(0)
-        nvcc.check_error(lib, lib.tq_decode_cuda_warps_per_sm(device_index, ctypes.byref(w)), "tq_decode_cuda_warps_per_sm")
-        _tq_warps[device_index] = w.value * torch.cuda.get_device_properties(device_index).multi_processor_count
-    return _tq_warps[device_index]
+    from the CUDA runtime, times the multiprocessors; asked once per device): a round of runs."""
+    nvcc.check_backend("cuda")
+    lib = nvcc.build()
+    w = ctypes.c_int(0)
+    nvcc.check_error(lib, lib.tq_decode_cuda_warps_per_sm(device_index, ctypes.byref(w)), "tq_decode_cuda_warps_per_sm")
+    return w.value * torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
-def cuda_decode_launch(cfg: dict, pairs: int, max_len: int, device_index: int) -> tuple[int, int, bool]:
-    """The CUDA decode's launch rule, the launcher's and the benchmarks': (splits, split_len, key_table) for
-    ``pairs`` (requests x KV heads) over at most ``max_len`` tokens under ``cfg`` (CONFIG["cuda_decode"]'s keys)."""
+# The CUDA decode's work split (kernels/cuda/turboquant.cu, first_run): `runs` warps shared by the pairs (request,
+# KV head) as evenly as whole runs allow, each pair's runs over its `pair_steps` steps of 32 tokens likewise;
+# slots: the most runs of a pair (part_out's third dimension); run_len: the longest run, tokens; the key form.
+CudaDecodeLaunch = namedtuple("CudaDecodeLaunch", "runs pair_steps slots run_len key_table")
+
+
+def cuda_decode_launch(cfg: dict, pairs: int, max_len: int, device_index: int) -> CudaDecodeLaunch:
+    """The CUDA decode's launch rule (:data:`CudaDecodeLaunch`), the launcher's and the benchmarks', for
+    ``pairs`` (requests x KV heads) over at most ``max_len`` tokens under ``cfg`` (CONFIG["cuda_decode"]'s
+    keys): the splits of :func:`_num_splits` per pair, or with FILL, where whole rounds bound them, the
+    round's runs exactly."""
     warps = int(cfg["WAVES"] * tq_decode_resident_warps(device_index)) if cfg["NUM_SPLITS"] is None else 0
-    S, split_len = _num_splits(cfg, warps, pairs, max_len, _CUDA_STEP, whole_rounds=True)
-    table = split_len >= cfg["KEY_TABLE_MIN_SPLIT"] if cfg["KEY_TABLE"] is None else cfg["KEY_TABLE"]
-    if not isinstance(table, bool):
-        raise ValueError(f"config KEY_TABLE must be None (the rule), True or False, got {table!r}")
-    return S, split_len, table
+    S, split_len, bound = _num_splits(cfg, warps, pairs, max_len, _CUDA_STEP, whole_rounds=True)
+    runs = warps if cfg["FILL"] and bound else pairs * S
+    steps = cdiv(max(max_len, 1), _CUDA_STEP)
+    run_len = _CUDA_STEP * cdiv(steps, runs // pairs)
+    table = run_len >= cfg["KEY_TABLE_MIN_SPLIT"] if cfg["KEY_TABLE"] is None else cfg["KEY_TABLE"]
+    if not isinstance(table, bool) or not isinstance(cfg["FILL"], bool):
+        raise ValueError(f"config KEY_TABLE must be None, True or False, FILL True or False: got {table!r}, "
+                         f"{cfg['FILL']!r}")
+    return CudaDecodeLaunch(runs, steps, cdiv(runs, pairs), run_len, table)
 
 
 def decode_attention(q: torch.Tensor, cache: TurboQuantCache, batch: MixedBatch, out: torch.Tensor,
@@ -746,28 +759,18 @@ def decode_attention(q: torch.Tensor, cache: TurboQuantCache, batch: MixedBatch,
                              f"{tuple(out.shape[1:])}, got {tuple(t.shape)}")
     if B == 0:
         return out
-    hq, d, hkv = out.shape[1], out.shape[2], cache.num_kv_heads
     if use_cuda:
-        _check_cuda_decode(q, cache, hq, d)
-        index = out.device.index if out.device.index is not None else torch.cuda.current_device()
-        S, split_len, table = cuda_decode_launch(cfg, B * hkv, batch.max_decode_seq_len, index)
-    else:
-        q_rot = rotate_queries(q[:B], cache, sm_scale) if q_rot is None else q_rot
-        S, split_len = _num_splits(cfg, cfg["WAVES"] * sm_count(), B * hkv, batch.max_decode_seq_len, cfg["BLOCK_N"])
-    part_out = part_lse = None   # Triton's one split writes out directly
-    if use_cuda or S > 1:
-        # empty is right: the decode kernel's program / warp (b, KV head, s) writes part_out/part_lse[b, its
-        # G heads, s] for every b < B, KV head and split, an empty split included (lse -inf, output 0); the
-        # merge reads exactly those entries (the tests poison both buffers).
+        return _cuda_tq_decode(q[:B], cfg, cache, batch, out, sm_scale)
+    hq, d, hkv = out.shape[1], out.shape[2], cache.num_kv_heads
+    q_rot = rotate_queries(q[:B], cache, sm_scale) if q_rot is None else q_rot
+    S, split_len, _ = _num_splits(cfg, cfg["WAVES"] * sm_count(), B * hkv, batch.max_decode_seq_len, cfg["BLOCK_N"])
+    part_out = part_lse = None   # one split writes out directly
+    if S > 1:
+        # empty is right: program (b, KV head, s) writes part_out/part_lse[b, its G heads, s] for every b < B,
+        # KV head and split, an empty split included (lse -inf, output 0); the merge reads exactly those
+        # entries (the tests poison both buffers).
         part_out = torch.empty(B, hq, S, d, dtype=torch.float32, device=out.device)
         part_lse = torch.empty(B, hq, S, dtype=torch.float32, device=out.device)
-    if use_cuda:
-        qd = q[:B]   # the kernel loads 16 bytes at a time from [Hq, D]-dense rows: else a fresh (aligned) copy
-        if qd.stride(2) != 1 or qd.stride(1) != d or qd.data_ptr() % 16 or qd.stride(0) * qd.element_size() % 16:
-            qd = qd.clone(memory_format=torch.contiguous_format)
-        scale = (sm_scale if sm_scale is not None else d ** -0.5) * math.log2(math.e) / math.sqrt(d)
-        _cuda_tq_decode(qd, scale, cache, batch, S, split_len, part_out, part_lse, out, table)
-        return out
     require_launchable(kern.tq_decode_kernel)
     kern.tq_decode_kernel[(B, hkv, S)](
         q_rot, batch.block_table, batch.seq_lens, cache.k_codes.view(torch.int32), cache.k_scale,

@@ -8,12 +8,13 @@
 // coordinates 2j and 2j+1, so 32-bit word j holds coordinates 8j..8j+7), an fp16 key scale, 64 bytes
 // of value codes (4-bit uniform) and an fp16 value scale and zero.
 //
-// One warp = one (decode request b, KV head h, split s): it attends the G = HQ / HKV query heads of
-// head h (G <= 8) over tokens [s * split_len, min((s + 1) * split_len, seq_len)), 32 tokens (two MMA
-// tiles of 16, one softmax step) at a time, and writes that split's normalised output and log2-sum-exp2 for the merge
-// kernel. It reads the raw queries and rotates them itself (Walsh-Hadamard butterflies in registers, the
-// last two levels through shuffles), scaled by sm_scale * log2(e) / sqrt(D). The merge kernel (one block
-// per (request, head)) is launched as the decode grid's programmatic dependent (PDL).
+// One warp = one run: a range of one (decode request b, KV head h) pair's steps of 32 tokens (two MMA tiles
+// of 16, one softmax step). The launcher's W runs go to the pairs as evenly as whole runs allow, a pair's
+// steps to its runs likewise (first_run), so W may be a round of resident warps whether or not the pairs
+// divide it. A warp attends head h's G = HQ / HKV query heads (G <= 8) over its run and writes the run's
+// normalised output and log2-sum-exp2. It rotates the raw queries itself (Walsh-Hadamard butterflies in
+// registers, the last two levels through shuffles), scaled by sm_scale * log2(e) / sqrt(D). The merge
+// kernel (one block per (request, head)) is launched as the decode grid's programmatic dependent (PDL).
 //
 // Both products use mma.sync.m16n8k16 (fp16 in, fp32 accumulate), the G heads as the n = 8 side:
 //   scores^T [16 tokens, 8 heads] = K [16, 128] . Q^T [128, 8]        (A = K, 8 k-steps over D)
@@ -34,30 +35,29 @@
 //
 // Codes become fp16 operands without conversions. Keys come in two instantiations (LUT), picked per call
 // (key_table; the Python launcher's rule: CONFIG["cuda_decode"]["KEY_TABLE_MIN_SPLIT"], measured):
-//   table (long splits): a 256-entry table in shared memory maps a byte of two codes to the whole
+//   table (long runs): a 256-entry table in shared memory maps a byte of two codes to the whole
 //     A-fragment register, signs included: one prmt (the address) and one ld.shared per byte, against
 //     about 4 instructions per byte by registers. 32 copies, one per lane (no bank conflict whatever the
 //     codes), 64 KB: blocks of LUT_WARPS warps, one per multiprocessor, whose threads fill the table and
 //     meet at a barrier before the first lookup (the one rule: every entry and copy a lookup reads is
 //     written first; tests/test_turboquant.py: both forms give the same bits);
-//   registers (short splits, where a 64 KB fill per block costs more than it saves): prmt looks up 4
+//   registers (short runs, where a 64 KB fill per block costs more than it saves): prmt looks up 4
 //     magnitudes at once in the 8-entry fp16 table held in 4 registers, one more prmt + lop3 places the
 //     signs (the Triton kernel's _KEY_ASM); blocks of REG_WARPS warps, no table.
 // Values, centred (code - 8): one prmt puts the same bytes of two tokens side by side, then per coordinate
-// one lop3 (mask | fp16 exponent of 1024 or 64) and one sub.f16x2 give the (token A, token B) pair an A
-// fragment register holds (centred before the MMA: an offset left in the operand adds offset x sum(P) to the
-// fp32 sums and swamps a small output; variant U of turboquant.json's cuda_variants_measured, run 12).
+// one lop3 (mask | fp16 exponent of 1024 or 64) and one sub.f16x2 give an A register's (token A, token B)
+// pair (an offset left in the operand would add offset x sum(P) to the sums and swamp a small output).
 // Softmax in base 2 (the queries carry sm_scale * log2(e)), each score taken relative to the running max by
 // one FFMA (s k_scale - m); l = sum p, z = sum p (v_zero + 8 v_scale) are reduced once at the end.
-// Loads: each warp streams its steps through a ring of STAGES shared-memory slots of one 32-token step,
-// filled with cp.async (STAGES - 1 steps in flight while one is computed). The block table is read 32
-// tiles at a time, one window ahead; at a window's start lane i turns the page of tile base + i into
-// that tile's cache slot, so a tile's copies cost one shuffle and a multiply-add per tensor.
+// Loads: a warp streams its steps through a ring of STAGES shared-memory steps filled with cp.async (STAGES - 1
+// in flight while one is computed). The block table is read 32 tiles at a time, one window ahead; lane i
+// turns tile base + i's page into its cache slot, so a tile's copies cost a shuffle and a multiply-add each.
 //
-// Coverage (why `empty` is right for part_out and part_lse): warp (b, h, s) writes row (b, h G + head, s)
-// of both for each of its G heads, all D coordinates (16 per thread), an empty split included (output 0,
-// lse -inf); the grid's B x HKV x S warps cover every such row, and the merge reads exactly those rows.
-// The merge block (b, head) writes out[b, head, :] whole, for the rows [0, B) of out.
+// Coverage (why `empty` is right for part_out and part_lse): run k of pair (b, h) writes row (b, h G + head,
+// k) of both for each of its G heads, all D coordinates, a run past the sequence's end included (output 0,
+// lse -inf); each run k < n of a pair has its warp, and the pair's merge reads exactly those n rows (rows
+// past n, room for the pair with the most runs, are neither written nor read). The merge block (b, head)
+// writes out[b, head, :] whole, for the rows [0, B) of out.
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -81,6 +81,7 @@ constexpr int LUT_STRIDE = 256;   // bytes per entry: its copies in the low 128 
 constexpr int LUT_BYTES = 256 * LUT_STRIDE;   // 256 entries: a byte of two key codes -> their fp16 pair
 static_assert(LUT_COPIES * 4 <= 128 && LUT_STRIDE == 256, "a lookup address: byte 0 = 4 x lane, byte 1 = the entry");
 constexpr int SMEM_BYTES = LUT_BYTES + LUT_WARPS * STAGES * 4288;   // 4288 = sizeof(Stage), asserted below
+constexpr int REG_SMEM_BYTES = REG_WARPS * STAGES * 4288;            // the register-table kernel: rings only
 constexpr float RESCALE_LOG2 = 4.f;  // the running max moves only when a score passes it by this much
 
 struct __align__(16) Stage {      // one step (32 tokens) in shared memory
@@ -207,13 +208,14 @@ struct Args {
   const uint8_t* v_codes;
   const __half* v_scale;
   const __half* v_zero;
-  float* part_out;             // [B, HQ, S, D]
-  float* part_lse;             // [B, HQ, S]
+  float* part_out;             // [B, HQ, slots, D]: row k = run k of the pair
+  float* part_lse;             // [B, HQ, slots]
   uint32_t tab[4];
   float q_scale;               // sm_scale * log2(e) / sqrt(D): the orthonormal Hadamard's 1/sqrt(D) folded in
   int q_dtype;                 // 0 fp32, 1 fp16, 2 bf16
   long long stride_q;          // elements between query rows (tokens); heads and dims are dense
-  int B, HQ, HKV, G, block_size, tiles_per_page_log2, stride_bt, bt_cols, num_splits, split_len;
+  int B, HQ, HKV, G, block_size, tiles_per_page_log2, stride_bt, bt_cols;
+  int pair_steps, warps, slots;  // the work split (first_run): steps per pair, runs, partial rows per pair
 };
 
 // The queries of this warp as MMA B fragments, rotated here: lane (g, t) loads coordinates 32t .. 32t+31
@@ -284,59 +286,44 @@ __device__ __forceinline__ void load_rotated_queries(const Args& a, int b, int h
 #else
 #define TQ_DECODE_REGS(W) __launch_bounds__((W) * 32, 65536 / (MAX_REGS * (W) * 32))
 #endif
+// The work split (workbook.turboquant.cuda_decode_launch computes the same numbers on the host): W = `warps`
+// runs over the pairs p = b HKV + h (request b, KV head h), pair p getting runs first_run(p) ..
+// first_run(p + 1) - 1, first_run(p) = floor(p W / pairs): as even as whole runs allow (W >= pairs, checked by
+// the launcher: at least one each). Run k of a pair's n takes its steps of 32 tokens [floor(k M / n),
+// floor((k + 1) M / n)) of M = pair_steps (M x 32 >= every sequence's length), and is the pair's partial slot k.
+__device__ __forceinline__ int first_run(const Args& a, int p) {
+  return (int)((unsigned long long)p * (unsigned)a.warps / (unsigned)(a.B * a.HKV));
+}
+
+// the pair p with first_run(p) <= r < first_run(p + 1)
+__device__ __forceinline__ int pair_of_run(const Args& a, int r) {
+  return (int)(((unsigned long long)(r + 1) * (unsigned)(a.B * a.HKV) - 1) / (unsigned)a.warps);
+}
+
+// One run: tokens [start, min(run_end, seq_len)) of request b's cache for KV head h (start a multiple of 32),
+// attended by the G query heads of h, written as partial row `slot` of those heads (output normalised, lse
+// in base 2; no token: output 0, lse -inf). The warp's ring of STAGES steps lies in `smem` (after the key
+// table in the table kernel, LUT).
 template <bool LUT>
-__global__ void TQ_DECODE_REGS(LUT ? LUT_WARPS : REG_WARPS) tq_decode_cuda_kernel(const Args a) {
-  constexpr int WARPS = LUT ? LUT_WARPS : REG_WARPS;
-  // The merge kernel is launched as this grid's programmatic dependent: it may be scheduled as soon as
-  // every block of this grid has started (no launch gap between the two), and waits (griddepcontrol.wait)
-  // until this grid has finished and its writes are visible.
-  asm volatile("griddepcontrol.launch_dependents;");
-  extern __shared__ __align__(1024) uint8_t tq_smem[];   // the table kernel's table, then its rings
-  Stage* st;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int g = lane >> 2, t = lane & 3;
-  const int job = blockIdx.x * WARPS + warp;  // (b, h, s), s fastest
-  if constexpr (LUT) {  // the key table: entry e (codes lo nibble, hi nibble) -> fp16 pair (lo, hi), 32 copies
-    auto value = [&](uint32_t n) {   // sign-magnitude code -> fp16 bits
-      const uint32_t m = n & 7u;
-      const uint32_t lo = __byte_perm(a.tab[0], a.tab[1], m) & 0xFFu, hi = __byte_perm(a.tab[2], a.tab[3], m) & 0xFFu;
-      return lo | (hi << 8) | ((n & 8u) << 12);
-    };
-    static_assert(LUT_WARPS * 32 == 2 * 256 && LUT_COPIES == 32, "the fill: two threads per entry");
-    {   // thread (h, e) writes 4 of entry e's 8 chunks of 16 bytes (4 copies each), chunk (e + 4h + q) % 8 at
-        // step q: the 32 lanes of a warp write 8 different chunk positions (banks) at each step
-      const int e = threadIdx.x & 255, h = threadIdx.x >> 8;
-      const uint32_t v = value(e & 15) | (value(e >> 4) << 16);
-      const uint4 v4 = make_uint4(v, v, v, v);
-#pragma unroll
-      for (int q = 0; q < 4; ++q) *reinterpret_cast<uint4*>(tq_smem + LUT_STRIDE * e + 16 * ((e + 4 * h + q) & 7)) = v4;
-    }
-    __syncthreads();   // every entry and copy written before any lookup (the one rule, in shared memory)
-    st = reinterpret_cast<Stage*>(tq_smem + LUT_BYTES) + warp * STAGES;
-  } else {
-    __shared__ Stage ring[REG_WARPS][STAGES];
-    st = ring[warp];
-  }
-  if (job >= a.B * a.HKV * a.num_splits) return;
-  const int s = job % a.num_splits;
-  const int h = (job / a.num_splits) % a.HKV;
-  const int b = job / (a.num_splits * a.HKV);
+__device__ __forceinline__ void attend_run(const Args& a, uint8_t* smem, int b, int h, int start, int run_end,
+                                           int slot) {
+  const uint8_t* table = smem;
+  Stage* st = reinterpret_cast<Stage*>(smem + (LUT ? LUT_BYTES : 0)) + (threadIdx.x >> 5) * STAGES;
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int32_t* bt = a.block_table + (long long)b * a.stride_bt;
-  const int tile0 = s * a.split_len / TILE;
+  const int tile0 = start / TILE;
   const int shift = a.tiles_per_page_log2, in_page = (1 << shift) - 1;
   // the first 32 tiles' pages, read beside the sequence length (not after it): entries past the
   // sequence are read (inside the table's row) but never used, the shuffles below clamp to its last tile
   int page_nxt = bt[min((tile0 + lane) >> shift, a.bt_cols - 1)];
-  const int L = a.seq_lens[b];
-  const int start = s * a.split_len;
-  const int end = min(start + a.split_len, L);
+  const int end = min(run_end, a.seq_lens[b]);   // tokens past the sequence: none of the run's
   const int n_steps = end > start ? (end - start + STEP - 1) / STEP : 0;
   const int n_full = end > start ? (end - start) / STEP : 0;   // steps with 32 real tokens: no masks
 
-  // step i = tiles 2i, 2i+1 of the split; a tile's 16 tokens lie in one page (block_size = 16 << shift).
+  // step i = tiles 2i, 2i+1 of the run; a tile's 16 tokens lie in one page (block_size = 16 << shift).
   // Lane j holds the cache slot of tile base + j (u_reg): one coalesced block-table read per 32 tiles,
   // the next 32 read one window ahead so the shuffle that needs them never waits on memory (page_nxt).
-  const int last = (end - 1) / TILE - tile0;   // the split's last tile, relative to tile0
+  const int last = (end - 1) / TILE - tile0;   // the run's last tile, relative to tile0
   int u_reg = 0, wr = 0;    // wr: the ring slot the next issue fills
   // Per-lane constants of the copies, hoisted out of the loop. Global side: a tile's first token is slot
   // u = page * HKV * block_size + (tile & in_page) * 16 (+ h * block_size in the lane's base pointers);
@@ -371,7 +358,7 @@ __global__ void TQ_DECODE_REGS(LUT ? LUT_WARPS : REG_WARPS) tq_decode_cuda_kerne
     wr = wr + 1 == STAGES ? 0 : wr + 1;
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
-      // the second tile of the last step may lie past the split: its slot is the last tile's (same window,
+      // the second tile of the last step may lie past the run: its slot is the last tile's (same window,
       // a valid page), its tokens are masked in the math
       const uint32_t u = (uint32_t)__shfl_sync(0xffffffffu, u_reg, min(2 * i + c, last) & 31);
       const uint8_t* kp = kg + (uint64_t)u * ROW_BYTES;
@@ -399,7 +386,7 @@ __global__ void TQ_DECODE_REGS(LUT ? LUT_WARPS : REG_WARPS) tq_decode_cuda_kerne
   for (int mt = 0; mt < 8; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.f;
   float m[2] = {0.f, 0.f}, l[2] = {0.f, 0.f}, z[2] = {0.f, 0.f};
 
-  // One 32-token step from ring slot rd. MASKED (the split's last step only, when it is partial): tokens
+  // One 32-token step from ring slot rd. MASKED (the run's last step only, when it is partial): tokens
   // past `end` get score -inf and value weight 0 (their slots may hold anything, NaN included).
   auto step = [&](int i, int rd, auto masked) {
     constexpr bool MASKED = decltype(masked)::value;
@@ -422,8 +409,8 @@ __global__ void TQ_DECODE_REGS(LUT ? LUT_WARPS : REG_WARPS) tq_decode_cuda_kerne
       for (int w = 0; w < 4; ++w) {
         uint32_t ua[4], ub[4];
         if constexpr (LUT) {
-          lookup_keys(wa[w], lut, tq_smem, ua);
-          lookup_keys(wb[w], lut, tq_smem, ub);
+          lookup_keys(wa[w], lut, table, ua);
+          lookup_keys(wb[w], lut, table, ub);
         } else {
           unpack_keys(wa[w], a.tab, ua);
           unpack_keys(wb[w], a.tab, ub);
@@ -521,7 +508,7 @@ __global__ void TQ_DECODE_REGS(LUT ? LUT_WARPS : REG_WARPS) tq_decode_cuda_kerne
   if (i < n_steps) step(i, rd, std::true_type{});
   cp_async_wait<0>();
 
-  // reduce over the tokens (lanes with the same t) and write this split's part
+  // reduce over the tokens (lanes with the same t) and write this run's part (slot `slot` of the pair)
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
     l[j] = sum_over_tokens(l[j]);
@@ -531,7 +518,7 @@ __global__ void TQ_DECODE_REGS(LUT ? LUT_WARPS : REG_WARPS) tq_decode_cuda_kerne
   for (int j = 0; j < 2; ++j) {
     const int head = 2 * t + j;
     if (head >= a.G) continue;
-    const long long row = ((long long)b * a.HQ + h * a.G + head) * a.num_splits + s;
+    const long long row = ((long long)b * a.HQ + h * a.G + head) * a.slots + slot;
     const bool any = l[j] > 0.f;
     const float inv = any ? 1.f / l[j] : 0.f;
     float o[16];
@@ -547,27 +534,61 @@ __global__ void TQ_DECODE_REGS(LUT ? LUT_WARPS : REG_WARPS) tq_decode_cuda_kerne
   }
 }
 
-// The log-sum-exp merge of the splits (the same computation as the Triton tq_merge_kernel): block
-// (b, head) of MERGE_WARPS warps; lane l of warp w sums coordinates 4l..4l+3 over splits w, w + MERGE_WARPS,
-// ... (every load of a lane independent, all in flight at once), then the warps add up through shared
-// memory: out[b, head, :] = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M); an empty split (lse -inf)
-// weighs 0. out is [B.., HQ, D] dense, fp32 / fp16 / bf16 (round to nearest even).
+template <bool LUT>
+__global__ void TQ_DECODE_REGS(LUT ? LUT_WARPS : REG_WARPS) tq_decode_cuda_kernel(const Args a) {
+  // The merge kernel is launched as this grid's programmatic dependent: it may be scheduled as soon as
+  // every block of this grid has started (no launch gap between the two), and waits (griddepcontrol.wait)
+  // until this grid has finished and its writes are visible.
+  asm volatile("griddepcontrol.launch_dependents;");
+  extern __shared__ __align__(1024) uint8_t tq_smem[];   // the table kernel's table, then the warps' rings
+  if constexpr (LUT) {  // the key table: entry e (codes lo nibble, hi nibble) -> fp16 pair (lo, hi), 32 copies
+    auto value = [&](uint32_t n) {   // sign-magnitude code -> fp16 bits
+      const uint32_t m = n & 7u;
+      const uint32_t lo = __byte_perm(a.tab[0], a.tab[1], m) & 0xFFu, hi = __byte_perm(a.tab[2], a.tab[3], m) & 0xFFu;
+      return lo | (hi << 8) | ((n & 8u) << 12);
+    };
+    static_assert(LUT_WARPS * 32 == 2 * 256 && LUT_COPIES == 32, "the fill: two threads per entry");
+    {   // thread (h, e) writes 4 of entry e's 8 chunks of 16 bytes (4 copies each), chunk (e + 4h + q) % 8 at
+        // step q: the 32 lanes of a warp write 8 different chunk positions (banks) at each step
+      const int e = threadIdx.x & 255, h = threadIdx.x >> 8;
+      const uint32_t v = value(e & 15) | (value(e >> 4) << 16);
+      const uint4 v4 = make_uint4(v, v, v, v);
+#pragma unroll
+      for (int q = 0; q < 4; ++q) *reinterpret_cast<uint4*>(tq_smem + LUT_STRIDE * e + 16 * ((e + 4 * h + q) & 7)) = v4;
+    }
+    __syncthreads();   // every entry and copy written before any lookup (the one rule, in shared memory)
+  }
+  // Block b's warp i takes run r = i x gridDim + b: a block's runs come from pairs across the whole batch, so
+  // the blocks' loads match where the pairs' run counts (and so their runs' lengths) differ.
+  const int r = (threadIdx.x >> 5) * gridDim.x + blockIdx.x;
+  if (r >= a.warps) return;
+  const int p = pair_of_run(a, r), r0 = first_run(a, p), n = first_run(a, p + 1) - r0, k = r - r0;
+  const int start = (int)((long long)k * a.pair_steps / n), run_end = (int)((long long)(k + 1) * a.pair_steps / n);
+  attend_run<LUT>(a, tq_smem, p / a.HKV, p % a.HKV, start * STEP, run_end * STEP, k);
+}
+
+// The log-sum-exp merge of a pair's runs (the same computation as the Triton tq_merge_kernel over its
+// splits): block (b, head) of MERGE_WARPS warps; lane l of warp w sums coordinates 4l..4l+3 over runs w,
+// w + MERGE_WARPS, ... (every load of a lane independent, all in flight at once), then the warps add up
+// through shared memory: out[b, head, :] = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M) over the pair's S
+// runs (first_run); a run without tokens (lse -inf) weighs 0. out is [B.., HQ, D] dense, fp32 / fp16 / bf16
+// (round to nearest even).
 constexpr int MERGE_WARPS = 4;
 
-__global__ void __launch_bounds__(MERGE_WARPS * 32) tq_merge_cuda_kernel(const float* __restrict__ part_out,
-                                                                         const float* __restrict__ part_lse,
-                                                                         void* out, int out_dtype, int S) {
+__global__ void __launch_bounds__(MERGE_WARPS * 32) tq_merge_cuda_kernel(const Args a, void* out, int out_dtype) {
   __shared__ float4 num_s[MERGE_WARPS][32];
   __shared__ float den_s[MERGE_WARPS];
   asm volatile("griddepcontrol.wait;" ::: "memory");   // the decode grid's partials are complete
   const long long row = blockIdx.x;                  // b * HQ + head
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const float* lse = part_lse + row * S;
+  const int p = (int)(row / a.HQ * a.HKV + row % a.HQ / a.G);
+  const int S = first_run(a, p + 1) - first_run(a, p);   // the pair's runs
+  const float* lse = a.part_lse + row * a.slots;
   float mx = -INFINITY;
   for (int s = lane; s < S; s += 32) mx = fmaxf(mx, lse[s]);
 #pragma unroll
   for (int o = 16; o; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-  const float4* po = reinterpret_cast<const float4*>(part_out + row * S * D) + lane;
+  const float4* po = reinterpret_cast<const float4*>(a.part_out + row * a.slots * D) + lane;
   float4 num = make_float4(0.f, 0.f, 0.f, 0.f);
   float den = 0.f;
 #pragma unroll 8
@@ -624,12 +645,14 @@ static int use_device(int device) {
 
 }  // namespace tq
 
-// Writes part_out [B, HQ, S, D] and part_lse [B, HQ, S] for every (b, head, split) (empty splits:
-// output 0, lse -inf), then the merge kernel (launched as its programmatic dependent) writes rows [0, B)
+// Writes part_out [B, HQ, slots, D] and part_lse [B, HQ, slots] for every run of the work split
+// (first_run: `warps` runs over B x HKV pairs of pair_steps steps each; a run without tokens: output 0,
+// lse -inf), then the merge kernel (launched as its programmatic dependent) writes rows [0, B)
 // of out [B.., HQ, D] (out_dtype 0 fp32, 1 fp16, 2 bf16). q: the raw queries (q_dtype 0 fp32,
 // 1 fp16, 2 bf16; rows stride_q elements apart, [HQ, D] dense, 16-byte aligned rows), rotated and scaled
 // by q_scale in the kernel. Requirements checked by the Python launcher: D = 128, G = HQ / HKV in 1..8,
-// block_size a power of two >= 16, split_len a multiple of 32, 16-byte aligned cache tensors.
+// block_size a power of two >= 16, warps >= B x HKV (at least one run per pair), pair_steps x 32 >= every
+// decode request's seq_len, slots >= the most runs of one pair, 16-byte aligned cache tensors.
 // key_table: 1 the table kernel, 0 the register-table kernel (the same outputs, bit for bit).
 extern "C" int tq_decode_cuda(const void* q, int q_dtype, long long stride_q, float q_scale,
                               const void* block_table, const void* seq_lens,
@@ -637,7 +660,7 @@ extern "C" int tq_decode_cuda(const void* q, int q_dtype, long long stride_q, fl
                               const void* v_scale, const void* v_zero, void* part_out, void* part_lse,
                               void* out, int out_dtype,
                               int tab0, int tab1, int tab2, int tab3, int B, int HQ, int HKV,
-                              int block_size, int stride_bt, int bt_cols, int num_splits, int split_len,
+                              int block_size, int stride_bt, int bt_cols, int pair_steps, int warps, int slots,
                               int device, cudaStream_t stream, int key_table) {
   if (B <= 0) return (int)cudaSuccess;
   const int err = tq::use_device(device);
@@ -662,15 +685,14 @@ extern "C" int tq_decode_cuda(const void* q, int q_dtype, long long stride_q, fl
   while ((16 << a.tiles_per_page_log2) < block_size) ++a.tiles_per_page_log2;
   a.stride_bt = stride_bt;
   a.bt_cols = bt_cols;
-  a.num_splits = num_splits; a.split_len = split_len;
-  const long long warps = (long long)B * HKV * num_splits;
+  a.pair_steps = pair_steps; a.warps = warps; a.slots = slots;
   tq::set_attributes(device);
   if (key_table) {
     const unsigned blocks = (unsigned)((warps + tq::LUT_WARPS - 1) / tq::LUT_WARPS);
     tq::tq_decode_cuda_kernel<true><<<blocks, tq::LUT_WARPS * 32, tq::SMEM_BYTES, stream>>>(a);
   } else {
     const unsigned blocks = (unsigned)((warps + tq::REG_WARPS - 1) / tq::REG_WARPS);
-    tq::tq_decode_cuda_kernel<false><<<blocks, tq::REG_WARPS * 32, 0, stream>>>(a);
+    tq::tq_decode_cuda_kernel<false><<<blocks, tq::REG_WARPS * 32, tq::REG_SMEM_BYTES, stream>>>(a);
   }
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return (int)e;
@@ -683,13 +705,12 @@ extern "C" int tq_decode_cuda(const void* q, int q_dtype, long long stride_q, fl
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  e = cudaLaunchKernelEx(&cfg, tq::tq_merge_cuda_kernel, static_cast<const float*>(part_out),
-                         static_cast<const float*>(part_lse), out, out_dtype, num_splits);
+  e = cudaLaunchKernelEx(&cfg, tq::tq_merge_cuda_kernel, a, out, out_dtype);
   return (int)e;
 }
 
 // How many warps of the decode kernel one multiprocessor holds at once (its registers and shared
-// memory decide): the launcher sizes the splits to whole rounds of them.
+// memory decide): the launcher's work split fills whole rounds of them.
 extern "C" int tq_decode_cuda_warps_per_sm(int device, int* warps) {
   const int err = tq::use_device(device);
   if (err) return err;
@@ -699,7 +720,7 @@ extern "C" int tq_decode_cuda_warps_per_sm(int device, int* warps) {
                                                                 tq::LUT_WARPS * 32, tq::SMEM_BYTES);
   if (e == cudaSuccess)
     e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&reg_blocks, tq::tq_decode_cuda_kernel<false>,
-                                                      tq::REG_WARPS * 32, 0);
+                                                      tq::REG_WARPS * 32, tq::REG_SMEM_BYTES);
   *warps = min(lut_blocks * tq::LUT_WARPS, reg_blocks * tq::REG_WARPS);   // both hold 16
   return (int)e;
 }

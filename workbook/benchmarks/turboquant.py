@@ -363,7 +363,8 @@ def decode_forms_ab(points, forms: dict, timer=None, eager=time_us, seed: int = 
     one timed eagerly too) against SDPA at each (batch, context) of ``points`` (:data:`HEADS`), each form
     timed twice in turn and the faster kept (``timer``: graph replay of 10 calls, median of 3 windows).
     Returns (run, same, times): run = ``{"<form> B<b> T<t>": [[sdpa_us, ours_us, eager_us or None, speedup,
-    None, "split_len <n>"]]}`` (the format of turboquant.json's cuda_variants_measured runs), same =
+    None, "split_len <n>"]]}`` (the format of turboquant.json's cuda_variants_measured runs; n: the longest
+    run of the default's split, tokens), same =
     {point: whether every form gave the first form's bits}, times = [(split_len, {form: us})]. GPU only."""
     import torch.nn.functional as F
     from ..turboquant import cuda_decode_launch
@@ -376,7 +377,7 @@ def decode_forms_ab(points, forms: dict, timer=None, eager=time_us, seed: int = 
                                                          HEADS["block_size"], seed)
         q = q16[:, :, 0].contiguous()
         t_sdpa = timer(lambda: F.scaled_dot_product_attention(q16, k16, v16, enable_gqa=True))
-        n = cuda_decode_launch(CONFIG["cuda_decode"], B * HEADS["hkv"], T, torch.cuda.current_device())[1]
+        n = cuda_decode_launch(CONFIG["cuda_decode"], B * HEADS["hkv"], T, torch.cuda.current_device()).run_len
         calls = {f: (lambda c=c: decode_attention(q, cache, batch, out, backend="cuda", config=c)) for f, c in forms.items()}
         best, outs = {}, {}
         for _ in range(2):   # each form twice, in turn; the faster kept
