@@ -316,7 +316,7 @@ __device__ __forceinline__ void attend_run(const Args& a, uint8_t* smem, int b, 
   // the first 32 tiles' pages, read beside the sequence length (not after it): entries past the
   // sequence are read (inside the table's row) but never used, the shuffles below clamp to its last tile
   int page_nxt = bt[min((tile0 + lane) >> shift, a.bt_cols - 1)];
-  const int end = min(run_end, a.seq_lens[b]);   // tokens past the sequence: none of the run's
+  const int end = min(run_end, a.seq_lens[b]);   // the run stops at the end of the sequence
   const int n_steps = end > start ? (end - start + STEP - 1) / STEP : 0;
   const int n_full = end > start ? (end - start) / STEP : 0;   // steps with 32 real tokens: no masks
 
@@ -508,7 +508,7 @@ __device__ __forceinline__ void attend_run(const Args& a, uint8_t* smem, int b, 
   if (i < n_steps) step(i, rd, std::true_type{});
   cp_async_wait<0>();
 
-  // reduce over the tokens (lanes with the same t) and write this run's part (slot `slot` of the pair)
+  // reduce over the tokens (lanes with the same t) and write this run's part (row `slot` of the pair)
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
     l[j] = sum_over_tokens(l[j]);
