@@ -516,7 +516,7 @@ CONFIG = {
 if not ON_GPU:  # the interpreter pays per operation, not per element: few, large programs
     CONFIG["decode"].update(BLOCK_N=128, BLOCK_G=1, MIN_SPLIT=128, WAVES=1)
     CONFIG["store"].update(BLOCK_R=256)
-_CUDA_STEP = 32   # the CUDA decode kernel's tokens per softmax step: its splits are whole steps
+_CUDA_STEP = 32   # the CUDA decode kernel's tokens per softmax step: its runs are whole steps
 _POW2 = {"store": ("BLOCK_R", "num_warps"), "decode": ("BLOCK_N", "BLOCK_G", "num_warps"), "cuda_decode": (),
          "prefill": ("BLOCK_M", "BLOCK_N", "num_warps")}   # each part's keys that must be powers of two
 
@@ -723,14 +723,15 @@ def cuda_decode_launch(cfg: dict, pairs: int, max_len: int, device_index: int) -
     keys): the splits of :func:`_num_splits` per pair, or with FILL, where whole rounds bound them, the
     round's runs exactly."""
     warps = int(cfg["WAVES"] * tq_decode_resident_warps(device_index)) if cfg["NUM_SPLITS"] is None else 0
+    if not isinstance(cfg["FILL"], bool):
+        raise ValueError(f"config FILL must be True or False, got {cfg['FILL']!r}")
+    pairs, steps = max(pairs, 1), cdiv(max(max_len, 1), _CUDA_STEP)
     S, split_len, bound = _num_splits(cfg, warps, pairs, max_len, _CUDA_STEP, whole_rounds=True)
-    runs = warps if cfg["FILL"] and bound else pairs * S
-    steps = cdiv(max(max_len, 1), _CUDA_STEP)
+    runs = min(warps, pairs * steps) if cfg["FILL"] and bound else pairs * S   # no run without a step to take
     run_len = _CUDA_STEP * cdiv(steps, runs // pairs)
     table = run_len >= cfg["KEY_TABLE_MIN_SPLIT"] if cfg["KEY_TABLE"] is None else cfg["KEY_TABLE"]
-    if not isinstance(table, bool) or not isinstance(cfg["FILL"], bool):
-        raise ValueError(f"config KEY_TABLE must be None, True or False, FILL True or False: got {table!r}, "
-                         f"{cfg['FILL']!r}")
+    if not isinstance(table, bool):
+        raise ValueError(f"config KEY_TABLE must be None (the rule), True or False, got {table!r}")
     return CudaDecodeLaunch(runs, steps, cdiv(runs, pairs), run_len, table)
 
 
@@ -745,8 +746,7 @@ def decode_attention(q: torch.Tensor, cache: TurboQuantCache, batch: MixedBatch,
     ``kernels/cuda/turboquant.cu``, GPU only: head_dim 128, at most 8 query heads per KV head, pages of a
     power of two >= 16 tokens) rotates ``q`` itself, in registers (``q_rot`` is not used). ``config``
     takes the keys of ``CONFIG["decode"]`` (Triton) or ``CONFIG["cuda_decode"]`` (CUDA, which refuses
-    ``emulate``). Both write the same rows from the same partial buffers; each merges them with its own
-    kernel."""
+    ``emulate``). Both write the same rows, each through its own partial buffers and merge kernel."""
 
     use_cuda = nvcc.check_backend(backend, triton_only=("emulate",) if emulate is not None else ())
     cfg = _part_config(config, "cuda_decode" if use_cuda else "decode")

@@ -288,8 +288,8 @@ __device__ __forceinline__ void load_rotated_queries(const Args& a, int b, int h
 #endif
 // The work split (workbook.turboquant.cuda_decode_launch computes the same numbers on the host): W = `warps`
 // runs over the pairs p = b HKV + h (request b, KV head h), pair p getting runs first_run(p) ..
-// first_run(p + 1) - 1, first_run(p) = floor(p W / pairs): as even as whole runs allow (W >= pairs, checked by
-// the launcher: at least one each). Run k of a pair's n takes its steps of 32 tokens [floor(k M / n),
+// first_run(p + 1) - 1, first_run(p) = floor(p W / pairs): as even as whole runs allow (W >= pairs by the
+// launcher's rule: at least one each). Run k of a pair's n takes its steps of 32 tokens [floor(k M / n),
 // floor((k + 1) M / n)) of M = pair_steps (M x 32 >= every sequence's length), and is the pair's partial slot k.
 __device__ __forceinline__ int first_run(const Args& a, int p) {
   return (int)((unsigned long long)p * (unsigned)a.warps / (unsigned)(a.B * a.HKV));
@@ -558,8 +558,8 @@ __global__ void TQ_DECODE_REGS(LUT ? LUT_WARPS : REG_WARPS) tq_decode_cuda_kerne
     }
     __syncthreads();   // every entry and copy written before any lookup (the one rule, in shared memory)
   }
-  // Block b's warp i takes run r = i x gridDim + b: a block's runs come from pairs across the whole batch, so
-  // the blocks' loads match where the pairs' run counts (and so their runs' lengths) differ.
+  // Block b's warp i takes run r = i x gridDim + b: a block's runs come from pairs across the whole batch (meant
+  // to even the blocks' loads where the pairs' run counts, and so their runs' lengths, differ; not measured).
   const int r = (threadIdx.x >> 5) * gridDim.x + blockIdx.x;
   if (r >= a.warps) return;
   const int p = pair_of_run(a, r), r0 = first_run(a, p), n = first_run(a, p + 1) - r0, k = r - r0;
@@ -650,9 +650,10 @@ static int use_device(int device) {
 // lse -inf), then the merge kernel (launched as its programmatic dependent) writes rows [0, B)
 // of out [B.., HQ, D] (out_dtype 0 fp32, 1 fp16, 2 bf16). q: the raw queries (q_dtype 0 fp32,
 // 1 fp16, 2 bf16; rows stride_q elements apart, [HQ, D] dense, 16-byte aligned rows), rotated and scaled
-// by q_scale in the kernel. Requirements checked by the Python launcher: D = 128, G = HQ / HKV in 1..8,
-// block_size a power of two >= 16, warps >= B x HKV (at least one run per pair), pair_steps x 32 >= every
-// decode request's seq_len, slots >= the most runs of one pair, 16-byte aligned cache tensors.
+// by q_scale in the kernel. Requirements the Python launcher checks: D = 128, G = HQ / HKV in 1..8,
+// block_size a power of two >= 16, 16-byte aligned cache tensors; and that its rule guarantees: warps >=
+// B x HKV (at least one run per pair), pair_steps x 32 >= every decode request's seq_len, slots >= the most
+// runs of one pair.
 // key_table: 1 the table kernel, 0 the register-table kernel (the same outputs, bit for bit).
 extern "C" int tq_decode_cuda(const void* q, int q_dtype, long long stride_q, float q_scale,
                               const void* block_table, const void* seq_lens,
@@ -710,7 +711,7 @@ extern "C" int tq_decode_cuda(const void* q, int q_dtype, long long stride_q, fl
 }
 
 // How many warps of the decode kernel one multiprocessor holds at once (its registers and shared
-// memory decide): the launcher's work split fills whole rounds of them.
+// memory decide): the launcher's work split takes at most WAVES rounds of them (one by default).
 extern "C" int tq_decode_cuda_warps_per_sm(int device, int* warps) {
   const int err = tq::use_device(device);
   if (err) return err;

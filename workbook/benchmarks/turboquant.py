@@ -350,8 +350,8 @@ def _graph10(fn, windows: int = 3) -> float:
 
 
 def choose_key_table_threshold(points) -> int:
-    """The split length from which the key table should run, from ``points`` = [(split_len, table_us,
-    registers_us)]: the threshold that minimises the summed time of the form it picks (the table at or above
+    """The run length (tokens of the longest run; kernel T's split length) from which the key table should run,
+    from ``points`` = [(run_len, table_us, registers_us)]: the threshold that minimises the summed time of the form it picks (the table at or above
     it, registers below) relative to the better form at each point; ties go to the shortest. 10**9 = never."""
     def cost(c):
         return sum((tt if n >= c else tr) / min(tt, tr) for n, tt, tr in points)
@@ -364,8 +364,8 @@ def decode_forms_ab(points, forms: dict, timer=None, eager=time_us, seed: int = 
     timed twice in turn and the faster kept (``timer``: graph replay of 10 calls, median of 3 windows).
     Returns (run, same, times): run = ``{"<form> B<b> T<t>": [[sdpa_us, ours_us, eager_us or None, speedup,
     None, "split_len <n>"]]}`` (the format of turboquant.json's cuda_variants_measured runs; n: the longest
-    run of the default's split, tokens), same =
-    {point: whether every form gave the first form's bits}, times = [(split_len, {form: us})]. GPU only."""
+    run of the default's split, tokens, the KEY_TABLE_MIN_SPLIT rule's length), same = {point: whether every
+    form gave the first form's bits}, times = [(n, {form: us})]. GPU only."""
     import torch.nn.functional as F
     from ..turboquant import cuda_decode_launch
 
