@@ -716,6 +716,38 @@ def test_target_ab_alternates_the_order_and_keeps_every_round(monkeypatch):
     assert res["speedups"] == [2.0, 3.0, 2.5, 5.5] and res["median_speedup"] == 2.75
 
 
+def test_fill_ab_alternates_three_ways_in_run17s_format(monkeypatch):
+    """fill_ab's plumbing on any device (the CUDA decode, its launch rule and the timers replaced by fakes, a
+    tiny context): sdpa, fill, nofill in turn and reversed every other round, every timing kept, medians of
+    the rounds, the keys of run 17's rows, FILL on and off passed through the config."""
+    from workbook.benchmarks import turboquant as bench
+    monkeypatch.setattr(bench, "require_gpu", lambda what: None)
+    monkeypatch.setattr(tq, "cuda_decode_launch", lambda cfg, pairs, T, index: (cfg["FILL"], pairs, T))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+
+    def decode(q, cache, batch, out, backend, config):
+        out.fill_(2.0 if config["FILL"] else 1.0)
+        return "fill" if config["FILL"] else "nofill"
+    monkeypatch.setattr(bench, "decode_attention", decode)
+    order, fake = [], iter([9.0, 3.0, 4.0, 4.0, 2.0, 10.0, 8.0, 3.0, 3.0, 3.0, 2.0, 9.0])
+
+    def timer(fn):
+        r = fn()
+        order.append(r if isinstance(r, str) else "sdpa")
+        return next(fake)
+    row = bench.fill_ab([(1, 40)], rounds=4, pause_s=0.0, timer=timer, eager=lambda fn: 7.0)["B1 T40"]
+    assert order == ["sdpa", "fill", "nofill", "nofill", "fill", "sdpa"] * 2
+    assert row["sdpa_graph_us"] == [9.0, 10.0, 8.0, 9.0] and row["fill_graph_us"] == [3.0, 2.0, 3.0, 2.0]
+    assert row["nofill_graph_us"] == [4.0, 4.0, 3.0, 3.0] and row["fill_eager_us"] == row["nofill_eager_us"] == 7.0
+    assert row["fill_median_speedup"] == statistics.median([3.0, 5.0, 8 / 3, 4.5])
+    assert row["fill_over_nofill_median"] == statistics.median([4 / 3, 2.0, 1.0, 1.5])
+    assert row["plan"] == [True, 8, 40] and row["rel_fill_nofill"] == pytest.approx(1.0)
+    from workbook.records import load_record
+    r17 = load_record("turboquant")["results"]["cuda_variants_measured"]["run17"]["run"]   # the format it recorded
+    assert list(r17) == [f"B{b} T{t}" for b, t in bench.FILL_POINTS] and set(r17["B8 T32768"]) == set(row)
+
+
 def test_mixed_step_twin_code_path_on_the_cpu(monkeypatch):
     """The mixed-step benchmark's plumbing on tiny sizes (the flash call is CUDA-only: replaced by
     per-request SDPA): zeros and empty both timed, the fill alone, the bf16 twin's new tokens stored at

@@ -74,6 +74,10 @@ TIMERS = {
 SUSTAINED_POINTS = [(32, 32768), (8, 65536)]
 # issue 34's target: >= 3x SDPA at 32k and above for batch 8 and 32 (timed alternately by target_ab)
 TARGET_POINTS = [(8, 32768), (8, 65536), (32, 32768), (32, 65536)]
+# where fill_ab times FILL on and off (run 17): the target points first, then points whose pairs do not divide
+# an H200's or an H100's round of 2112 resident warps, then short contexts
+FILL_POINTS = [(8, 32768), (8, 65536), (32, 32768), (32, 65536), (128, 16384), (32, 16384), (8, 16384), (128, 4096),
+               (32, 4096), (16, 24576), (64, 8192), (4, 131072), (128, 1024), (8, 4096)]
 # where key_table_ab times both forms of the CUDA kernel: issue 34's grid and six long points beyond it
 KEY_TABLE_POINTS = GRID + [(8, 32768), (32, 32768), (16, 24576), (4, 131072), (64, 8192), (2, 5000)]
 
@@ -397,6 +401,35 @@ def decode_forms_ab(points, forms: dict, timer=None, eager=time_us, seed: int = 
     return run, same, times
 
 
+def _each_point(points, seed: int):
+    """Per (batch, context) of ``points``: a namespace of :func:`_decode_setup`'s tensors (``q`` the decode
+    queries [B, Hq, D]) and ``sdpa``, SDPA on its bf16 cache; its tensors are dropped, and the allocator's
+    cache emptied, when the caller moves on to the next point."""
+    import torch.nn.functional as F
+    from types import SimpleNamespace
+
+    for B, T in points:
+        p = SimpleNamespace(label=f"B{B} T{T}", B=B, T=T)
+        p.q16, p.k16, p.v16, p.cache, p.batch, p.out = _decode_setup(B, T, HEADS["hq"], HEADS["hkv"], HEADS["d"],
+                                                                     HEADS["block_size"], seed)
+        p.q = p.q16[:, :, 0].contiguous()
+        p.sdpa = lambda: F.scaled_dot_product_attention(p.q16, p.k16, p.v16, enable_gqa=True)
+        yield p
+        p.__dict__.clear()
+        torch.cuda.empty_cache()
+
+
+def _alternate(fns: dict, rounds: int, pause_s: float, timer) -> dict:
+    """{name: [time per round]}: every callable of ``fns`` timed once a round, in ``fns``' order on even
+    rounds and reversed on odd ones, ``pause_s`` of idle card before every timing."""
+    times = {name: [] for name in fns}
+    for r in range(rounds):
+        for name in (list(fns) if r % 2 == 0 else list(fns)[::-1]):
+            time.sleep(pause_s)
+            times[name].append(timer(fns[name]))
+    return times
+
+
 def target_ab(points=TARGET_POINTS, rounds: int = 4, pause_s: float = 1.0, timer=None, seed: int = 0) -> dict:
     """Issue 34's target points, SDPA and the CUDA decode (default configuration) timed alternately: ``rounds``
     rounds per point, the order flipped each round, ``pause_s`` of idle card before every timing so that
@@ -404,27 +437,48 @@ def target_ab(points=TARGET_POINTS, rounds: int = 4, pause_s: float = 1.0, timer
     and the grid of one run can disagree at the same point: turboquant.json, 8 x 64k). Returns
     ``{"B<b> T<t>": {"sdpa_graph_us": [...], "ours_graph_us": [...], "speedups": [...], "median_speedup": m}}``,
     the lists in round order. GPU only."""
-    import torch.nn.functional as F
-
     require_gpu("workbook.benchmarks.turboquant.target_ab")
-    timer = timer or _graph10
     res = {}
-    for B, T in points:
-        q16, k16, v16, cache, batch, out = _decode_setup(B, T, HEADS["hq"], HEADS["hkv"], HEADS["d"],
-                                                         HEADS["block_size"], seed)
-        q = q16[:, :, 0].contiguous()
-        fns = {"sdpa": lambda: F.scaled_dot_product_attention(q16, k16, v16, enable_gqa=True),
-               "ours": lambda: decode_attention(q, cache, batch, out, backend="cuda")}
-        times = {"sdpa": [], "ours": []}
-        for r in range(rounds):
-            for name in (("sdpa", "ours") if r % 2 == 0 else ("ours", "sdpa")):
-                time.sleep(pause_s)
-                times[name].append(timer(fns[name]))
+    for p in _each_point(points, seed):
+        fns = {"sdpa": p.sdpa, "ours": lambda: decode_attention(p.q, p.cache, p.batch, p.out, backend="cuda")}
+        times = _alternate(fns, rounds, pause_s, timer or _graph10)
         speedups = [a / b for a, b in zip(times["sdpa"], times["ours"])]
-        res[f"B{B} T{T}"] = {"sdpa_graph_us": times["sdpa"], "ours_graph_us": times["ours"], "speedups": speedups,
-                             "median_speedup": statistics.median(speedups)}
-        del q16, k16, v16, q, cache, batch, out, fns
-        torch.cuda.empty_cache()
+        res[p.label] = {"sdpa_graph_us": times["sdpa"], "ours_graph_us": times["ours"], "speedups": speedups,
+                        "median_speedup": statistics.median(speedups)}
+    return res
+
+
+def fill_ab(points=FILL_POINTS, rounds: int = 4, pause_s: float = 0.4, timer=None, eager=time_us,
+            seed: int = 0) -> dict:
+    """The CUDA decode with FILL on and off (CONFIG["cuda_decode"]; the rest default) and SDPA, timed as
+    :func:`target_ab` times its pair (order sdpa, fill, nofill, reversed every other round). Returns
+    ``{"B<b> T<t>": row}`` in the format of turboquant.json's cuda_variants_measured run 17: each one's
+    times per round, FILL's and FILL off's eager time, each one's median speedup over SDPA, the median of
+    the rounds' nofill / fill ratios, FILL's plan (cuda_decode_launch) and the outputs' relative
+    differences (FILL against FILL off, and against SDPA on the unquantized bf16 cache). GPU only."""
+    from ..turboquant import cuda_decode_launch
+
+    require_gpu("workbook.benchmarks.turboquant.fill_ab")
+    res = {}
+    for p in _each_point(points, seed):
+        fns = {"sdpa": p.sdpa, **{f: (lambda c=c: decode_attention(p.q, p.cache, p.batch, p.out, backend="cuda",
+                                                                   config={"FILL": c}))
+                                  for f, c in (("fill", True), ("nofill", False))}}
+        outs = {}
+        for f in ("fill", "nofill"):
+            fns[f]()
+            outs[f] = p.out.float().clone()
+        row = {"rel_fill_nofill": rel_err(outs["fill"], outs["nofill"]),
+               "rel_fill_sdpa": rel_err(outs["fill"], p.sdpa()[:, :, 0].float())}
+        times = _alternate(fns, rounds, pause_s, timer or _graph10)
+        row.update({f"{f}_graph_us": v for f, v in times.items()})
+        row["fill_eager_us"], row["nofill_eager_us"] = eager(fns["fill"]), eager(fns["nofill"])
+        for f in ("fill", "nofill"):
+            row[f"{f}_median_speedup"] = statistics.median(a / b for a, b in zip(times["sdpa"], times[f]))
+        row["fill_over_nofill_median"] = statistics.median(b / a for a, b in zip(times["fill"], times["nofill"]))
+        row["plan"] = list(cuda_decode_launch({**CONFIG["cuda_decode"], "FILL": True}, p.B * HEADS["hkv"], p.T,
+                                              torch.cuda.current_device()))
+        res[p.label] = row
     return res
 
 
