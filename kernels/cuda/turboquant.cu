@@ -558,9 +558,9 @@ __global__ void TQ_DECODE_REGS(LUT ? LUT_WARPS : REG_WARPS) tq_decode_cuda_kerne
     }
     __syncthreads();   // every entry and copy written before any lookup (the one rule, in shared memory)
   }
-  // Block b's warp i takes run r = i x gridDim + b: a block's runs come from pairs across the whole batch (meant
-  // to even the blocks' loads where the pairs' run counts, and so their runs' lengths, differ; not measured).
-  const int r = (threadIdx.x >> 5) * gridDim.x + blockIdx.x;
+  // Block b's warp i takes run b x WARPS + i: a block holds consecutive runs, kernel T's order
+  constexpr int WARPS = LUT ? LUT_WARPS : REG_WARPS;
+  const int r = blockIdx.x * WARPS + (threadIdx.x >> 5);
   if (r >= a.warps) return;
   const int p = pair_of_run(a, r), r0 = first_run(a, p), n = first_run(a, p + 1) - r0, k = r - r0;
   const int start = (int)((long long)k * a.pair_steps / n), run_end = (int)((long long)(k + 1) * a.pair_steps / n);
