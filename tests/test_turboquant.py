@@ -353,8 +353,9 @@ def test_every_kernel_address_stays_inside_its_tensors():
 # ---------------------------------------------------------------------------------------------- poison
 
 @contextlib.contextmanager
-def poisoned_empty(which: int):
-    """Every torch.empty inside returns memory poisoned with the ``which``-th poison of its dtype.
+def poisoned_empty(which: int, keep: list | None = None):
+    """Every torch.empty inside returns memory poisoned with the ``which``-th poison of its dtype (and is
+    appended to ``keep`` when given).
 
     A plain patch of torch.empty, not workbook.coverage.poisoned_allocations: that dispatch mode
     would also see every tensor operation of Triton's interpreter (seven times slower here; the
@@ -370,6 +371,8 @@ def poisoned_empty(which: int):
             finally:
                 busy.pop()
             seen.append(tuple(t.shape))
+            if keep is not None:
+                keep.append(t)
         return t
 
     torch.empty = empty
@@ -960,9 +963,9 @@ def test_cuda_decode_writes_every_partial_and_never_reads_unused_slots(key_table
 @pytest.mark.parametrize("key_table", [True, False])
 def test_cuda_decode_fills_a_round_the_pairs_do_not_divide(monkeypatch, key_table):
     """FILL with a round of 37 runs over 6 pairs (6 or 7 runs each; the 5-token request's runs past its end
-    hold no token): the output matches the reference, and in part_out / part_lse (poisoned with NaN) each
-    pair's rows [0, its runs) are written and the rows past them never touched, as the split in
-    _runs_of_pairs says (the kernel's first_run, pair_of_run and run bounds)."""
+    hold no token): the output matches the reference, and in part_out / part_lse, poisoned two ways over
+    their whole storage, each pair's rows [0, its runs) are written and the rows past them never touched,
+    as the split in _runs_of_pairs says (the kernel's first_run, pair_of_run and run bounds)."""
     monkeypatch.setattr(tq, "tq_decode_resident_warps", lambda index: 37)
     q, k, v, cache, batch = tq.make_example([1, 1, 1], [4000, 5, 1500], 3, hq=8, hkv=2, d=128, dtype=torch.bfloat16,
                                             seed=13)
@@ -970,28 +973,31 @@ def test_cuda_decode_fills_a_round_the_pairs_do_not_divide(monkeypatch, key_tabl
     cfg = {"FILL": True, "KEY_TABLE": key_table}
     plan = tq.cuda_decode_launch({**tq.CONFIG["cuda_decode"], **cfg}, 6, 4000, 0)
     assert plan[:3] == (37, 125, 7)
-    bufs, real_empty = [], torch.empty
-
-    def empty(*args, **kwargs):
-        t = real_empty(*args, **kwargs).fill_(float("nan"))
-        bufs.append(t)
-        return t
-
     out = torch.zeros_like(q)
-    monkeypatch.setattr(torch, "empty", empty)
-    tq.decode_attention(q, cache, batch, out, backend="cuda", config=cfg)
-    monkeypatch.setattr(torch, "empty", real_empty)
-    part_out, part_lse = bufs
-    assert part_out.shape == (3, 8, 7, 128) and part_lse.shape == (3, 8, 7)
-    assert rel_err(out, tq.reference_mixed_attention(q, k, v, cache, batch)) <= 1e-2
-    for p, runs in enumerate(_runs_of_pairs(37, 6, 125)):
-        b, heads = p // 2, slice(4 * (p % 2), 4 * (p % 2) + 4)
-        n = len(runs)
-        assert not part_out[b, heads, :n].isnan().any() and not part_lse[b, heads, :n].isnan().any(), p
-        assert part_out[b, heads, n:].isnan().all() and part_lse[b, heads, n:].isnan().all(), p
-        past_end = torch.tensor([s * 32 >= (4000, 5, 1500)[b] for s, _ in runs], device=part_lse.device)
-        assert past_end.any() == (b > 0), p   # the 5- and 1500-token requests have runs past their ends
-        assert torch.equal(part_lse[b, heads, :n] == -math.inf, past_end.expand(4, n)), p
+    ref = tq.reference_mixed_attention(q, k, v, cache, batch)
+    for which in (0, 1):   # NaN, then 0xA5 bytes
+        bufs = []
+        with poisoned_empty(which, keep=bufs):
+            tq.decode_attention(q, cache, batch, out, backend="cuda", config=cfg)
+        part_out, part_lse = bufs
+        assert part_out.shape == (3, 8, 7, 128) and part_lse.shape == (3, 8, 7)
+        assert rel_err(out, ref) <= 1e-2
+        poison = {}
+        for name, t in (("out", part_out), ("lse", part_lse)):   # where each buffer still holds the poison's bits
+            bits = torch.empty_like(t)
+            poison_(bits, poisons_for(t.dtype)[which])
+            poison[name] = t.view(torch.int32) == bits.view(torch.int32)
+        for p, runs in enumerate(_runs_of_pairs(37, 6, 125)):
+            b, heads = p // 2, slice(4 * (p % 2), 4 * (p % 2) + 4)
+            n = len(runs)
+            if which == 0:
+                assert not part_out[b, heads, :n].isnan().any() and not part_lse[b, heads, :n].isnan().any(), p
+                assert part_out[b, heads, n:].isnan().all() and part_lse[b, heads, n:].isnan().all(), p
+            for name in ("out", "lse"):   # rows [0, n) written in full, the rows past them never touched
+                assert not poison[name][b, heads, :n].any() and poison[name][b, heads, n:].all(), (which, p, name)
+            past_end = torch.tensor([s * 32 >= (4000, 5, 1500)[b] for s, _ in runs], device=part_lse.device)
+            assert past_end.any() == (b > 0), p   # the 5- and 1500-token requests have runs past their ends
+            assert torch.equal(part_lse[b, heads, :n] == -math.inf, past_end.expand(4, n)), p
 
 
 @needs_cuda_backend
@@ -1132,8 +1138,8 @@ def test_run17_outcome_and_the_fill_default_follow_its_run():
     for row in r17["run"].values():   # each ratio is the median over rounds of nofill time / FILL time
         rounds = zip(row["fill_graph_us"], row["nofill_graph_us"])
         assert row["fill_over_nofill_median"] == statistics.median(b / a for a, b in rounds)
-    latest = max((k for k in cv if k.startswith("run") and k[3:].isdigit() and "fill_over_nofill_median"
-                  in next(iter(cv[k].get("run", {"": {}}).values()), {})), key=lambda k: int(k[3:]))
+    fill_runs = [k for k in cv if k.startswith("run") and k[3:].isdigit() and "fill_over_nofill_median" in str(cv[k])]
+    latest = max(fill_runs, key=lambda k: int(k[3:]))
     gained = all(cv[latest]["run"][k]["fill_over_nofill_median"] > 1 for k in targets)
     assert tq.CONFIG["cuda_decode"]["FILL"] is gained
 
@@ -1180,6 +1186,7 @@ def test_cuda_decode_launch_rule_on_the_cpu(monkeypatch):
     assert tq.cuda_decode_launch({**cfg, "FILL": False}, 64, 32768, 0)[:4] == (2048, 1024, 32, 1024)
     assert tq.cuda_decode_launch(cfg, 256, 32768, 0)[:4] == (2112, 1024, 9, 4096)   # batch 32 x 32k
     assert tq.cuda_decode_launch(cfg, 64, 65536, 0)[:4] == (2112, 2048, 33, 32 * 63)   # 8 x 64k: 62 or 63 steps
+    assert tq.cuda_decode_launch({**cfg, "FILL": False}, 64, 65536, 0)[:4] == (2112, 2048, 33, 32 * 63)   # the same
     assert tq.cuda_decode_launch(cfg, 8, 1024, 0) == (256, 32, 32, 32, 32 >= thr)   # 1 x 1k: one-step splits
     assert tq.cuda_decode_launch(cfg, 1024, 1024, 0) == (2112, 32, 3, 512, 512 >= thr)   # 128 x 1k: 2 or 3 runs
     assert tq.cuda_decode_launch(cfg, 3000, 4096, 0)[:3] == (3000, 128, 1)   # more pairs than a round: one each
