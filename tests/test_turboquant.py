@@ -965,7 +965,7 @@ def test_cuda_decode_fills_a_round_the_pairs_do_not_divide(monkeypatch, key_tabl
     """FILL with a round of 37 runs over 6 pairs (6 or 7 runs each; the 5-token request's runs past its end
     hold no token): the output matches the reference, and in part_out / part_lse, poisoned two ways over
     their whole storage, each pair's rows [0, its runs) are written and the rows past them never touched,
-    as the split in _runs_of_pairs says (the kernel's first_run, pair_of_run and run bounds)."""
+    as the split in _runs_of_pairs says (the kernel's run_of_warp)."""
     monkeypatch.setattr(tq, "tq_decode_resident_warps", lambda index: 37)
     q, k, v, cache, batch = tq.make_example([1, 1, 1], [4000, 5, 1500], 3, hq=8, hkv=2, d=128, dtype=torch.bfloat16,
                                             seed=13)
@@ -1202,16 +1202,20 @@ def test_cuda_decode_launch_rule_on_the_cpu(monkeypatch):
 
 
 def _runs_of_pairs(runs: int, pairs: int, steps: int) -> list[list[tuple[int, int]]]:
-    """The CUDA decode's work split as kernels/cuda/turboquant.cu computes it (first_run, pair_of_run and the
-    kernel's run bounds), written again in Python: pair p's runs, each [first step, end step)."""
-    first = [p * runs // pairs for p in range(pairs + 1)]
-    out = []
-    for p in range(pairs):
-        n = first[p + 1] - first[p]
-        out.append([(k * steps // n, (k + 1) * steps // n) for k in range(n)])
-    for r in range(runs):   # pair_of_run inverts first_run
-        p = ((r + 1) * pairs - 1) // runs
-        assert first[p] <= r < first[p + 1], (runs, pairs, r)
+    """The CUDA decode's work split as kernels/cuda/turboquant.cu computes it (the launcher's runs_lo, pairs_hi,
+    base, extra and the kernel's run_of_warp for every warp), written again in Python: pair p's runs in the
+    order of their rows k, each [first step, end step)."""
+    lo, hi = divmod(runs, pairs)
+    base, extra = zip(*(divmod(steps, lo + i) for i in (0, 1)))
+    out = [[] for _ in range(pairs)]
+    for r in range(runs):
+        more = int(r < hi * (lo + 1))
+        n, rr = lo + more, r if r < hi * (lo + 1) else r - hi * (lo + 1)
+        q, k = divmod(rr, n)
+        start = k * base[more] + min(k, extra[more])
+        pair = q if more else hi + q
+        assert len(out[pair]) == k, (runs, pairs, r)   # a pair's runs are consecutive warps, rows 0, 1, ...
+        out[pair].append((start, start + base[more] + (k < extra[more])))
     return out
 
 

@@ -711,7 +711,7 @@ def tq_decode_resident_warps(device_index: int) -> int:
     return w.value * torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
-# The CUDA decode's work split (kernels/cuda/turboquant.cu, first_run): `runs` warps shared by the pairs (request,
+# The CUDA decode's work split (kernels/cuda/turboquant.cu, run_of_warp): `runs` warps shared by the pairs (request,
 # KV head) as evenly as whole runs allow, each pair's runs over its `pair_steps` steps of 32 tokens likewise;
 # slots: the most runs of a pair (part_out's third dimension); run_len: the longest run, tokens; the key form.
 CudaDecodeLaunch = namedtuple("CudaDecodeLaunch", "runs pair_steps slots run_len key_table")

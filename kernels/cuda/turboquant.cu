@@ -10,7 +10,7 @@
 //
 // One warp = one run: a range of one (decode request b, KV head h) pair's steps of 32 tokens (two MMA tiles
 // of 16, one softmax step). The launcher's W runs go to the pairs as evenly as whole runs allow, a pair's
-// steps to its runs likewise (first_run), so W may be a round of resident warps whether or not the pairs
+// steps to its runs likewise (struct Split), so W may be a round of resident warps whether or not the pairs
 // divide it. A warp attends head h's G = HQ / HKV query heads (G <= 8) over its run and writes the run's
 // normalised output and log2-sum-exp2. It rotates the raw queries itself (Walsh-Hadamard butterflies in
 // registers, the last two levels through shuffles), scaled by sm_scale * log2(e) / sqrt(D). The merge
@@ -215,7 +215,9 @@ struct Args {
   int q_dtype;                 // 0 fp32, 1 fp16, 2 bf16
   long long stride_q;          // elements between query rows (tokens); heads and dims are dense
   int B, HQ, HKV, G, block_size, tiles_per_page_log2, stride_bt, bt_cols;
-  int pair_steps, warps, slots;  // the work split (first_run): steps per pair, runs, partial rows per pair
+  int warps, slots;            // runs (one warp each) and partial rows per pair
+  int runs_lo, pairs_hi;       // the work split (run_of_warp): pair p has runs_lo + (p < pairs_hi) runs,
+  int base[2], extra[2];       // and of a pair's n runs (i = n - runs_lo) run k takes base[i] + (k < extra[i]) steps
 };
 
 // The queries of this warp as MMA B fragments, rotated here: lane (g, t) loads coordinates 32t .. 32t+31
@@ -286,18 +288,22 @@ __device__ __forceinline__ void load_rotated_queries(const Args& a, int b, int h
 #else
 #define TQ_DECODE_REGS(W) __launch_bounds__((W) * 32, 65536 / (MAX_REGS * (W) * 32))
 #endif
-// The work split (workbook.turboquant.cuda_decode_launch computes the same numbers on the host): W = `warps`
-// runs over the pairs p = b HKV + h (request b, KV head h), pair p getting runs first_run(p) ..
-// first_run(p + 1) - 1, first_run(p) = floor(p W / pairs): as even as whole runs allow (W >= pairs by the
-// launcher's rule: at least one each). Run k of a pair's n takes its steps of 32 tokens [floor(k M / n),
-// floor((k + 1) M / n)) of M = pair_steps (M x 32 >= every sequence's length), and is the pair's partial slot k.
-__device__ __forceinline__ int first_run(const Args& a, int p) {
-  return (int)((unsigned long long)p * (unsigned)a.warps / (unsigned)(a.B * a.HKV));
-}
+// The work split, from the host's numbers (tq_decode_cuda; workbook.turboquant.cuda_decode_launch makes the
+// same plan): W = `warps` runs over the pairs p = b HKV + h (request b, KV head h), W // pairs each and one
+// more for the first W % pairs pairs (W >= pairs by the launcher's rule), runs of one pair consecutive. Run k of
+// a pair's n takes M // n steps of 32 tokens, one more for k < M % n (M = pair_steps, M x 32 >= every sequence's
+// length), in order, and is the pair's partial row k. Only 32-bit integer divisions on the device: a 64-bit one
+// is a subroutine call, and each warp's first loads wait on this arithmetic.
+struct Split { int pair, run, start, end; };   // start, end: in steps
 
-// the pair p with first_run(p) <= r < first_run(p + 1)
-__device__ __forceinline__ int pair_of_run(const Args& a, int r) {
-  return (int)(((unsigned long long)(r + 1) * (unsigned)(a.B * a.HKV) - 1) / (unsigned)a.warps);
+__device__ __forceinline__ Split run_of_warp(const Args& a, int r) {
+  const int hi_runs = a.pairs_hi * (a.runs_lo + 1);   // the runs of the pairs with one run more
+  const int more = r < hi_runs ? 1 : 0;
+  const int n = a.runs_lo + more, rr = more ? r : r - hi_runs;
+  const int q = rr / n, k = rr - q * n;
+  const int base = a.base[more], extra = a.extra[more];
+  const int start = k * base + min(k, extra);
+  return {more ? q : a.pairs_hi + q, k, start, start + base + (k < extra ? 1 : 0)};
 }
 
 // One run: tokens [start, min(run_end, seq_len)) of request b's cache for KV head h (start a multiple of 32),
@@ -562,16 +568,15 @@ __global__ void TQ_DECODE_REGS(LUT ? LUT_WARPS : REG_WARPS) tq_decode_cuda_kerne
   constexpr int WARPS = LUT ? LUT_WARPS : REG_WARPS;
   const int r = blockIdx.x * WARPS + (threadIdx.x >> 5);
   if (r >= a.warps) return;
-  const int p = pair_of_run(a, r), r0 = first_run(a, p), n = first_run(a, p + 1) - r0, k = r - r0;
-  const int start = (int)((long long)k * a.pair_steps / n), run_end = (int)((long long)(k + 1) * a.pair_steps / n);
-  attend_run<LUT>(a, tq_smem, p / a.HKV, p % a.HKV, start * STEP, run_end * STEP, k);
+  const Split w = run_of_warp(a, r);
+  attend_run<LUT>(a, tq_smem, w.pair / a.HKV, w.pair % a.HKV, w.start * STEP, w.end * STEP, w.run);
 }
 
 // The log-sum-exp merge of a pair's runs (the same computation as the Triton tq_merge_kernel over its
 // splits): block (b, head) of MERGE_WARPS warps; lane l of warp w sums coordinates 4l..4l+3 over runs w,
 // w + MERGE_WARPS, ... (every load of a lane independent, all in flight at once), then the warps add up
 // through shared memory: out[b, head, :] = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M) over the pair's S
-// runs (first_run); a run without tokens (lse -inf) weighs 0. out is [B.., HQ, D] dense, fp32 / fp16 / bf16
+// runs (run_of_warp); a run without tokens (lse -inf) weighs 0. out is [B.., HQ, D] dense, fp32 / fp16 / bf16
 // (round to nearest even).
 constexpr int MERGE_WARPS = 4;
 
@@ -579,10 +584,9 @@ __global__ void __launch_bounds__(MERGE_WARPS * 32) tq_merge_cuda_kernel(const A
   __shared__ float4 num_s[MERGE_WARPS][32];
   __shared__ float den_s[MERGE_WARPS];
   asm volatile("griddepcontrol.wait;" ::: "memory");   // the decode grid's partials are complete
-  const long long row = blockIdx.x;                  // b * HQ + head
+  const long long row = blockIdx.x;                  // b * HQ + head, in pair b HKV + head / G = row / G
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int p = (int)(row / a.HQ * a.HKV + row % a.HQ / a.G);
-  const int S = first_run(a, p + 1) - first_run(a, p);   // the pair's runs
+  const int S = a.runs_lo + ((int)blockIdx.x / a.G < a.pairs_hi ? 1 : 0);   // the pair's runs (run_of_warp)
   const float* lse = a.part_lse + row * a.slots;
   float mx = -INFINITY;
   for (int s = lane; s < S; s += 32) mx = fmaxf(mx, lse[s]);
@@ -646,7 +650,7 @@ static int use_device(int device) {
 }  // namespace tq
 
 // Writes part_out [B, HQ, slots, D] and part_lse [B, HQ, slots] for every run of the work split
-// (first_run: `warps` runs over B x HKV pairs of pair_steps steps each; a run without tokens: output 0,
+// (run_of_warp: `warps` runs over B x HKV pairs of pair_steps steps each; a run without tokens: output 0,
 // lse -inf), then the merge kernel (launched as its programmatic dependent) writes rows [0, B)
 // of out [B.., HQ, D] (out_dtype 0 fp32, 1 fp16, 2 bf16). q: the raw queries (q_dtype 0 fp32,
 // 1 fp16, 2 bf16; rows stride_q elements apart, [HQ, D] dense, 16-byte aligned rows), rotated and scaled
@@ -664,6 +668,7 @@ extern "C" int tq_decode_cuda(const void* q, int q_dtype, long long stride_q, fl
                               int block_size, int stride_bt, int bt_cols, int pair_steps, int warps, int slots,
                               int device, cudaStream_t stream, int key_table) {
   if (B <= 0) return (int)cudaSuccess;
+  if (warps < B * HKV || slots * B * HKV < warps) return (int)cudaErrorInvalidValue;   // a run per pair, rows for all
   const int err = tq::use_device(device);
   if (err) return err;
   tq::Args a;
@@ -686,7 +691,9 @@ extern "C" int tq_decode_cuda(const void* q, int q_dtype, long long stride_q, fl
   while ((16 << a.tiles_per_page_log2) < block_size) ++a.tiles_per_page_log2;
   a.stride_bt = stride_bt;
   a.bt_cols = bt_cols;
-  a.pair_steps = pair_steps; a.warps = warps; a.slots = slots;
+  a.warps = warps; a.slots = slots;   // the split's divisions, here on the host (run_of_warp)
+  a.runs_lo = warps / (B * HKV); a.pairs_hi = warps % (B * HKV);
+  for (int i = 0; i < 2; ++i) { a.base[i] = pair_steps / (a.runs_lo + i); a.extra[i] = pair_steps % (a.runs_lo + i); }
   tq::set_attributes(device);
   if (key_table) {
     const unsigned blocks = (unsigned)((warps + tq::LUT_WARPS - 1) / tq::LUT_WARPS);
