@@ -1144,6 +1144,21 @@ def test_run17_outcome_and_the_fill_default_follow_its_run():
     assert tq.CONFIG["cuda_decode"]["FILL"] is gained
 
 
+def test_run18_outcome_quotes_its_rows():
+    """Run 18 (kernel T against the run split, one process): each point's ratio in the outcome is the median over
+    rounds of the split's time over T's, from its own rows, and the points called bit-identical are those whose
+    outputs were."""
+    from workbook.records import load_record
+    r18 = load_record("turboquant")["results"]["cuda_variants_measured"]["run18"]
+    identical = r18["outcome"].split("bit-identical at ")[1].split(" (")[0].split(", ")
+    for k, row in r18["run"].items():
+        ratio = statistics.median(n / o for o, n in zip(row["old_graph_us"], row["nofill_graph_us"]))
+        b, t = k.split()
+        name = f"{b[1:]} x {int(t[1:]) / 1024:g}k"
+        assert f"{name} {ratio:.3f}" in r18["outcome"], k
+        assert (name in identical) is row["nofill_equals_old"], k
+
+
 def test_key_table_threshold_is_the_one_measured():
     """CONFIG["cuda_decode"]["KEY_TABLE_MIN_SPLIT"] is the split length that the record's latest run with both
     forms forced (keys '<variant>-table' and '<variant>-regs') chose, and recomputing that choice from the
