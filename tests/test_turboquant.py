@@ -3,7 +3,9 @@ the coverage proof, poisoned buffers, bad inputs, graders, pictures, the benchma
 import contextlib
 import dataclasses
 import math
+import shutil
 import statistics
+import subprocess
 
 import pytest
 import torch
@@ -1232,6 +1234,50 @@ def _runs_of_pairs(runs: int, pairs: int, steps: int) -> list[list[tuple[int, in
         assert len(out[pair]) == k, (runs, pairs, r)   # a pair's runs are consecutive warps, rows 0, 1, ...
         out[pair].append((start, start + base[more] + (k < extra[more])))
     return out
+
+
+_SPLIT_HOST = r"""
+#include <algorithm>
+#include <cstdio>
+using std::min;
+struct Args { int warps, runs_lo, pairs_hi, base[2], extra[2]; };
+%s
+int main() {
+  int W, P, M;
+  while (std::scanf("%%d %%d %%d", &W, &P, &M) == 3) {
+    Args a;
+    plan_split(a, P, W, M);
+    for (int r = 0; r < W; ++r) { const Split w = run_of_warp(a, r); std::printf("%%d %%d %%d %%d\n", w.pair, w.run, w.start, w.end); }
+    std::printf("end\n");
+  }
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which("c++") is None, reason="no host C++ compiler (c++)")
+def test_cuda_split_in_the_source_is_the_mirror(tmp_path):
+    """kernels/cuda/turboquant.cu's own split code (struct Split, plan_split, run_of_warp: the text of the source,
+    compiled for the host with __device__ dropped) gives every warp the pair, row and steps that _runs_of_pairs
+    says, with FILL's uneven rounds and without: the CPU tests of the split hold the kernel, not a copy."""
+    from workbook import nvcc
+    src = nvcc.SOURCES["turboquant"].read_text()
+    start = src.index("struct Split {")
+    end = src.index("\n}\n", src.index("Split run_of_warp(")) + 3
+    (tmp_path / "split.cpp").write_text(_SPLIT_HOST % src[start:end])
+    exe = tmp_path / "split"
+    subprocess.run(["c++", "-std=c++17", "-O1", "-D__device__=", "-D__forceinline__=inline", str(tmp_path / "split.cpp"),
+                    "-o", str(exe)], check=True, capture_output=True)
+    cases = [(37, 6, 125), (2112, 64, 1024), (2048, 64, 1024), (2112, 256, 1024), (2112, 64, 2048), (256, 8, 32),
+             (16, 8, 2), (2112, 2112, 128), (5, 5, 1), (2112, 1000, 2048), (3000, 1024, 32), (2112, 24, 3125)]
+    blocks = subprocess.run([str(exe)], input="".join(f"{w} {p} {m}\n" for w, p, m in cases), capture_output=True,
+                            text=True, check=True).stdout.split("end\n")
+    for (w, p, m), block in zip(cases, blocks):
+        got = [[] for _ in range(p)]
+        for line in block.splitlines():
+            pair, k, s0, s1 = map(int, line.split())
+            assert len(got[pair]) == k, (w, p, m, line)   # a pair's rows come in order, none twice
+            got[pair].append((s0, s1))
+        assert got == _runs_of_pairs(w, p, m), (w, p, m)
 
 
 @pytest.mark.parametrize("pairs,max_len", [(64, 32768), (256, 32768), (24, 100000), (1024, 1024), (7, 33),

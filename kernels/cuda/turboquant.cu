@@ -296,6 +296,12 @@ __device__ __forceinline__ void load_rotated_queries(const Args& a, int b, int h
 // is a subroutine call, and each warp's first loads wait on this arithmetic.
 struct Split { int pair, run, start, end; };   // start, end: in steps
 
+// The host's half, once per launch (tq_decode_cuda): W = warps >= pairs runs, pair_steps = M
+inline void plan_split(Args& a, int pairs, int warps, int pair_steps) {
+  a.warps = warps; a.runs_lo = warps / pairs; a.pairs_hi = warps % pairs;
+  for (int i = 0; i < 2; ++i) { a.base[i] = pair_steps / (a.runs_lo + i); a.extra[i] = pair_steps % (a.runs_lo + i); }
+}
+
 __device__ __forceinline__ Split run_of_warp(const Args& a, int r) {
   const int hi_runs = a.pairs_hi * (a.runs_lo + 1);   // the runs of the pairs with one run more
   const int more = r < hi_runs ? 1 : 0;
@@ -691,9 +697,8 @@ extern "C" int tq_decode_cuda(const void* q, int q_dtype, long long stride_q, fl
   while ((16 << a.tiles_per_page_log2) < block_size) ++a.tiles_per_page_log2;
   a.stride_bt = stride_bt;
   a.bt_cols = bt_cols;
-  a.warps = warps; a.slots = slots;   // the split's divisions, here on the host (run_of_warp)
-  a.runs_lo = warps / (B * HKV); a.pairs_hi = warps % (B * HKV);
-  for (int i = 0; i < 2; ++i) { a.base[i] = pair_steps / (a.runs_lo + i); a.extra[i] = pair_steps % (a.runs_lo + i); }
+  a.slots = slots;
+  tq::plan_split(a, B * HKV, warps, pair_steps);   // the split's divisions, here on the host (run_of_warp)
   tq::set_attributes(device);
   if (key_table) {
     const unsigned blocks = (unsigned)((warps + tq::LUT_WARPS - 1) / tq::LUT_WARPS);
