@@ -592,7 +592,7 @@ __global__ void __launch_bounds__(MERGE_WARPS * 32) tq_merge_cuda_kernel(const A
   asm volatile("griddepcontrol.wait;" ::: "memory");   // the decode grid's partials are complete
   const long long row = blockIdx.x;                  // b * HQ + head, in pair b HKV + head / G = row / G
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int S = a.runs_lo + ((int)blockIdx.x / a.G < a.pairs_hi ? 1 : 0);   // the pair's runs (run_of_warp)
+  const int S = a.runs_lo + ((int)blockIdx.x < a.pairs_hi * a.G ? 1 : 0);   // the pair's runs (run_of_warp)
   const float* lse = a.part_lse + row * a.slots;
   float mx = -INFINITY;
   for (int s = lane; s < S; s += 32) mx = fmaxf(mx, lse[s]);
