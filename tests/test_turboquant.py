@@ -966,8 +966,9 @@ def test_cuda_decode_writes_every_partial_and_never_reads_unused_slots(key_table
 def test_cuda_decode_fills_a_round_the_pairs_do_not_divide(monkeypatch, key_table):
     """FILL with a round of 37 runs over 6 pairs (6 or 7 runs each; the 5-token request's runs past its end
     hold no token): the output matches the reference, and in part_out / part_lse, poisoned two ways over
-    their whole storage, each pair's rows [0, its runs) are written and the rows past them never touched,
-    as the split in _runs_of_pairs says (the kernel's run_of_warp)."""
+    their whole storage, each pair's rows [0, its runs) are written and the rows past them never touched, and
+    each written row is attention over exactly its run's tokens, as the split in _runs_of_pairs says (the
+    kernel's run_of_warp)."""
     monkeypatch.setattr(tq, "tq_decode_resident_warps", lambda index: 37)
     q, k, v, cache, batch = tq.make_example([1, 1, 1], [4000, 5, 1500], 3, hq=8, hkv=2, d=128, dtype=torch.bfloat16,
                                             seed=13)
@@ -1000,6 +1001,22 @@ def test_cuda_decode_fills_a_round_the_pairs_do_not_divide(monkeypatch, key_tabl
             past_end = torch.tensor([s * 32 >= (4000, 5, 1500)[b] for s, _ in runs], device=part_lse.device)
             assert past_end.any() == (b > 0), p   # the 5- and 1500-token requests have runs past their ends
             assert torch.equal(part_lse[b, heads, :n] == -math.inf, past_end.expand(4, n)), p
+            if which == 0:   # each row with tokens is attention over its own run's tokens: the bounds, pinned
+                for k_, (s0, s1) in enumerate(runs):
+                    if not past_end[k_]:
+                        o_, lse_ = _run_partial_ref(q[b, heads], cache, batch.block_table[b], p % 2,
+                                                    32 * s0, min(32 * s1, (4000, 5, 1500)[b]))
+                        assert rel_err(part_out[b, heads, k_], o_) <= 1e-2, (p, k_)
+                        assert (part_lse[b, heads, k_] - lse_).abs().max() <= 3e-2, (p, k_)
+
+
+def _run_partial_ref(q, cache, table_row, h: int, lo: int, hi: int):
+    """What a run's warp writes for the query heads q [G, D] of KV head h over tokens [lo, hi) of a request: the
+    output normalised over those tokens alone [G, D] and log2 of the sum of exp over them [G] (the CUDA kernel's
+    partial row, its scores in base 2), in float32 on the dequantized cache."""
+    keys, vals = tq.dequantize_cache(cache, table_row, hi)
+    s = q.float() @ keys[lo:, h].T * q.shape[-1] ** -0.5
+    return torch.softmax(s, -1) @ vals[lo:, h], torch.logsumexp(s, -1) * math.log2(math.e)
 
 
 @needs_cuda_backend
