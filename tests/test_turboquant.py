@@ -1013,10 +1013,10 @@ def test_cuda_decode_fills_a_round_the_pairs_do_not_divide(monkeypatch, key_tabl
 def _run_partial_ref(q, cache, table_row, h: int, lo: int, hi: int):
     """What a run's warp writes for the query heads q [G, D] of KV head h over tokens [lo, hi) of a request: the
     output normalised over those tokens alone [G, D] and log2 of the sum of exp over them [G] (the CUDA kernel's
-    partial row, its scores in base 2), in float32 on the dequantized cache."""
+    partial row, its scores in base 2), in float32 on the dequantized cache (tq.reference_attention for the output)."""
     keys, vals = tq.dequantize_cache(cache, table_row, hi)
-    s = q.float() @ keys[lo:, h].T * q.shape[-1] ** -0.5
-    return torch.softmax(s, -1) @ vals[lo:, h], torch.logsumexp(s, -1) * math.log2(math.e)
+    out = tq.reference_attention(q[None], keys[lo:, h:h + 1], vals[lo:, h:h + 1])[0]
+    return out, torch.logsumexp(q.float() @ keys[lo:, h].T * q.shape[-1] ** -0.5, -1) * math.log2(math.e)
 
 
 @needs_cuda_backend
