@@ -958,3 +958,45 @@ def test_first_build_says_it_compiles_and_a_cached_one_is_silent(monkeypatch, tm
     monkeypatch.setattr(nvcc, "_lib", None)
     nvcc.build()
     assert len(runs) == 1 and capsys.readouterr().err == ""
+
+
+def _c_params(src: str, name: str) -> list[str]:
+    """The C types of ``name``'s parameters, as declared in the source's ``extern "C"`` definition."""
+    m = re.search(rf'extern "C" [\w\s\*]+?\b{name}\((.*?)\)\s*\{{', src, re.S)
+    assert m, f"extern \"C\" {name} not found"
+    return [re.sub(r"\s*\b\w+$", "", p.strip()).replace(" *", "*") for p in m.group(1).split(",")]
+
+
+def test_every_launcher_is_declared_to_ctypes_as_its_source_defines_it(monkeypatch, tmp_path):
+    """build()'s argtypes match each extern "C" function's parameters one for one, in number and in width:
+    a parameter added in the .cu but not to argtypes shifts every later one (a cudaStream_t read from an
+    int's slot, garbage above 32 bits; the default stream would hide it). Any machine (loader replaced)."""
+    import ctypes
+    import types
+    monkeypatch.setattr(nvcc, "_lib", None)
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    monkeypatch.setattr(nvcc, "_nvcc_or_raise", lambda: ("nvcc", []))
+    monkeypatch.setattr(nvcc, "_build_key", lambda nvcc_, extra: "k")
+    monkeypatch.setattr(nvcc, "_run", lambda cmd: open(cmd[cmd.index("-o") + 1], "w").close())
+    funcs = {}
+
+    class Lib:
+        def __getattr__(self, name):
+            funcs[name] = fn = types.SimpleNamespace()
+            setattr(self, name, fn)
+            return fn
+    monkeypatch.setattr(nvcc.ctypes, "CDLL", lambda path: Lib())
+    nvcc.build()
+    monkeypatch.setattr(nvcc, "_lib", None)
+    width = {"int": ctypes.c_int, "float": ctypes.c_float, "long long": ctypes.c_longlong,
+             "cudaStream_t": ctypes.c_void_p, "int*": ctypes.POINTER(ctypes.c_int)}
+    src = "".join(p.read_text() for p in nvcc.SOURCES.values())
+    declared = set(re.findall(r'extern "C" [\w\s\*]+?\b(\w+)\(', src))
+    assert declared == set(funcs), (declared ^ set(funcs))
+    for name, fn in funcs.items():
+        params = _c_params(src, name)
+        if params == ["int err"]:
+            params = ["int"]
+        want = [width.get(p, ctypes.c_void_p if p.endswith("*") else None) for p in params]
+        assert None not in want, (name, params)
+        assert list(fn.argtypes) == want, (name, len(fn.argtypes), len(want))
