@@ -1349,3 +1349,22 @@ def test_key_table_ab_code_path():
     assert all(ab["table_equals_regs_bitwise"].values())
     splits = {int(v[0][5].split()[1]) for v in ab["run"].values()}
     assert ab["threshold"] in splits | {10 ** 9}
+
+
+def test_run19_outcome_quotes_its_rows_and_keeps_fill_off():
+    """Run 19 (kernel T against the run split with its divisions on the host, FILL off and on, one process):
+    each point's ratio in the outcome is the median over rounds of the split's time over T's from its own rows,
+    the points called bit-identical are those whose outputs were, and the FILL count is its rows' count."""
+    from workbook.records import load_record
+    r19 = load_record("turboquant")["results"]["cuda_variants_measured"]["run19"]
+    identical = r19["outcome"].split("bit-identical at ")[1].split(" (")[0].split(", ")
+    for k, row in r19["run"].items():
+        ratio = statistics.median(n / o for o, n in zip(row["old_graph_us"], row["nofill_graph_us"]))
+        assert ratio == row["nofill_over_old_median"], k
+        b, t = k.split()
+        name = f"{b[1:]} x {int(t[1:]) / 1024:g}k"
+        assert f"{name} {ratio:.3f}" in r19["outcome"], k
+        assert (name in identical) is row["nofill_equals_old"], k
+    targets = [f"B{b} T{t}" for b, t in tq_bench.TARGET_POINTS]
+    gained = sum(r19["run"][k]["fill_over_nofill_median"] > 1 for k in targets)
+    assert f"faster at {gained} of the 4" in r19["outcome"]
