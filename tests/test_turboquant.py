@@ -1365,6 +1365,12 @@ def test_run19_outcome_quotes_its_rows_and_keeps_fill_off():
         name = f"{b[1:]} x {int(t[1:]) / 1024:g}k"
         assert f"{name} {ratio:.3f}" in r19["outcome"], k
         assert (name in identical) is row["nofill_equals_old"], k
+    for word, keep in (("within 0.5% of T at ", lambda x: abs(x - 1) <= 0.005), ("faster by more at ", lambda x: x < 0.995),
+                       ("slower by more at ", lambda x: x > 1.005)):
+        listed = r19["outcome"].split(word)[1].split(";")[0]
+        names = [f"{k.split()[0][1:]} x {int(k.split()[1][1:]) / 1024:g}k" for k, row in r19["run"].items()
+                 if keep(row["nofill_over_old_median"])]
+        assert listed == (", ".join(names) or "no point"), word
     targets = [f"B{b} T{t}" for b, t in tq_bench.TARGET_POINTS]
     gained = sum(r19["run"][k]["fill_over_nofill_median"] > 1 for k in targets)
     assert f"faster at {gained} of the 4" in r19["outcome"]
