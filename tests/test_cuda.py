@@ -995,8 +995,6 @@ def test_every_launcher_is_declared_to_ctypes_as_its_source_defines_it(monkeypat
     assert declared == set(funcs), (declared ^ set(funcs))
     for name, fn in funcs.items():
         params = _c_params(src, name)
-        if params == ["int err"]:
-            params = ["int"]
         want = [width.get(p, ctypes.c_void_p if p.endswith("*") else None) for p in params]
         assert None not in want, (name, params)
         assert list(fn.argtypes) == want, (name, len(fn.argtypes), len(want))

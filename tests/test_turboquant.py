@@ -1351,7 +1351,7 @@ def test_key_table_ab_code_path():
     assert ab["threshold"] in splits | {10 ** 9}
 
 
-def test_run19_outcome_quotes_its_rows_and_keeps_fill_off():
+def test_run19_outcome_quotes_its_rows():
     """Run 19 (kernel T against the run split with its divisions on the host, FILL off and on, one process):
     each point's ratio in the outcome is the median over rounds of the split's time over T's from its own rows,
     the points called bit-identical are those whose outputs were, and the FILL count is its rows' count."""
