@@ -1163,19 +1163,41 @@ def test_run17_outcome_and_the_fill_default_follow_its_run():
     assert tq.CONFIG["cuda_decode"]["FILL"] is gained
 
 
+def _ab_name(key: str) -> str:
+    """A point's name in the runs' outcomes: 'B8 T32768' -> '8 x 32k'."""
+    b, t = key.split()
+    return f"{b[1:]} x {int(t[1:]) / 1024:g}k"
+
+
+def _assert_split_against_t(run: dict, outcome: str) -> dict:
+    """What runs 18 and 19 share: each point's ratio in the outcome is the median over rounds of the split's time
+    over T's from its own rows, and the points called bit-identical are those whose outputs were. Returns the
+    ratios by point."""
+    identical = outcome.split("bit-identical at ")[1].split(" (")[0].split(", ")
+    ratios = {}
+    for k, row in run.items():
+        ratios[k] = statistics.median(n / o for o, n in zip(row["old_graph_us"], row["nofill_graph_us"]))
+        assert f"{_ab_name(k)} {ratios[k]:.3f}" in outcome, k
+        assert (_ab_name(k) in identical) is row["nofill_equals_old"], k
+    return ratios
+
+
 def test_run18_outcome_quotes_its_rows():
-    """Run 18 (kernel T against the run split, one process): each point's ratio in the outcome is the median over
-    rounds of the split's time over T's, from its own rows, and the points called bit-identical are those whose
-    outputs were."""
+    """Run 18 (kernel T against the run split as built at 9e41026, one process): the ratios and bit-identical points
+    (_assert_split_against_t), the count and range of the slower points, the spread of the medians' differences and
+    the point below SDPA, all from its own rows."""
     from workbook.records import load_record
     r18 = load_record("turboquant")["results"]["cuda_variants_measured"]["run18"]
-    identical = r18["outcome"].split("bit-identical at ")[1].split(" (")[0].split(", ")
-    for k, row in r18["run"].items():
-        ratio = statistics.median(n / o for o, n in zip(row["old_graph_us"], row["nofill_graph_us"]))
-        b, t = k.split()
-        name = f"{b[1:]} x {int(t[1:]) / 1024:g}k"
-        assert f"{name} {ratio:.3f}" in r18["outcome"], k
-        assert (name in identical) is row["nofill_equals_old"], k
+    ratios = _assert_split_against_t(r18["run"], r18["outcome"])
+    slower = [x for x in ratios.values() if x > 1]
+    assert (f"slower at {len(slower)} of {len(ratios)} points, by {100 * (min(slower) - 1):.1f}% to "
+            f"{100 * (max(slower) - 1):.1f}%") in r18["outcome"]
+    med = {k: {w: statistics.median(row[f"{w}_graph_us"]) for w in ("sdpa", "old", "nofill")} for k, row in r18["run"].items()}
+    diffs = [m["nofill"] - m["old"] for m in med.values()]
+    assert f"medians, {min(diffs):.1f} to {max(diffs):.1f} us" in r18["outcome"]
+    below = [f"{_ab_name(k)} ({m['nofill']:.1f} against SDPA's {m['sdpa']:.1f} us; T {m['old']:.1f})"
+             for k, m in med.items() if r18["run"][k]["nofill_median_speedup"] < 1]
+    assert "Slower than SDPA at " + ", ".join(below) + "." in r18["outcome"]
 
 
 def test_key_table_threshold_is_the_one_measured():
@@ -1352,25 +1374,23 @@ def test_key_table_ab_code_path():
 
 
 def test_run19_outcome_quotes_its_rows():
-    """Run 19 (kernel T against the run split with its divisions on the host, FILL off and on, one process):
-    each point's ratio in the outcome is the median over rounds of the split's time over T's from its own rows,
-    the points called bit-identical are those whose outputs were, and the FILL count is its rows' count."""
+    """Run 19 (kernel T against the run split with its divisions on the host, FILL off and on, one process): the
+    ratios and bit-identical points (_assert_split_against_t), which points are within 0.5% of T and which differ
+    by more, the speedups over SDPA at the targets, the points below SDPA and the FILL count, from its own rows."""
     from workbook.records import load_record
     r19 = load_record("turboquant")["results"]["cuda_variants_measured"]["run19"]
-    identical = r19["outcome"].split("bit-identical at ")[1].split(" (")[0].split(", ")
+    ratios = _assert_split_against_t(r19["run"], r19["outcome"])
     for k, row in r19["run"].items():
-        ratio = statistics.median(n / o for o, n in zip(row["old_graph_us"], row["nofill_graph_us"]))
-        assert ratio == row["nofill_over_old_median"], k
-        b, t = k.split()
-        name = f"{b[1:]} x {int(t[1:]) / 1024:g}k"
-        assert f"{name} {ratio:.3f}" in r19["outcome"], k
-        assert (name in identical) is row["nofill_equals_old"], k
+        assert ratios[k] == row["nofill_over_old_median"], k
     for word, keep in (("within 0.5% of T at ", lambda x: abs(x - 1) <= 0.005), ("faster by more at ", lambda x: x < 0.995),
                        ("slower by more at ", lambda x: x > 1.005)):
         listed = r19["outcome"].split(word)[1].split(";")[0]
-        names = [f"{k.split()[0][1:]} x {int(k.split()[1][1:]) / 1024:g}k" for k, row in r19["run"].items()
-                 if keep(row["nofill_over_old_median"])]
-        assert listed == (", ".join(names) or "no point"), word
+        assert listed == (", ".join(_ab_name(k) for k, x in ratios.items() if keep(x)) or "no point"), word
     targets = [f"B{b} T{t}" for b, t in tq_bench.TARGET_POINTS]
+    for k in targets:
+        assert f"{_ab_name(k)} {r19['run'][k]['nofill_median_speedup']:.2f}x" in r19["outcome"], k
+    below = [_ab_name(k) for k, row in r19["run"].items() if row["nofill_median_speedup"] < 1]
+    assert (below == []) is ("Slower than SDPA at: no point" in r19["outcome"])
+    assert all(name in r19["outcome"].split("Slower than SDPA at: ")[1].split(". FILL")[0] for name in below)
     gained = sum(r19["run"][k]["fill_over_nofill_median"] > 1 for k in targets)
     assert f"faster at {gained} of the 4" in r19["outcome"]
