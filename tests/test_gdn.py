@@ -543,9 +543,34 @@ def test_recurrent_defaults_g_and_beta_like_fla():
     assert_rel_close(o, ro, REC_BOUND, "g=None (no decay), beta=None (ones)")
 
 
+@pytest.mark.parametrize("kind", list(KERNELS))
+@pytest.mark.parametrize("inplace", [False, True])
+def test_state_v_first_takes_and_returns_v_first_states(kind, inplace):
+    """fla's state_v_first=True: initial and final states are [N, HV, V, K]. The same call on the K-first states
+    gives the same output and the transposed final state; with inplace_final_state the caller's V-first tensor is
+    overwritten by it (K != V, so a layout mix-up cannot pass)."""
+    fn, bound = KERNELS[kind]
+    x = gdn.make_inputs(1, 67, 1, 32, HV=2, V=16, gate="medium", initial_state=True, seed=41)
+    ro, rh = _ref(x)
+    h0_vk = x["initial_state"].transpose(-1, -2).contiguous()
+    before = h0_vk.clone()
+    o, ht = fn(**{**x, "initial_state": h0_vk}, state_v_first=True, output_final_state=not inplace,
+               inplace_final_state=inplace)
+    assert_rel_close(o, ro, bound, f"{kind} o, V-first states")
+    assert ht.shape == (1, 2, 16, 32) and ht.is_contiguous()
+    assert_rel_close(ht.transpose(-1, -2), rh, bound, f"{kind} final state, V-first")
+    if inplace:
+        assert ht is h0_vk and not torch.equal(h0_vk, before)
+    else:
+        assert torch.equal(h0_vk, before)   # the caller's initial state is read, never written
+    o2, ht2 = fn(**{**x, "initial_state": before.clone()}, state_v_first=True)   # no final state asked for
+    assert ht2 is None and torch.equal(o2, o)
+    with pytest.raises(ValueError, match=r"initial_state must be \[N, HV, V, K\] = \[1, 2, 16, 32\] with state_v_first"):
+        fn(**x, state_v_first=True)   # a K-first state passed as V-first: named in the caller's layout
+
+
 @pytest.mark.parametrize("kw,match", [
     ({"gk": "x"}, "gk / gv"),
-    ({"state_v_first": True}, "state_v_first"),
     ({"allow_neg_eigval": True}, "requires use_beta_sigmoid_in_kernel"),
     ({"use_gate_in_kernel": True}, "needs the raw gate input g and A_log"),
     ({"use_gate_in_kernel": True, "A_log": torch.zeros(3)}, r"A_log must be \[HV\]"),

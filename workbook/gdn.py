@@ -117,7 +117,8 @@ def _in_compute_dtype(q, k, v):
     return q.to(ct), k.to(ct), v.to(ct), v.dtype
 
 
-def _check(q, k, v, g, beta, scale, initial_state, cu_seqlens, *, device=None, inplace=False, cu_seqlens_cpu=None):
+def _check(q, k, v, g, beta, scale, initial_state, cu_seqlens, *, device=None, inplace=False, cu_seqlens_cpu=None,
+           v_first=False):
     """Validate the public arguments; return (B, T, H, HV, K, V, N).
 
     Never reads a device tensor on the host (no sync, so a CUDA graph can hold the call): shapes,
@@ -181,6 +182,9 @@ def _check(q, k, v, g, beta, scale, initial_state, cu_seqlens, *, device=None, i
     if initial_state is not None:
         check_tensor("initial_state", initial_state, dtypes=_FLOATS, ndim=4, device=dev)
         if tuple(initial_state.shape) != (N, HV, K, V):
+            if v_first:   # the caller's layout (state_v_first=True), checked here through its K-first copy
+                raise ValueError(f"initial_state must be [N, HV, V, K] = {[N, HV, V, K]} with state_v_first=True "
+                                 f"(N = number of sequences), got {list(initial_state.transpose(-1, -2).shape)}")
             raise ValueError(f"initial_state must be [N, HV, K, V] = {[N, HV, K, V]} (N = number of "
                              f"sequences), got {list(initial_state.shape)}")
     if inplace and initial_state is None:
@@ -285,15 +289,13 @@ def _final_state_buffer(initial_state, inplace, N, HV, K, V, dev):
 
 
 def _fla_gates(q, v, g, beta, *, gk=None, gv=None, use_gate_in_kernel=False, A_log=None, dt_bias=None,
-               use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False, state_v_first=False):
+               use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False):
     """Turn flash-linear-attention's gate options into plain (g, beta) before the kernels run.
 
     fla fuses these into its kernels; here they are one or two elementwise torch ops on [B, T, HV]
     (tiny next to q, k, v). Unsupported options raise instead of being ignored."""
     if gk is not None or gv is not None:
         raise ValueError("gk / gv (per-channel decays) are not supported: only the per-head scalar gate g")
-    if state_v_first:
-        raise ValueError("state_v_first=True is not supported: states are [N, HV, K, V] (K first)")
     if allow_neg_eigval and not use_beta_sigmoid_in_kernel:
         raise ValueError("allow_neg_eigval=True requires use_beta_sigmoid_in_kernel=True (beta = 2 sigmoid(beta))")
     if isinstance(v, torch.Tensor) and v.dim() == 4:
@@ -320,6 +322,25 @@ def _fla_gates(q, v, g, beta, *, gk=None, gv=None, use_gate_in_kernel=False, A_l
     return g, beta
 
 
+def _state_k_first(initial_state, state_v_first: bool):
+    """fla's ``state_v_first=True`` takes and returns states as [N, HV, V, K]; the kernels keep them as [N, HV, K, V].
+    The rule here: a V-first initial state goes in as a K-first copy (the caller's tensor untouched until
+    :func:`_state_v_first_out`); the shape and dtype checks then read that copy as usual."""
+    if not state_v_first or not isinstance(initial_state, torch.Tensor) or initial_state.dim() != 4:
+        return initial_state   # K first already, absent, or refused by the checks with its own message
+    return initial_state.transpose(-1, -2).contiguous()
+
+
+def _state_v_first_out(ht, caller_state, state_v_first: bool, inplace: bool):
+    """The final state in the caller's layout: with ``state_v_first`` a V-first [N, HV, V, K] tensor (a transposed copy
+    of the kernels' ht, or with ``inplace`` the caller's initial state, overwritten by it)."""
+    if not state_v_first or ht is None:
+        return ht
+    if inplace:   # ht is the K-first copy the kernels updated in place: the caller's tensor takes it back
+        return caller_state.copy_(ht.transpose(-1, -2))
+    return ht.transpose(-1, -2).contiguous()
+
+
 def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=None, scale=None,
                                      initial_state=None, output_final_state=False,
                                      use_qk_l2norm_in_kernel=False, use_gate_in_kernel=False, A_log=None,
@@ -329,10 +350,12 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=Non
     """Recurrent Gated DeltaNet in one Triton kernel (decode and short sequences).
 
     Arguments in flash-linear-attention's order (``g, gk, gv, beta``: pass beta by keyword, or positionally as the 7th
-    argument as in fla). ``gk``/``gv`` and ``state_v_first`` are not supported (clear error). Returns ``(o [B, T, HV,
-    V] in v's dtype, final_state [N, HV, K, V] fp32 or None)``. With ``inplace_final_state=True`` the final state is
-    written into ``initial_state`` (its dtype) and that tensor is returned. ``config``: launch configuration, names as
-    in ``CONFIG["recurrent"]`` (``{"BV": 32, "num_warps": 4}``).
+    argument as in fla). ``gk``/``gv`` are not supported (clear error). Returns ``(o [B, T, HV, V] in v's dtype,
+    final_state [N, HV, K, V] fp32 or None)``. With ``inplace_final_state=True`` the final state is written into
+    ``initial_state`` (its dtype) and that tensor is returned. ``state_v_first=True`` (fla's V-first layout): both
+    states are [N, HV, V, K], converted at the boundary (the kernels run on a K-first copy: one transpose of the
+    state each way, which a decode step, whose traffic is the state, pays in full). ``config``: launch configuration,
+    names as in ``CONFIG["recurrent"]`` (``{"BV": 32, "num_warps": 4}``).
 
     A varlen decode step (``cu_seqlens`` on the device) never waits for the device nor copies from it, so a CUDA graph
     can hold the call. The contract of ``cu_seqlens``: int32/int64 offsets starting at 0, ending at T, non-decreasing
@@ -341,9 +364,10 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=Non
     wrong rows, but every address stays inside the buffers (tested). Mixed dtypes: :func:`compute_dtype`."""
     g, beta = _fla_gates(q, v, g, beta, gk=gk, gv=gv, use_gate_in_kernel=use_gate_in_kernel, A_log=A_log,
                          dt_bias=dt_bias, use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel,
-                         allow_neg_eigval=allow_neg_eigval, state_v_first=state_v_first)
-    B, T, H, HV, K, V, N = _check(q, k, v, g, beta, scale, initial_state, cu_seqlens,
-                                  device=DEVICE, inplace=inplace_final_state, cu_seqlens_cpu=cu_seqlens_cpu)
+                         allow_neg_eigval=allow_neg_eigval)
+    caller_state, initial_state = initial_state, _state_k_first(initial_state, state_v_first)
+    B, T, H, HV, K, V, N = _check(q, k, v, g, beta, scale, initial_state, cu_seqlens, device=DEVICE,
+                                  inplace=inplace_final_state, cu_seqlens_cpu=cu_seqlens_cpu, v_first=state_v_first)
     cfg = resolve_config(config, CONFIG["recurrent"], name="config of fused_recurrent_gated_delta_rule")
     scale = K ** -0.5 if scale is None else float(scale)
     q, k, v, out_dtype = _in_compute_dtype(q, k, v)
@@ -360,7 +384,7 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=Non
     kern.fused_recurrent_gdn_fwd_kernel[(cdiv(V, BV), N * HV)](
         q, k, v, g, beta, o, initial_state, ht, cu_seqlens, scale, T,
         H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, USE_QK_L2NORM=bool(use_qk_l2norm_in_kernel), num_warps=cfg["num_warps"])
-    return o.to(out_dtype), ht
+    return o.to(out_dtype), _state_v_first_out(ht, caller_state, state_v_first, inplace_final_state)
 
 
 def chunk_count_bound(T: int, N: int, chunk: int = CHUNK) -> int:
@@ -626,9 +650,10 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     checked. ``emulate`` (default: True without a GPU) runs ``tl.dot`` on fp32 copies (kernels/gdn.py ``_dot``)."""
     g, beta = _fla_gates(q, v, g, beta, use_gate_in_kernel=use_gate_in_kernel, A_log=A_log, dt_bias=dt_bias,
                          use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel,
-                         allow_neg_eigval=allow_neg_eigval, state_v_first=state_v_first)
+                         allow_neg_eigval=allow_neg_eigval)
+    caller_state, initial_state = initial_state, _state_k_first(initial_state, state_v_first)
     B, T, H, HV, K, V, N = _check(q, k, v, g, beta, scale, initial_state, cu_seqlens, device=DEVICE,
-                                  inplace=inplace_final_state, cu_seqlens_cpu=cu_seqlens_cpu)
+                                  inplace=inplace_final_state, cu_seqlens_cpu=cu_seqlens_cpu, v_first=state_v_first)
     cfg = _chunk_config(config)
     emulate = resolve_emulate(emulate, EMULATE_WHY)
     seg = _segment_length(segments, N, B * T // max(N, 1), H, HV, K, V)   # N sequences of their mean length
@@ -644,6 +669,7 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     o, inter = run(cfg, q, k, v, g, beta, scale, initial_state, ht, cu_seqlens, N, l2=bool(use_qk_l2norm_in_kernel),
                    emulate=emulate, keep=return_intermediates, **({"seg": seg} if seg is not None and B * T else {}))
     o = o.to(out_dtype)                           # v's dtype, as fla returns it (no-op unless mixed)
+    ht = _state_v_first_out(ht, caller_state, state_v_first, inplace_final_state)
     return (o, ht, inter) if return_intermediates else (o, ht)
 
 
