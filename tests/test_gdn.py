@@ -565,7 +565,7 @@ def test_state_v_first_takes_and_returns_v_first_states(kind, inplace):
         assert torch.equal(h0_vk, before)   # the caller's initial state is read, never written
     o2, ht2 = fn(**{**x, "initial_state": before.clone()}, state_v_first=True)   # no final state asked for
     assert ht2 is None and torch.equal(o2, o)
-    with pytest.raises(ValueError, match=r"initial_state must be \[N, HV, V, K\] = \[1, 2, 16, 32\] with state_v_first"):
+    with pytest.raises(ValueError, match=r"must be \[N, HV, V, K\] = \[1, 2, 16, 32\] .*state_v_first=True\), got \[1, 2, 32, 16\]"):
         fn(**x, state_v_first=True)   # a K-first state passed as V-first: named in the caller's layout
 
 

@@ -84,8 +84,7 @@ def _pow2(n: int, lo: int = 16) -> int:
 
 def l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """x * rsqrt(sum(x^2) + eps) along the last dim, in fp32."""
-    x = x.float()
-    return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + eps)
+    return x.float() * torch.rsqrt(x.float().pow(2).sum(-1, keepdim=True) + eps)
 
 
 # Input checks (shared by references and kernels) ---------------------------------------------------------------------
@@ -181,12 +180,10 @@ def _check(q, k, v, g, beta, scale, initial_state, cu_seqlens, *, device=None, i
         N = B
     if initial_state is not None:
         check_tensor("initial_state", initial_state, dtypes=_FLOATS, ndim=4, device=dev)
-        if tuple(initial_state.shape) != (N, HV, K, V):
-            if v_first:   # the caller's layout (state_v_first=True), checked here through its K-first copy
-                raise ValueError(f"initial_state must be [N, HV, V, K] = {[N, HV, V, K]} with state_v_first=True "
-                                 f"(N = number of sequences), got {list(initial_state.transpose(-1, -2).shape)}")
-            raise ValueError(f"initial_state must be [N, HV, K, V] = {[N, HV, K, V]} (N = number of "
-                             f"sequences), got {list(initial_state.shape)}")
+        if tuple(initial_state.shape) != (N, HV, K, V):   # named in the caller's layout (v_first: a K-first copy here)
+            want, got = ([N, HV, V, K], initial_state.mT) if v_first else ([N, HV, K, V], initial_state)
+            raise ValueError(f"initial_state must be [N, HV, {'V, K' if v_first else 'K, V'}] = {want} (N = number of "
+                             f"sequences{'; state_v_first=True' if v_first else ''}), got {list(got.shape)}")
     if inplace and initial_state is None:
         raise ValueError("inplace_final_state=True needs an initial_state to update in place")
     return B, T, H, HV, K, V, N
@@ -289,11 +286,10 @@ def _final_state_buffer(initial_state, inplace, N, HV, K, V, dev):
 
 
 def _fla_gates(q, v, g, beta, *, gk=None, gv=None, use_gate_in_kernel=False, A_log=None, dt_bias=None,
-               use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False):
-    """Turn flash-linear-attention's gate options into plain (g, beta) before the kernels run.
-
-    fla fuses these into its kernels; here they are one or two elementwise torch ops on [B, T, HV]
-    (tiny next to q, k, v). Unsupported options raise instead of being ignored."""
+               use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False, initial_state=None, state_v_first=False):
+    """(g, beta, initial state) as the kernels take them: fla's gate options become one or two elementwise torch ops
+    on [B, T, HV] (fla fuses them into its kernels; tiny next to q, k, v), its V-first states (``state_v_first``:
+    [N, HV, V, K]) a K-first copy (:func:`_state_v_first_out` turns the final state back). Unsupported options raise."""
     if gk is not None or gv is not None:
         raise ValueError("gk / gv (per-channel decays) are not supported: only the per-head scalar gate g")
     if allow_neg_eigval and not use_beta_sigmoid_in_kernel:
@@ -319,26 +315,14 @@ def _fla_gates(q, v, g, beta, *, gk=None, gv=None, use_gate_in_kernel=False, A_l
         g = (-A_log.float().exp() * F.softplus(a)).contiguous()
     if use_beta_sigmoid_in_kernel and isinstance(beta, torch.Tensor):
         beta = (torch.sigmoid(beta.float()) * (2.0 if allow_neg_eigval else 1.0)).contiguous()
-    return g, beta
-
-
-def _state_k_first(initial_state, state_v_first: bool):
-    """fla's ``state_v_first=True`` takes and returns states as [N, HV, V, K]; the kernels keep them as [N, HV, K, V].
-    The rule here: a V-first initial state goes in as a K-first copy (the caller's tensor untouched until
-    :func:`_state_v_first_out`); the shape and dtype checks then read that copy as usual."""
-    if not state_v_first or not isinstance(initial_state, torch.Tensor) or initial_state.dim() != 4:
-        return initial_state   # K first already, absent, or refused by the checks with its own message
-    return initial_state.transpose(-1, -2).contiguous()
+    if state_v_first and isinstance(initial_state, torch.Tensor) and initial_state.dim() == 4:
+        initial_state = initial_state.mT.contiguous()   # the checks then read this copy as usual
+    return g, beta, initial_state
 
 
 def _state_v_first_out(ht, caller_state, state_v_first: bool, inplace: bool):
-    """The final state in the caller's layout: with ``state_v_first`` a V-first [N, HV, V, K] tensor (a transposed copy
-    of the kernels' ht, or with ``inplace`` the caller's initial state, overwritten by it)."""
-    if not state_v_first or ht is None:
-        return ht
-    if inplace:   # ht is the K-first copy the kernels updated in place: the caller's tensor takes it back
-        return caller_state.copy_(ht.transpose(-1, -2))
-    return ht.transpose(-1, -2).contiguous()
+    """The final state back in fla's V-first layout [N, HV, V, K] (``inplace``: into the caller's initial state)."""
+    return ht if not state_v_first or ht is None else caller_state.copy_(ht.mT) if inplace else ht.mT.contiguous()
 
 
 def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=None, scale=None,
@@ -352,22 +336,21 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=Non
     Arguments in flash-linear-attention's order (``g, gk, gv, beta``: pass beta by keyword, or positionally as the 7th
     argument as in fla). ``gk``/``gv`` are not supported (clear error). Returns ``(o [B, T, HV, V] in v's dtype,
     final_state [N, HV, K, V] fp32 or None)``. With ``inplace_final_state=True`` the final state is written into
-    ``initial_state`` (its dtype) and that tensor is returned. ``state_v_first=True`` (fla's V-first layout): both
-    states are [N, HV, V, K], converted at the boundary (the kernels run on a K-first copy: one transpose of the
-    state each way, which a decode step, whose traffic is the state, pays in full). ``config``: launch configuration,
-    names as in ``CONFIG["recurrent"]`` (``{"BV": 32, "num_warps": 4}``).
+    ``initial_state`` (its dtype) and that tensor is returned. ``state_v_first=True``: fla's V-first states [N, HV,
+    V, K], transposed on the way in and out (decode, whose traffic is the state, pays that in full). ``config``: launch
+    configuration, names as in ``CONFIG["recurrent"]`` (``{"BV": 32, "num_warps": 4}``).
 
     A varlen decode step (``cu_seqlens`` on the device) never waits for the device nor copies from it, so a CUDA graph
     can hold the call. The contract of ``cu_seqlens``: int32/int64 offsets starting at 0, ending at T, non-decreasing
     (empty sequences allowed). It is checked from ``cu_seqlens_cpu`` (a host copy) when given, or from ``cu_seqlens``
     when it is on the host; a device tensor without a host copy is trusted: offsets breaking the contract then give
     wrong rows, but every address stays inside the buffers (tested). Mixed dtypes: :func:`compute_dtype`."""
-    g, beta = _fla_gates(q, v, g, beta, gk=gk, gv=gv, use_gate_in_kernel=use_gate_in_kernel, A_log=A_log,
-                         dt_bias=dt_bias, use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel,
-                         allow_neg_eigval=allow_neg_eigval)
-    caller_state, initial_state = initial_state, _state_k_first(initial_state, state_v_first)
-    B, T, H, HV, K, V, N = _check(q, k, v, g, beta, scale, initial_state, cu_seqlens, device=DEVICE,
-                                  inplace=inplace_final_state, cu_seqlens_cpu=cu_seqlens_cpu, v_first=state_v_first)
+    g, beta, h0 = _fla_gates(q, v, g, beta, gk=gk, gv=gv, use_gate_in_kernel=use_gate_in_kernel, A_log=A_log,
+                             dt_bias=dt_bias, use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel,
+                             allow_neg_eigval=allow_neg_eigval, initial_state=initial_state,
+                             state_v_first=state_v_first)
+    B, T, H, HV, K, V, N = _check(q, k, v, g, beta, scale, h0, cu_seqlens, device=DEVICE, inplace=inplace_final_state,
+                                  cu_seqlens_cpu=cu_seqlens_cpu, v_first=state_v_first)
     cfg = resolve_config(config, CONFIG["recurrent"], name="config of fused_recurrent_gated_delta_rule")
     scale = K ** -0.5 if scale is None else float(scale)
     q, k, v, out_dtype = _in_compute_dtype(q, k, v)
@@ -375,16 +358,15 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=Non
     # value block each, at its step t; every token belongs to exactly one sequence (checked above).
     o = torch.empty_like(v)
     store = output_final_state or inplace_final_state
-    ht = _final_state_buffer(initial_state, inplace_final_state, N, HV, K, V, q.device) if store else None
-    BK = _pow2(K)
-    BV = min(cfg["BV"], _pow2(V))
+    ht = _final_state_buffer(h0, inplace_final_state, N, HV, K, V, q.device) if store else None
+    BK, BV = _pow2(K), min(cfg["BV"], _pow2(V))
     require_launchable(kern.fused_recurrent_gdn_fwd_kernel)
     # initial_state, ht and cu_seqlens go in as None when absent: the kernel's heuristics turn them
     # into the constexpr flags USE_H0, STORE_HT, IS_VARLEN (no placeholder tensor anywhere).
     kern.fused_recurrent_gdn_fwd_kernel[(cdiv(V, BV), N * HV)](
-        q, k, v, g, beta, o, initial_state, ht, cu_seqlens, scale, T,
+        q, k, v, g, beta, o, h0, ht, cu_seqlens, scale, T,
         H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, USE_QK_L2NORM=bool(use_qk_l2norm_in_kernel), num_warps=cfg["num_warps"])
-    return o.to(out_dtype), _state_v_first_out(ht, caller_state, state_v_first, inplace_final_state)
+    return o.to(out_dtype), _state_v_first_out(ht, initial_state, state_v_first, inplace_final_state)
 
 
 def chunk_count_bound(T: int, N: int, chunk: int = CHUNK) -> int:
@@ -648,12 +630,11 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     (``STATE_PREVIOUS``). ``return_intermediates=True`` also returns the dict of intermediate buffers (G, A, w, u,
     v_new, h, and kn with the in-kernel L2 norm; with segments, the segment buffers) so that their coverage can be
     checked. ``emulate`` (default: True without a GPU) runs ``tl.dot`` on fp32 copies (kernels/gdn.py ``_dot``)."""
-    g, beta = _fla_gates(q, v, g, beta, use_gate_in_kernel=use_gate_in_kernel, A_log=A_log, dt_bias=dt_bias,
-                         use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel,
-                         allow_neg_eigval=allow_neg_eigval)
-    caller_state, initial_state = initial_state, _state_k_first(initial_state, state_v_first)
-    B, T, H, HV, K, V, N = _check(q, k, v, g, beta, scale, initial_state, cu_seqlens, device=DEVICE,
-                                  inplace=inplace_final_state, cu_seqlens_cpu=cu_seqlens_cpu, v_first=state_v_first)
+    g, beta, h0 = _fla_gates(q, v, g, beta, use_gate_in_kernel=use_gate_in_kernel, A_log=A_log, dt_bias=dt_bias,
+                             use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval,
+                             initial_state=initial_state, state_v_first=state_v_first)
+    B, T, H, HV, K, V, N = _check(q, k, v, g, beta, scale, h0, cu_seqlens, device=DEVICE, inplace=inplace_final_state,
+                                  cu_seqlens_cpu=cu_seqlens_cpu, v_first=state_v_first)
     cfg = _chunk_config(config)
     emulate = resolve_emulate(emulate, EMULATE_WHY)
     seg = _segment_length(segments, N, B * T // max(N, 1), H, HV, K, V)   # N sequences of their mean length
@@ -662,14 +643,13 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     for kfn in _CHUNK_KERNELS:
         require_launchable(kfn)
     store = output_final_state or inplace_final_state
-    ht = _final_state_buffer(initial_state, inplace_final_state, N, HV, K, V, q.device) if store else None
+    ht = _final_state_buffer(h0, inplace_final_state, N, HV, K, V, q.device) if store else None
     run = _segmented if seg is not None and B * T else _chunk_core
     if _v_pad_needed(q.dtype, K, V, emulate):
         run = functools.partial(_run_v_padded, run)
-    o, inter = run(cfg, q, k, v, g, beta, scale, initial_state, ht, cu_seqlens, N, l2=bool(use_qk_l2norm_in_kernel),
+    o, inter = run(cfg, q, k, v, g, beta, scale, h0, ht, cu_seqlens, N, l2=bool(use_qk_l2norm_in_kernel),
                    emulate=emulate, keep=return_intermediates, **({"seg": seg} if seg is not None and B * T else {}))
-    o = o.to(out_dtype)                           # v's dtype, as fla returns it (no-op unless mixed)
-    ht = _state_v_first_out(ht, caller_state, state_v_first, inplace_final_state)
+    o, ht = o.to(out_dtype), _state_v_first_out(ht, initial_state, state_v_first, inplace_final_state)   # as fla
     return (o, ht, inter) if return_intermediates else (o, ht)
 
 
@@ -796,8 +776,7 @@ def gated_rmsnorm(x, z, weight, eps=1e-6, config=None):
     ``config``: names as in ``CONFIG["rmsnorm"]`` (``BM`` rows per program, ``num_warps``)."""
     _check_norm(x, z, weight, eps, device=DEVICE)
     cfg = resolve_config(config, CONFIG["rmsnorm"], name="config of gated_rmsnorm")
-    D = x.shape[-1]
-    M = x.numel() // D
+    D, M = x.shape[-1], x.numel() // x.shape[-1]
     # empty: program i writes rows [i*BM, (i+1)*BM) x all D columns; the grid covers all M rows.
     y = torch.empty_like(x)
     BD = _pow2(D, 1)
@@ -832,8 +811,7 @@ class GDNBlockParams:
 def make_block_params(hidden=64, num_k_heads=2, num_v_heads=4, head_k_dim=16, head_v_dim=16, conv_k=4,
                       dtype=torch.float32, device=None, seed=0) -> GDNBlockParams:
     """Random weights of a small block (Qwen3-Next: hidden 2048, 16 key heads, 32 value heads, 128, 4)."""
-    gen = torch.Generator().manual_seed(seed)
-    dev = device or DEVICE
+    gen, dev = torch.Generator().manual_seed(seed), device or DEVICE
     nk, nv = num_k_heads * head_k_dim, num_v_heads * head_v_dim
     r = lambda *s, std=1.0: (torch.randn(*s, generator=gen) * std).to(dtype=dtype, device=dev)  # noqa: E731
     return GDNBlockParams(
@@ -875,13 +853,11 @@ def qwen3_next_linear_attention(hidden: torch.Tensor, p: GDNBlockParams, *, kern
         raise ValueError(f"hidden's last dim {D} must match the block's hidden size {p.in_proj_qkvz.shape[1]}")
     Hk, Hv, Dk, Dv = p.num_k_heads, p.num_v_heads, p.head_k_dim, p.head_v_dim
     nk, nv = Hk * Dk, Hv * Dv
-    qkvz = hidden @ p.in_proj_qkvz.T
-    ba = hidden @ p.in_proj_ba.T
+    qkvz, ba = hidden @ p.in_proj_qkvz.T, hidden @ p.in_proj_ba.T
     qkv, z = qkvz[..., : 2 * nk + nv], qkvz[..., 2 * nk + nv:]
     kc = p.conv_weight.shape[1]
-    qkv = F.conv1d(F.pad(qkv.transpose(1, 2), (kc - 1, 0)), p.conv_weight[:, None, :],
-                   groups=qkv.shape[-1]).transpose(1, 2)
-    qkv = F.silu(qkv)
+    qkv = F.silu(F.conv1d(F.pad(qkv.transpose(1, 2), (kc - 1, 0)), p.conv_weight[:, None, :],
+                          groups=qkv.shape[-1]).transpose(1, 2))
     q = qkv[..., :nk].reshape(B, T, Hk, Dk).contiguous()
     k = qkv[..., nk: 2 * nk].reshape(B, T, Hk, Dk).contiguous()
     v = qkv[..., 2 * nk:].reshape(B, T, Hv, Dv).contiguous()
@@ -910,8 +886,7 @@ def make_inputs(B, T, H, K, V=None, HV=None, dtype=torch.float32, gate="medium",
     V, HV, dev = V or K, HV or H, device or DEVICE
     r = lambda *s: torch.randn(*s, generator=gen)  # noqa: E731
     q, k = r(B, T, H, K), r(B, T, H, K)
-    if normalize_qk:
-        q, k = l2norm(q), l2norm(k)
+    q, k = (l2norm(q), l2norm(k)) if normalize_qk else (q, k)
     v = r(B, T, HV, V)
     rate = (torch.tensor([1e-3, 0.1, 1.0, 5.0]).repeat(HV)[:HV] if gate == "mixed"
             else {"near0": 1e-3, "medium": 0.1, "strong": 5.0}[gate])
