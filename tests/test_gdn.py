@@ -588,6 +588,29 @@ def test_unsupported_or_bad_fla_options(kw, match):
             fn(**x, **kw)
 
 
+@pytest.mark.parametrize("kind", list(KERNELS))
+def test_raw_fla_inputs_are_checked_as_given(kind):
+    """The inputs an fla option transforms before the kernels (the raw gate, raw beta, a V-first state) are checked
+    as the caller gave them: a wrong g is named as g (not as A_log, which the transform would compare it with), a
+    broadcastable one is refused rather than broadcast, and a V-first state must be contiguous like any state (an
+    expanded one would otherwise reach the in-place copy back). A numpy scale is a number like any other."""
+    fn, _ = KERNELS[kind]
+    A_log = torch.zeros(2, device=DEVICE)
+    with pytest.raises(ValueError, match=r"g must be \[B, T, HV\] = \[1, 8, 2\] \(raw"):
+        fn(**_good(g=torch.randn(1, 8, 1, device=DEVICE)), use_gate_in_kernel=True, A_log=A_log)
+    with pytest.raises(TypeError, match="g must have dtype"):
+        fn(**_good(g=torch.zeros(1, 8, 2, dtype=torch.int32, device=DEVICE)), use_gate_in_kernel=True, A_log=A_log)
+    with pytest.raises(ValueError, match="beta must be contiguous"):
+        fn(**_good(beta=torch.randn(1, 2, 8, device=DEVICE).transpose(1, 2)), use_beta_sigmoid_in_kernel=True)
+    h0 = torch.randn(1, 2, 16, 16, device=DEVICE).expand(1, 2, 16, 16).transpose(-1, -2)
+    with pytest.raises(ValueError, match="initial_state must be contiguous"):
+        fn(**_good(initial_state=h0), state_v_first=True, inplace_final_state=True)
+    np = pytest.importorskip("numpy")
+    o1, _ = fn(**_good(), scale=np.float32(0.5))
+    o2, _ = fn(**_good(), scale=0.5)
+    assert torch.equal(o1, o2)
+
+
 @pytest.mark.skipif(ON_GPU, reason="the launchers run on the GPU there, with cu_seqlens on the device")
 @pytest.mark.parametrize("kind", list(KERNELS))
 @pytest.mark.parametrize("cu,match", [([0, 5, 3, 8], "non-decreasing"), ([0, 3, 7], "end at T=8"),
@@ -623,15 +646,15 @@ def test_forward_only_inputs_and_scale_checked(kind):
 @pytest.mark.parametrize("qk,v", [(torch.float32, torch.float16), (torch.bfloat16, torch.float16),
                                   (torch.float16, torch.float32)])
 def test_mixed_dtypes_as_fla_accepts_them(kind, qk, v):
-    """fla's own tests pass fp32 q/k with fp16 v and beta: computed in the wider dtype
-    (compute_dtype), o returned in v's dtype, against the fp32 reference."""
+    """fla's own tests pass fp32 q/k with fp16 v and beta: computed in the wider dtype (compute_dtype), against the
+    fp32 reference; o comes back as fla returns it: in v's dtype from the recurrent function, q's from the chunked."""
     fn, _ = KERNELS[kind]
     x = gdn.make_inputs(1, 67, 2, 32, HV=4, dtype=torch.float32, initial_state=True, seed=31)
     x["q"], x["k"], x["v"], x["beta"] = x["q"].to(qk), x["k"].to(qk), x["v"].to(v), x["beta"].to(v)
     assert gdn.compute_dtype(x["q"], x["v"]) == torch.promote_types(qk, v)
     o, ht = fn(**x, output_final_state=True)
     ref, ref_ht = gdn.naive_recurrent_gated_delta_rule(**x, output_final_state=True)
-    assert o.dtype == v and ht.dtype == torch.float32
+    assert o.dtype == (v if kind == "recurrent" else qk) and ht.dtype == torch.float32
     bound = 2e-2 if torch.float32 not in (qk, v) or qk == torch.float16 else 5e-3
     assert_rel_close(o, ref, bound, "o")
     assert_rel_close(ht, ref_ht, bound, "final state")

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 from dataclasses import dataclass
 
 import torch
@@ -106,14 +107,15 @@ def compute_dtype(q: torch.Tensor, v: torch.Tensor) -> torch.dtype:
     """The dtype both launchers compute in. fla accepts q and k in one float dtype and v (and beta)
     in another (its own tests pass fp32 q/k with fp16 v). The rule here: when v's dtype differs from
     q's, q, k and v are converted to the wider of the two (``torch.promote_types``: fp32 with fp16 gives
-    fp32, bf16 with fp16 fp32), so no input loses precision; ``o`` comes back in v's dtype, as in fla."""
+    fp32, bf16 with fp16 fp32), so no input loses precision; ``o`` comes back as fla returns it: in v's dtype from
+    the recurrent function, in q's from the chunked one."""
     return torch.promote_types(q.dtype, v.dtype)
 
 
-def _in_compute_dtype(q, k, v):
-    """(q, k, v) in :func:`compute_dtype` (no copy when they already share one dtype), and v's dtype."""
+def _in_compute_dtype(q, k, v, out_of: str = "v"):
+    """(q, k, v) in :func:`compute_dtype` (no copy when they already share one dtype), and the dtype of ``out_of``."""
     ct = compute_dtype(q, v)
-    return q.to(ct), k.to(ct), v.to(ct), v.dtype
+    return q.to(ct), k.to(ct), v.to(ct), (v if out_of == "v" else q).dtype
 
 
 def _check(q, k, v, g, beta, scale, initial_state, cu_seqlens, *, device=None, inplace=False, cu_seqlens_cpu=None,
@@ -154,7 +156,7 @@ def _check(q, k, v, g, beta, scale, initial_state, cu_seqlens, *, device=None, i
         if tuple(t.shape) != (B, T, HV):
             raise ValueError(f"{name} must be [B, T, HV] = {[B, T, HV]} (one value per token and value "
                              f"head), got {list(t.shape)}")
-    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float))
+    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, numbers.Real)
                               or not math.isfinite(scale) or scale <= 0):
         raise ValueError(f"scale must be None (K^-0.5) or a positive finite number, got {scale!r}")
     if cu_seqlens is not None:
@@ -189,16 +191,6 @@ def _check(q, k, v, g, beta, scale, initial_state, cu_seqlens, *, device=None, i
     return B, T, H, HV, K, V, N
 
 
-def _host_bounds(cu_seqlens, B, T):
-    """Sequence bounds as a host list for the pure-torch references (which loop in Python, so they
-    read cu_seqlens on the host and check its values)."""
-    if cu_seqlens is None:
-        return [i * T for i in range(B + 1)]
-    bounds = cu_seqlens.tolist()
-    _check_bounds(bounds, T)
-    return bounds
-
-
 # References (pure torch, fp32) ---------------------------------------------------------------------------------------
 
 def _ref_inputs(q, k, v, g, beta, scale, initial_state, cu_seqlens, use_qk_l2norm_in_kernel, dtype):
@@ -206,7 +198,9 @@ def _ref_inputs(q, k, v, g, beta, scale, initial_state, cu_seqlens, use_qk_l2nor
     q and k (L2-normalised if asked) repeated to the HV value heads. Returns
     ((B, T, HV, K, V, N, bounds, scale), (q [B*T, HV, K], k, v [B*T, HV, V], g [B*T, HV], beta))."""
     B, T, H, HV, K, V, N = _check(q, k, v, g, beta, scale, initial_state, cu_seqlens)
-    bounds = _host_bounds(cu_seqlens, B, T)
+    # sequence bounds on the host (the references loop in Python, so they read cu_seqlens there and check it)
+    bounds = [i * T for i in range(B + 1)] if cu_seqlens is None else cu_seqlens.tolist()
+    _check_bounds(bounds, B * T)   # with cu_seqlens B == 1 (checked)
     scale = K ** -0.5 if scale is None else scale
     qf, kf = q.reshape(B * T, H, K).to(dtype), k.reshape(B * T, H, K).to(dtype)
     if use_qk_l2norm_in_kernel:
@@ -300,6 +294,12 @@ def _fla_gates(q, v, g, beta, *, gk=None, gv=None, use_gate_in_kernel=False, A_l
             g = torch.zeros(shape, dtype=torch.float32, device=dev)   # no decay: log gate 0 (a value, not a fill)
         if beta is None:
             beta = torch.ones(shape, dtype=v.dtype, device=dev)       # fla's default: full-strength writes
+        for name, t, raw in (("g", g, use_gate_in_kernel), ("beta", beta, use_beta_sigmoid_in_kernel)):
+            if raw and isinstance(t, torch.Tensor):   # checked as given, before an elementwise op converts it
+                check_tensor(name, t, dtypes=_FLOATS, ndim=3, device=dev)
+                if tuple(t.shape) != shape:
+                    raise ValueError(f"{name} must be [B, T, HV] = {list(shape)} (raw, before the op the kernels "
+                                     f"fuse in fla), got {list(t.shape)}")
     if use_gate_in_kernel:
         if A_log is None or not isinstance(g, torch.Tensor):
             raise ValueError("use_gate_in_kernel=True needs the raw gate input g and A_log [HV]")
@@ -315,7 +315,8 @@ def _fla_gates(q, v, g, beta, *, gk=None, gv=None, use_gate_in_kernel=False, A_l
         g = (-A_log.float().exp() * F.softplus(a)).contiguous()
     if use_beta_sigmoid_in_kernel and isinstance(beta, torch.Tensor):
         beta = (torch.sigmoid(beta.float()) * (2.0 if allow_neg_eigval else 1.0)).contiguous()
-    if state_v_first and isinstance(initial_state, torch.Tensor) and initial_state.dim() == 4:
+    if state_v_first and initial_state is not None:
+        check_tensor("initial_state", initial_state, dtypes=_FLOATS, ndim=4)   # the caller's tensor, as given
         initial_state = initial_state.mT.contiguous()   # the checks then read this copy as usual
     return g, beta, initial_state
 
@@ -490,12 +491,6 @@ def _chunk_config(config) -> dict:
     return cfg
 
 
-def _chunks(cu_seqlens, N: int, B: int, T: int):
-    """(chunk_indices, chunk_offsets, NT): the varlen chunk table (NT a bound), or (None, None, the chunk count)."""
-    # varlen with no token at all too: the table kernel still writes chunk_offsets, which the state pass reads
-    return _chunk_table(cu_seqlens, N, B * T) if cu_seqlens is not None else (None, None, B * cdiv(T, CHUNK))
-
-
 def _fuse_wu(c1: dict, K: int, emulate: bool) -> bool:
     """FUSE_WU in force: as configured, except on a GPU with K (padded) below 64, where Triton 3.6 compiles the
     folded kernel into out-of-bounds shared reads (compute-sanitizer, H100: K = 16; illegal addresses at K = 32,
@@ -545,7 +540,9 @@ def _intermediates(cfg, k, v, g, beta, cu_seqlens, N, *, l2, emulate, keep=False
     HV, V = v.shape[2], v.shape[3]
     dev, TA = k.device, B * T
     dt = k.dtype   # storage dtype of A, w, u, v', h (and of the matrix units), as in fla
-    chunk_indices, chunk_offsets, NT = _chunks(cu_seqlens, N, B, T)
+    # the varlen chunk table (NT a bound; with no token at all too: the state pass reads chunk_offsets), else the count
+    chunk_indices, chunk_offsets, NT = (_chunk_table(cu_seqlens, N, TA) if cu_seqlens is not None
+                                        else (None, None, B * cdiv(T, CHUNK)))
     # Intermediates. All `empty`: chunk c of sequence n covers rows [bos + 64c, min(bos + 64c + 64, eos))
     # and the chunks of all sequences tile [0, T_all) (cu_seqlens: 0 .. T, non-decreasing), so each
     # per-row buffer below is written row by row by its chunk's program before anyone reads it.
@@ -614,8 +611,8 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     """Chunked Gated DeltaNet (prefill), chunks of 64 tokens, Triton kernels: solve (G and A = (I + L)^-1 per chunk;
     w/u from A in its registers or in a kernel of their own, or v' from A in the state pass: FUSE_WU, FROM_A) ->
     state pass (sequential over chunks) -> output (parallel over chunks, or in the state pass: FUSE_O). Arguments in
-    fla's order; returns as :func:`fused_recurrent_gated_delta_rule`. With ``use_qk_l2norm_in_kernel`` the solve
-    kernel normalises the keys once and stores them for the later kernels.
+    fla's order; returns as :func:`fused_recurrent_gated_delta_rule`, but o in q's dtype (as fla's chunked form).
+    With ``use_qk_l2norm_in_kernel`` the solve kernel normalises the keys once and stores them for the later kernels.
 
     Varlen (``cu_seqlens`` on the device) never waits for the device nor copies from it: the chunk
     table is built on the device for an upper bound of the chunk count known from shapes
@@ -639,7 +636,7 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     emulate = resolve_emulate(emulate, EMULATE_WHY)
     seg = _segment_length(segments, N, B * T // max(N, 1), H, HV, K, V)   # N sequences of their mean length
     scale = K ** -0.5 if scale is None else float(scale)
-    q, k, v, out_dtype = _in_compute_dtype(q, k, v)
+    q, k, v, out_dtype = _in_compute_dtype(q, k, v, out_of="q")   # o in q's dtype, as fla's chunked form
     for kfn in _CHUNK_KERNELS:
         require_launchable(kfn)
     store = output_final_state or inplace_final_state
