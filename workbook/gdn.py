@@ -290,16 +290,16 @@ def _fla_gates(q, v, g, beta, *, gk=None, gv=None, use_gate_in_kernel=False, A_l
         raise ValueError("allow_neg_eigval=True requires use_beta_sigmoid_in_kernel=True (beta = 2 sigmoid(beta))")
     if isinstance(v, torch.Tensor) and v.dim() == 4:
         shape, dev = tuple(v.shape[:3]), v.device
-        if g is None and not use_gate_in_kernel:
-            g = torch.zeros(shape, dtype=torch.float32, device=dev)   # no decay: log gate 0 (a value, not a fill)
-        if beta is None:
-            beta = torch.ones(shape, dtype=v.dtype, device=dev)       # fla's default: full-strength writes
         for name, t, raw in (("g", g, use_gate_in_kernel), ("beta", beta, use_beta_sigmoid_in_kernel)):
             if raw and isinstance(t, torch.Tensor):   # checked as given, before an elementwise op converts it
                 check_tensor(name, t, dtypes=_FLOATS, ndim=3, device=dev)
                 if tuple(t.shape) != shape:
                     raise ValueError(f"{name} must be [B, T, HV] = {list(shape)} (raw, before the op the kernels "
                                      f"fuse in fla), got {list(t.shape)}")
+        if g is None and not use_gate_in_kernel:
+            g = torch.zeros(shape, dtype=torch.float32, device=dev)   # no decay: log gate 0 (a value, not a fill)
+        if beta is None:
+            beta = torch.ones(shape, dtype=v.dtype, device=dev)       # fla's default: full-strength writes
     if use_gate_in_kernel:
         if A_log is None or not isinstance(g, torch.Tensor):
             raise ValueError("use_gate_in_kernel=True needs the raw gate input g and A_log [HV]")
