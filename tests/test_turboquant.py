@@ -1394,3 +1394,11 @@ def test_run19_outcome_quotes_its_rows():
     assert all(name in r19["outcome"].split("Slower than SDPA at: ")[1].split(". FILL")[0] for name in below)
     gained = sum(r19["run"][k]["fill_over_nofill_median"] > 1 for k in targets)
     assert f"faster at {gained} of the 4" in r19["outcome"]
+
+
+def test_decode_refuses_an_out_without_a_row_per_decode_token():
+    """An out with fewer rows than decode tokens is refused before any launch (the kernel would store past it)."""
+    q, k, v, cache, batch = tq.make_example([1, 1, 1], [5, 9, 3], 3, hq=4, hkv=1, d=32, block_size=16)
+    tq.store_kv(k, v, cache, batch.slot_mapping)
+    with pytest.raises(ValueError, match=r"out must be \[>= num_decode_tokens \(3\)"):
+        tq.decode_attention(q, cache, batch, torch.empty(1, 4, 32, device=q.device))

@@ -753,7 +753,7 @@ def decode_attention(q: torch.Tensor, cache: TurboQuantCache, batch: MixedBatch,
     em = False if use_cuda else resolve_emulate(emulate, EMULATE_WHY)
     check_tensor("out", out, dtypes=(torch.float32, torch.float16, torch.bfloat16), ndim=3, device=DEVICE)
     B = batch.num_decode_reqs
-    for name, t in (("q", q), ("q_rot", q_rot)):
+    for name, t in (("q", q), ("q_rot", q_rot), ("out", out)):   # out: a row per decode token
         if t is not None and (t.dim() != 3 or t.shape[1:] != out.shape[1:] or t.shape[0] < B):
             raise ValueError(f"{name} must be [>= num_decode_tokens ({B}), Hq, D] with out's Hq, D "
                              f"{tuple(out.shape[1:])}, got {tuple(t.shape)}")
